@@ -1,0 +1,62 @@
+"""sqlqueue: reliable background jobs on the SQLAlchemy database you already have.
+
+Enqueue in your own transaction, run handlers in worker processes, retry with backoff, and
+look at what died — on SQLite or PostgreSQL, with the same code.
+"""
+
+from sqlqueue._backoff import Backoff, exponential, linear, schedule
+from sqlqueue._errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    EnqueueError,
+    HandlerSignal,
+    JobNotFound,
+    JobStateError,
+    JobTimeout,
+    PayloadError,
+    PermanentError,
+    Retry,
+    SchemaNotMigrated,
+    SqlqueueError,
+    UnknownJobType,
+    UnsupportedDatabase,
+)
+from sqlqueue._job import ErrorRecord, Job, JobStatus
+from sqlqueue._migrate import migrate
+from sqlqueue._queue import Queue
+from sqlqueue._task import JobRequest, Task, TaskCall
+from sqlqueue._worker import Worker
+
+__all__ = [
+    "Backoff",
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "EnqueueError",
+    "ErrorRecord",
+    "HandlerSignal",
+    "Job",
+    "JobNotFound",
+    "JobRequest",
+    "JobStateError",
+    "JobStatus",
+    "JobTimeout",
+    "PayloadError",
+    "PermanentError",
+    "Queue",
+    "Retry",
+    "SchemaNotMigrated",
+    "SqlqueueError",
+    "Task",
+    "TaskCall",
+    "UnknownJobType",
+    "UnsupportedDatabase",
+    "Worker",
+    "exponential",
+    "linear",
+    "migrate",
+    "schedule",
+]
+
+__version__ = "0.1.0"

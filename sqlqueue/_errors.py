@@ -1,0 +1,110 @@
+"""The one exception hierarchy of sqlqueue.
+
+Everything sqlqueue raises derives from :class:`SqlqueueError`::
+
+    SqlqueueError
+    ├── ConfigurationError        a setting is wrong (raised at construction, names the field)
+    ├── EnqueueError              nothing was written; the caller's transaction is still usable
+    │   ├── PayloadError          not JSON-serialisable, or over the size cap
+    │   └── UnknownJobType        no task of that name on this queue
+    ├── JobStateError             the job is not in a state that allows the operation
+    │   └── JobNotFound           there is no job with that id
+    ├── DatabaseError             a driver error, translated at the dialect boundary
+    │   ├── DatabaseUnavailable   cannot connect, or the connection dropped
+    │   ├── SchemaNotMigrated     sqlqueue's tables are missing: run ``sqlqueue migrate``
+    │   └── UnsupportedDatabase   the database lacks something sqlqueue needs
+    └── HandlerSignal             raised *by handlers* to steer the outcome of an attempt
+        ├── Retry                 try again later (counts as an attempt)
+        ├── PermanentError        do not retry: straight to dead
+        └── JobTimeout            the attempt ran past its task's timeout (raised by the worker)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "EnqueueError",
+    "HandlerSignal",
+    "JobNotFound",
+    "JobStateError",
+    "JobTimeout",
+    "PayloadError",
+    "PermanentError",
+    "Retry",
+    "SchemaNotMigrated",
+    "SqlqueueError",
+    "UnknownJobType",
+    "UnsupportedDatabase",
+]
+
+
+class SqlqueueError(Exception):
+    """Root of every error sqlqueue raises."""
+
+
+class ConfigurationError(SqlqueueError, ValueError):
+    """A setting given to sqlqueue is invalid; the message names the field."""
+
+
+class EnqueueError(SqlqueueError):
+    """A job could not be enqueued; no row was written."""
+
+
+class PayloadError(EnqueueError, ValueError):
+    """The payload is not a JSON object of plain values, or is larger than the cap."""
+
+
+class UnknownJobType(EnqueueError, LookupError):
+    """No task of that name on this queue (``external=True`` if another service runs it)."""
+
+
+class JobStateError(SqlqueueError):
+    """The job is not in a state that allows the requested operation."""
+
+
+class JobNotFound(JobStateError, LookupError):
+    """No job has the given id (it never existed, or was pruned)."""
+
+
+class DatabaseError(SqlqueueError):
+    """A database driver error, translated into sqlqueue's terms."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached or the connection was lost; retrying later may succeed."""
+
+
+class SchemaNotMigrated(DatabaseError):
+    """sqlqueue's tables do not exist (or are older than this code): run ``sqlqueue migrate``."""
+
+
+class UnsupportedDatabase(DatabaseError):
+    """The database (or its version) lacks a feature sqlqueue needs."""
+
+
+class HandlerSignal(SqlqueueError):
+    """Base of the exceptions a handler raises to choose what happens to the job."""
+
+
+class Retry(HandlerSignal):
+    """Ask for another attempt after ``delay`` seconds (or the task's backoff when ``None``).
+
+    The attempt still counts: when none are left the job goes to ``dead``.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        if delay is not None and delay < 0:
+            raise ConfigurationError(f"Retry.delay must be >= 0 seconds, got {delay!r}")
+        self.delay = delay
+        self.reason = reason
+
+
+class PermanentError(HandlerSignal):
+    """Retrying cannot help (bad input, a 4xx answer …): the job goes straight to ``dead``."""
+
+
+class JobTimeout(HandlerSignal):
+    """The attempt ran past its task's ``timeout``; it fails and is retried like an error."""

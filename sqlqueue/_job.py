@@ -1,0 +1,68 @@
+"""The job as the public API sees it: a frozen snapshot of one row of ``sqlqueue_jobs``."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["ErrorRecord", "Job", "JobStatus"]
+
+
+class JobStatus(enum.StrEnum):
+    """Where a job is in its life; compares equal to its plain string (``"queued"`` …)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+#: States a worker may claim from (``failed`` waits for its ``next_run_at``).
+CLAIMABLE: tuple[JobStatus, ...] = (JobStatus.QUEUED, JobStatus.FAILED)
+#: States a job never leaves by itself.
+TERMINAL: tuple[JobStatus, ...] = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorRecord:
+    """One failed attempt: its number, when it ended (database clock) and what went wrong."""
+
+    attempt: int
+    at: datetime
+    error: str
+    kind: str
+    details: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A snapshot of one job row; read it with :meth:`sqlqueue.Queue.get_job`."""
+
+    id: int
+    job_type: str
+    queue: str
+    priority: int
+    payload: Mapping[str, Any]
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    next_run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    errors: tuple[ErrorRecord, ...]
+    idempotency_key: str | None
+    locked_by: str | None
+    lease_expires_at: datetime | None
+    requeued_from: int | None
+    requeued_as: int | None
+    requeued_at: datetime | None
+    requeued_by: str | None
+    requeue_reason: str | None

@@ -1,0 +1,216 @@
+"""The public entry point: a queue bound to one database, with its tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sqlqueue._backoff import Backoff
+from sqlqueue._enqueue import EnqueueSettings, Executable, enqueue_jobs
+from sqlqueue._errors import ConfigurationError
+from sqlqueue._job import Job
+from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
+from sqlqueue._store._tx import Store
+from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
+from sqlqueue.dialects import Dialect, dialect_for
+
+if TYPE_CHECKING:
+    from sqlqueue._worker import Worker
+
+__all__ = ["Queue", "UnknownJobPolicy"]
+
+#: What a worker does with a job whose type it has no handler for: ``"dead"`` claims it and
+#: moves it to dead with a clear error; ``"skip"`` leaves it for a worker that knows the type.
+UnknownJobPolicy = Literal["dead", "skip"]
+
+
+class Queue:
+    """Background jobs on the database behind ``engine``.
+
+    ``engine`` is a SQLAlchemy :class:`~sqlalchemy.Engine` (or a URL string). ``lease_seconds``
+    is how long a claimed job stays reserved without a heartbeat before the reaper gives it to
+    another worker.
+    """
+
+    def __init__(
+        self,
+        engine: Engine | str,
+        *,
+        lease_seconds: float = 30.0,
+        default_queue: str = "default",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        unknown_jobs: UnknownJobPolicy = "dead",
+    ) -> None:
+        if isinstance(engine, str):
+            engine = create_engine(engine)
+        if isinstance(engine, AsyncEngine):
+            raise ConfigurationError(
+                "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
+                "build one from the same URL with a sync driver, and use enqueue_async with "
+                "your AsyncConnection or AsyncSession"
+            )
+        if not isinstance(engine, Engine):
+            raise ConfigurationError(f"engine: expected a SQLAlchemy Engine or URL, got {engine!r}")
+        if lease_seconds <= 0:
+            raise ConfigurationError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        if max_payload_bytes <= 0:
+            raise ConfigurationError(f"max_payload_bytes must be > 0, got {max_payload_bytes!r}")
+        if not default_queue:
+            raise ConfigurationError("default_queue must be a non-empty name")
+        if unknown_jobs not in ("dead", "skip"):
+            raise ConfigurationError(f"unknown_jobs must be 'dead' or 'skip', got {unknown_jobs!r}")
+        self.engine = engine
+        self.dialect: Dialect = dialect_for(engine)
+        self.dialect.prepare_engine(engine)
+        self.store = Store(engine, self.dialect)
+        self.lease_seconds = float(lease_seconds)
+        self.default_queue = default_queue
+        self.max_payload_bytes = max_payload_bytes
+        self.unknown_jobs: UnknownJobPolicy = unknown_jobs
+        self._tasks: dict[str, Task] = {}
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    @property
+    def tasks(self) -> Mapping[str, Task]:
+        """The registered tasks by name."""
+        return dict(self._tasks)
+
+    def task(
+        self,
+        name: str,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        backoff: Backoff | Sequence[float] | None = None,
+        retry_on: Iterable[type[BaseException]] | type[BaseException] | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register the decorated function (sync or ``async``) as the handler of ``name``."""
+
+        def register(handler: Callable[..., Any]) -> Task:
+            if name in self._tasks:
+                raise ConfigurationError(f"a task named {name!r} is already registered")
+            task = make_task(
+                self,
+                name,
+                handler,
+                queue=queue or self.default_queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                backoff=backoff,
+                retry_on=retry_on,
+            )
+            self._tasks[name] = task
+            return task
+
+        return register
+
+    # -- enqueue ------------------------------------------------------------------------------
+
+    @property
+    def _settings(self) -> EnqueueSettings:
+        return EnqueueSettings(
+            tasks=self._tasks,
+            default_queue=self.default_queue,
+            max_payload_bytes=self.max_payload_bytes,
+            dialect=self.dialect,
+        )
+
+    def enqueue(
+        self,
+        conn: Executable,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        external: bool = False,
+    ) -> int:
+        """Write one job in the caller's transaction (``Connection`` or ``Session``); return its id.
+
+        With an ``idempotency_key`` that a kept job already has, return that job's id and write
+        nothing. ``external=True`` allows a job type this queue has no task for.
+        """
+        request = JobRequest(
+            job_type=job_type,
+            payload=payload if payload is not None else {},
+            idempotency_key=idempotency_key,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            max_attempts=max_attempts,
+            external=external,
+        )
+        return enqueue_jobs(self._settings, conn, [request])[0]
+
+    async def enqueue_async(
+        self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> int:
+        """:meth:`enqueue` through an ``AsyncConnection`` or ``AsyncSession``."""
+        return int(
+            await conn.run_sync(
+                lambda sync_conn: self.enqueue(sync_conn, job_type, payload, **options)
+            )
+        )
+
+    def enqueue_many(self, conn: Executable, requests: Iterable[JobRequest]) -> list[int]:
+        """Write many jobs in the caller's transaction, in one round trip per thousands of rows.
+
+        Returns one id per request, in order; duplicates by idempotency key get the first id.
+        """
+        return enqueue_jobs(self._settings, conn, list(requests))
+
+    async def enqueue_many_async(self, conn: Any, requests: Iterable[JobRequest]) -> list[int]:
+        """:meth:`enqueue_many` through an ``AsyncConnection`` or ``AsyncSession``."""
+        batch = list(requests)
+        ids: list[int] = await conn.run_sync(lambda sync_conn: self.enqueue_many(sync_conn, batch))
+        return ids
+
+    # -- inspection and dead letters ----------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job with ``job_id`` as a frozen snapshot, or ``None``."""
+        return self.store.get_job(job_id)
+
+    def requeue(self, job_id: int, *, by: str, reason: str) -> int:
+        """Requeue dead job ``job_id`` as a NEW job; the dead row records who, when and why."""
+        if not by or not reason:
+            raise ConfigurationError("requeue needs by= (who) and reason= (why)")
+        return self.store.requeue(job_id=job_id, by=by, reason=reason)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def worker(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 4,
+        poll_interval: float = 1.0,
+        shutdown_timeout: float = 30.0,
+        reaper_interval: float | None = None,
+    ) -> Worker:
+        """A worker for this queue's tasks; call ``.run()`` to start it."""
+        from sqlqueue._worker import Worker, WorkerSettings
+
+        return Worker(
+            self,
+            WorkerSettings(
+                queues=tuple(queues) if queues is not None else None,
+                concurrency=concurrency,
+                poll_interval=poll_interval,
+                shutdown_timeout=shutdown_timeout,
+                reaper_interval=reaper_interval,
+            ),
+        )

@@ -1,0 +1,95 @@
+"""The tables of sqlqueue, declared once in SQLAlchemy Core: the single source of truth.
+
+Migrations in ``migrations/`` must produce exactly this schema (a test compares them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+from sqlqueue._types import Id, JsonDocument, UtcDateTime
+
+__all__ = ["VERSION_TABLE", "jobs", "metadata"]
+
+#: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
+VERSION_TABLE = "sqlqueue_alembic_version"
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
+_CLAIMABLE = text("status IN ('queued', 'failed')")
+
+jobs = Table(
+    "sqlqueue_jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    # What to do.
+    Column("job_type", String(200), nullable=False),
+    Column("queue", String(100), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("payload", JsonDocument, nullable=False),
+    # When to try again.
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("next_run_at", UtcDateTime, nullable=False),
+    # What happened last time.
+    Column("last_error", Text, nullable=True),
+    Column("errors", JsonDocument, nullable=False),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("finished_at", UtcDateTime, nullable=True),
+    # Bookkeeping.
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("locked_by", String(255), nullable=True),
+    Column("lease_expires_at", UtcDateTime, nullable=True),
+    # Dead-letter requeue: the dead row keeps who/when/why and links to the new job.
+    Column("requeued_from", Id, nullable=True),
+    Column("requeued_as", Id, nullable=True),
+    Column("requeued_at", UtcDateTime, nullable=True),
+    Column("requeued_by", String(255), nullable=True),
+    Column("requeue_reason", Text, nullable=True),
+    CheckConstraint(f"status IN {_STATUSES}", name="status"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+)
+
+# Claim: due jobs of a queue in (priority, due time, id) order; only claimable rows are indexed.
+Index(
+    "ix_sqlqueue_jobs_claim",
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.next_run_at,
+    jobs.c.id,
+    postgresql_where=_CLAIMABLE,
+    sqlite_where=_CLAIMABLE,
+)
+# Reaper: running jobs by lease expiry.
+Index(
+    "ix_sqlqueue_jobs_lease",
+    jobs.c.lease_expires_at,
+    postgresql_where=text("status = 'running'"),
+    sqlite_where=text("status = 'running'"),
+)
+# Idempotency: enforced by the database, not by check-then-insert. NULL keys never collide.
+Index("uq_sqlqueue_jobs_idempotency_key", jobs.c.idempotency_key, unique=True)
+# Operators: counts by status and type.
+Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.job_type)

@@ -1,0 +1,155 @@
+"""The store object: one short transaction per operation, with driver errors translated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from sqlqueue._job import Job
+from sqlqueue._store import deadletter, transitions
+from sqlqueue._store.rows import ClaimedJob, Failure
+from sqlqueue.dialects import Dialect
+
+__all__ = ["Store", "translated"]
+
+T = TypeVar("T")
+
+
+def translated(dialect: Dialect, operation: Callable[[], T]) -> T:
+    """Run ``operation``, turning driver errors into sqlqueue errors."""
+    try:
+        return operation()
+    except SQLAlchemyError as error:
+        ours = dialect.translate_error(error)
+        if ours is None:
+            raise
+        raise ours from error
+
+
+class Store:
+    """sqlqueue's operations on one engine; each method is one short transaction."""
+
+    def __init__(self, engine: Engine, dialect: Dialect) -> None:
+        self.engine = engine
+        self.dialect = dialect
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            self.dialect.begin_write(conn)
+            yield conn
+            conn.commit()
+
+    def _in_write(self, operation: Callable[[Connection], T]) -> T:
+        def run() -> T:
+            with self._write() as conn:
+                return operation(conn)
+
+        return translated(self.dialect, run)
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        job_types: Sequence[str] | None,
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs (see :func:`transitions.claim`)."""
+        return self._in_write(
+            lambda conn: transitions.claim(
+                conn,
+                self.dialect,
+                queues=queues,
+                job_types=job_types,
+                limit=limit,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                now=now,
+            )
+        )
+
+    def finish(
+        self,
+        *,
+        worker_id: str,
+        succeeded: Sequence[tuple[int, int]],
+        failures: Sequence[Failure],
+        now: datetime | None = None,
+    ) -> set[int]:
+        """Write outcomes in one transaction; return the ids whose lease was still ours."""
+
+        def write(conn: Connection) -> set[int]:
+            landed = transitions.complete(
+                conn, self.dialect, worker_id=worker_id, fences=succeeded, now=now
+            )
+            for failure in failures:
+                if transitions.fail(
+                    conn, self.dialect, worker_id=worker_id, failure=failure, now=now
+                ):
+                    landed.add(failure.job_id)
+            return landed
+
+        return self._in_write(write)
+
+    def release(
+        self, *, worker_id: str, fences: Sequence[tuple[int, int]], now: datetime | None = None
+    ) -> set[int]:
+        """Give jobs back without burning their attempt (see :func:`transitions.release`)."""
+        return self._in_write(
+            lambda conn: transitions.release(
+                conn, self.dialect, worker_id=worker_id, fences=fences, now=now
+            )
+        )
+
+    def extend_leases(
+        self,
+        *,
+        worker_id: str,
+        fences: Sequence[tuple[int, int]],
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> set[int]:
+        """Heartbeat the given leases; return the ids still held."""
+        return self._in_write(
+            lambda conn: transitions.extend_leases(
+                conn,
+                self.dialect,
+                worker_id=worker_id,
+                fences=fences,
+                lease_seconds=lease_seconds,
+                now=now,
+            )
+        )
+
+    def reap_expired(
+        self, *, limit: int = 100, now: datetime | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Recover jobs whose lease expired: ``(retried ids, dead ids)``."""
+        return self._in_write(
+            lambda conn: transitions.reap_expired(conn, self.dialect, limit=limit, now=now)
+        )
+
+    def get_job(self, job_id: int) -> Job | None:
+        """Read one job."""
+
+        def read() -> Job | None:
+            with self.engine.connect() as conn:
+                return deadletter.read_job(conn, job_id)
+
+        return translated(self.dialect, read)
+
+    def requeue(self, *, job_id: int, by: str, reason: str) -> int:
+        """Requeue a dead job as a new job (see :func:`deadletter.requeue_dead`)."""
+        return self._in_write(
+            lambda conn: deadletter.requeue_dead(
+                conn, self.dialect, job_id=job_id, by=by, reason=reason
+            )
+        )

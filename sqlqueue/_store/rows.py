@@ -1,0 +1,114 @@
+"""Values that cross the store boundary: claimed jobs, failures, and rows turned into ``Job``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from sqlqueue._job import ErrorRecord, Job, JobStatus
+
+__all__ = ["ClaimedJob", "Failure", "error_entry", "row_to_job"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedJob:
+    """A job leased to a worker; ``attempt`` (with ``id``) is the fence for its transitions."""
+
+    id: int
+    job_type: str
+    queue: str
+    priority: int
+    payload: Mapping[str, Any]
+    attempt: int
+    max_attempts: int
+    errors: tuple[Mapping[str, Any], ...]
+    created_at: datetime
+    started_at: datetime
+    lease_expires_at: datetime
+
+    @property
+    def fence(self) -> tuple[int, int]:
+        """The (id, attempt) pair that identifies this lease."""
+        return (self.id, self.attempt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """The outcome of a failed attempt, ready to be written: retry later, or dead."""
+
+    job_id: int
+    attempt: int
+    dead: bool
+    retry_in: float
+    last_error: str
+    errors: Sequence[Mapping[str, Any]]
+
+
+def error_entry(
+    *, attempt: int, at: datetime, error: str, kind: str, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """One element of a job's error history, as stored in its ``errors`` JSON array."""
+    entry: dict[str, Any] = {"attempt": attempt, "at": at.isoformat(), "error": error, "kind": kind}
+    if details:
+        entry["details"] = dict(details)
+    return entry
+
+
+def _error_record(entry: Mapping[str, Any]) -> ErrorRecord:
+    return ErrorRecord(
+        attempt=int(entry["attempt"]),
+        at=datetime.fromisoformat(str(entry["at"])),
+        error=str(entry["error"]),
+        kind=str(entry.get("kind", "")),
+        details=entry.get("details"),
+    )
+
+
+def row_to_job(row: RowMapping) -> Job:
+    """A ``sqlqueue_jobs`` row as a frozen :class:`Job`."""
+    return Job(
+        id=row["id"],
+        job_type=row["job_type"],
+        queue=row["queue"],
+        priority=row["priority"],
+        payload=row["payload"],
+        status=JobStatus(row["status"]),
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        next_run_at=row["next_run_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        last_error=row["last_error"],
+        errors=tuple(_error_record(entry) for entry in row["errors"] or ()),
+        idempotency_key=row["idempotency_key"],
+        locked_by=row["locked_by"],
+        lease_expires_at=row["lease_expires_at"],
+        requeued_from=row["requeued_from"],
+        requeued_as=row["requeued_as"],
+        requeued_at=row["requeued_at"],
+        requeued_by=row["requeued_by"],
+        requeue_reason=row["requeue_reason"],
+    )
+
+
+def claimed_from_row(row: RowMapping) -> ClaimedJob:
+    """A claim's RETURNING row as a :class:`ClaimedJob`."""
+    return ClaimedJob(
+        id=row["id"],
+        job_type=row["job_type"],
+        queue=row["queue"],
+        priority=row["priority"],
+        payload=row["payload"],
+        attempt=row["attempts"],
+        max_attempts=row["max_attempts"],
+        errors=tuple(row["errors"] or ()),
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        lease_expires_at=row["lease_expires_at"],
+    )

@@ -1,0 +1,227 @@
+"""The worker's statements: claim, complete, fail, release, extend leases, reap.
+
+Every transition out of ``running`` is fenced: it matches only rows still ``running`` under the
+same lease (worker id and attempt number), so a late worker can never overwrite an outcome the
+reaper or another worker has already written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select, tuple_, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._schema import jobs
+from sqlqueue._store.rows import ClaimedJob, Failure, claimed_from_row, error_entry
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "claim",
+    "complete",
+    "extend_leases",
+    "fail",
+    "reap_expired",
+    "release",
+]
+
+#: Reaped jobs are retried at once: their worker is gone, not the job's fault.
+LEASE_EXPIRED_KIND = "LeaseExpired"
+
+
+def _leased_by(worker_id: str, fences: Sequence[tuple[int, int]]) -> list[ColumnElement[bool]]:
+    return [
+        jobs.c.status == "running",
+        jobs.c.locked_by == worker_id,
+        tuple_(jobs.c.id, jobs.c.attempts).in_(list(fences)),
+    ]
+
+
+def claim(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    queues: Sequence[str],
+    job_types: Sequence[str] | None,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[ClaimedJob]:
+    """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first."""
+    stmt = dialect.claim_statement(
+        queues=queues,
+        job_types=job_types,
+        limit=limit,
+        worker_id=worker_id,
+        lease_seconds=lease_seconds,
+        now=now,
+    )
+    claimed = [claimed_from_row(row) for row in conn.execute(stmt).mappings()]
+    claimed.sort(key=lambda job: (job.priority, job.id))
+    return claimed
+
+
+def complete(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    now: datetime | None = None,
+) -> set[int]:
+    """Mark the leased jobs ``succeeded`` in one statement; return the ids that were still ours."""
+    if not fences:
+        return set()
+    current = dialect.now(now)
+    stmt = (
+        update(jobs)
+        .where(*_leased_by(worker_id, fences))
+        .values(status="succeeded", finished_at=current, updated_at=current, lease_expires_at=None)
+        .returning(jobs.c.id)
+    )
+    return set(conn.execute(stmt).scalars())
+
+
+def fail(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    failure: Failure,
+    now: datetime | None = None,
+) -> bool:
+    """Record a failed attempt: back to ``failed`` with a retry time, or ``dead``.
+
+    Returns whether the lease was still ours (``False``: someone else owns the outcome).
+    """
+    current = dialect.now(now)
+    values: dict[str, Any] = {
+        "status": "dead" if failure.dead else "failed",
+        "last_error": failure.last_error,
+        "errors": list(failure.errors),
+        "updated_at": current,
+        "lease_expires_at": None,
+    }
+    if failure.dead:
+        values["finished_at"] = current
+    else:
+        values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
+    stmt = (
+        update(jobs)
+        .where(*_leased_by(worker_id, [(failure.job_id, failure.attempt)]))
+        .values(**values)
+        .returning(jobs.c.id)
+    )
+    return conn.execute(stmt).first() is not None
+
+
+def release(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    now: datetime | None = None,
+) -> set[int]:
+    """Give leased jobs back to the queue without burning the attempt (graceful shutdown)."""
+    if not fences:
+        return set()
+    current = dialect.now(now)
+    stmt = (
+        update(jobs)
+        .where(*_leased_by(worker_id, fences))
+        .values(
+            status="queued",
+            attempts=jobs.c.attempts - 1,
+            locked_by=None,
+            lease_expires_at=None,
+            next_run_at=current,
+            updated_at=current,
+        )
+        .returning(jobs.c.id)
+    )
+    return set(conn.execute(stmt).scalars())
+
+
+def extend_leases(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> set[int]:
+    """Heartbeat: push the leases of running jobs forward; return the ids still ours."""
+    if not fences:
+        return set()
+    stmt = (
+        update(jobs)
+        .where(*_leased_by(worker_id, fences))
+        .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
+        .returning(jobs.c.id)
+    )
+    return set(conn.execute(stmt).scalars())
+
+
+def reap_expired(
+    conn: Connection, dialect: Dialect, *, limit: int, now: datetime | None = None
+) -> tuple[list[int], list[int]]:
+    """Return jobs whose lease expired to the queue (or to ``dead``); ``(retried, dead)`` ids.
+
+    Safe to run in many workers at once: each row update is fenced on its expired lease and
+    attempt, and PostgreSQL reapers skip rows another reaper holds.
+    """
+    current = dialect.now(now)
+    query = dialect.skip_locked(
+        select(
+            jobs.c.id,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.errors,
+            jobs.c.locked_by,
+            jobs.c.lease_expires_at,
+            current.label("db_now"),
+        )
+        .where(jobs.c.status == "running", jobs.c.lease_expires_at < current)
+        .order_by(jobs.c.lease_expires_at)
+        .limit(limit)
+    )
+    retried: list[int] = []
+    dead: list[int] = []
+    for row in conn.execute(query).mappings().all():
+        message = (
+            f"lease expired at {row['lease_expires_at'].isoformat()}: worker "
+            f"{row['locked_by']} stopped heartbeating (crashed, killed or stalled)"
+        )
+        is_dead = row["attempts"] >= row["max_attempts"]
+        entry = error_entry(
+            attempt=row["attempts"], at=row["db_now"], error=message, kind=LEASE_EXPIRED_KIND
+        )
+        values: dict[str, Any] = {
+            "status": "dead" if is_dead else "failed",
+            "last_error": message,
+            "errors": [*(row["errors"] or []), entry],
+            "lease_expires_at": None,
+            "updated_at": current,
+        }
+        if is_dead:
+            values["finished_at"] = current
+        else:
+            values["next_run_at"] = current
+        stmt = (
+            update(jobs)
+            .where(
+                jobs.c.id == row["id"],
+                jobs.c.status == "running",
+                jobs.c.attempts == row["attempts"],
+                jobs.c.lease_expires_at < current,
+            )
+            .values(**values)
+        )
+        if conn.execute(stmt).rowcount == 1:
+            (dead if is_dead else retried).append(row["id"])
+    return retried, dead

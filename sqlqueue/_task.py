@@ -1,0 +1,190 @@
+"""Tasks: a named handler plus the options its jobs are enqueued and retried with."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlqueue._backoff import Backoff, as_backoff
+from sqlqueue._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlqueue._enqueue import Executable
+    from sqlqueue._queue import Queue
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "EnqueueOptions",
+    "JobRequest",
+    "Task",
+    "TaskCall",
+    "make_task",
+]
+
+DEFAULT_MAX_ATTEMPTS = 8
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnqueueOptions:
+    """Per-job overrides given at enqueue time; ``None`` means "the task's default"."""
+
+    idempotency_key: str | None = None
+    delay: float | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """One job for :meth:`Queue.enqueue_many`: its type, payload and per-job options."""
+
+    job_type: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    delay: float | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+    external: bool = False
+
+    @property
+    def options(self) -> EnqueueOptions:
+        """The per-job overrides of this request."""
+        return EnqueueOptions(
+            idempotency_key=self.idempotency_key,
+            delay=self.delay,
+            run_at=self.run_at,
+            priority=self.priority,
+            queue=self.queue,
+            max_attempts=self.max_attempts,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Task:
+    """A job type registered on a queue: ``@queue.task("send_email", queue="mail")``.
+
+    Calling the task calls the handler directly (handy in tests); ``.enqueue`` schedules it.
+    """
+
+    name: str
+    handler: Handler
+    owner: Queue
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    backoff: Backoff
+    retry_on: tuple[type[BaseException], ...] | None
+    is_async: bool = field(init=False)
+    signature: inspect.Signature = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 200:
+            raise ConfigurationError(f"task name must be 1..200 characters, got {self.name!r}")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigurationError(f"timeout must be > 0 seconds, got {self.timeout!r}")
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
+        object.__setattr__(self, "signature", inspect.signature(self.handler))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.handler(*args, **kwargs)
+
+    def options(self, **options: Any) -> TaskCall:
+        """Enqueue with per-job options: ``task.options(delay=60).enqueue(conn, user_id=1)``."""
+        try:
+            return TaskCall(task=self, options=EnqueueOptions(**options))
+        except TypeError as error:
+            raise ConfigurationError(f"unknown enqueue option: {error}") from None
+
+    def enqueue(self, conn: Executable, /, **payload: Any) -> int:
+        """Write one job of this task in the caller's transaction; return its id."""
+        return TaskCall(task=self, options=EnqueueOptions()).enqueue(conn, **payload)
+
+    async def enqueue_async(self, conn: Any, /, **payload: Any) -> int:
+        """:meth:`enqueue` for an ``AsyncConnection`` or ``AsyncSession``."""
+        return await TaskCall(task=self, options=EnqueueOptions()).enqueue_async(conn, **payload)
+
+    def enqueue_many(self, conn: Executable, payloads: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Write many jobs of this task in one round trip; return their ids in order."""
+        return TaskCall(task=self, options=EnqueueOptions()).enqueue_many(conn, payloads)
+
+    def retryable(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt under this task's ``retry_on``."""
+        return self.retry_on is None or isinstance(error, self.retry_on)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskCall:
+    """A task with per-job options attached, ready to enqueue."""
+
+    task: Task
+    options: EnqueueOptions
+
+    def enqueue(self, conn: Executable, /, **payload: Any) -> int:
+        """Enqueue one job with these options."""
+        return self.task.owner.enqueue(conn, self.task.name, payload, **_as_kwargs(self.options))
+
+    async def enqueue_async(self, conn: Any, /, **payload: Any) -> int:
+        """Enqueue one job with these options through an async connection or session."""
+        return await self.task.owner.enqueue_async(
+            conn, self.task.name, payload, **_as_kwargs(self.options)
+        )
+
+    def enqueue_many(self, conn: Executable, payloads: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Enqueue many jobs sharing these options."""
+        requests = [
+            JobRequest(job_type=self.task.name, payload=payload, **_as_kwargs(self.options))
+            for payload in payloads
+        ]
+        return self.task.owner.enqueue_many(conn, requests)
+
+
+def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
+    return {
+        "idempotency_key": options.idempotency_key,
+        "delay": options.delay,
+        "run_at": options.run_at,
+        "priority": options.priority,
+        "queue": options.queue,
+        "max_attempts": options.max_attempts,
+    }
+
+
+def make_task(
+    owner: Queue,
+    name: str,
+    handler: Handler,
+    *,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    timeout: float | None,
+    backoff: Backoff | Sequence[float] | None,
+    retry_on: Iterable[type[BaseException]] | type[BaseException] | None,
+) -> Task:
+    """Build a :class:`Task`, normalising backoff and retry_on."""
+    if not callable(handler):
+        raise ConfigurationError(f"task {name!r}: the handler must be callable, got {handler!r}")
+    if isinstance(retry_on, type):
+        retry_on = (retry_on,)
+    return Task(
+        name=name,
+        handler=handler,
+        owner=owner,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        backoff=as_backoff(backoff),
+        retry_on=tuple(retry_on) if retry_on is not None else None,
+    )

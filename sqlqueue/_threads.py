@@ -1,0 +1,131 @@
+"""The thread pool that runs synchronous handlers.
+
+Unlike ``concurrent.futures.ThreadPoolExecutor`` a thread can be *abandoned*: when a handler
+runs past its timeout the pool starts a replacement thread at once (so the worker's slot is not
+leaked), asks the stuck thread to stop by raising :class:`JobTimeout` inside it (this interrupts
+Python code such as a CPU loop, not a blocking C call), and lets it exit when its call returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sqlqueue._errors import JobTimeout
+
+__all__ = ["HandlerThreads", "Ticket"]
+
+log = logging.getLogger("sqlqueue.worker")
+
+
+class Ticket:
+    """One call submitted to the pool; lets the submitter abandon it."""
+
+    def __init__(self, call: Callable[[], Any], future: asyncio.Future[Any]) -> None:
+        self.call = call
+        self.future = future
+        self.lock = threading.Lock()
+        self.thread_id: int | None = None
+        self.running = False
+        self.abandoned = False
+
+
+class HandlerThreads:
+    """A fixed number of live threads for sync handlers, with replacement of stuck ones."""
+
+    def __init__(self, size: int, *, name: str = "sqlqueue-handler") -> None:
+        self._size = size
+        self._name = name
+        self._inbox: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
+        self._count = 0
+        self._count_lock = threading.Lock()
+        for _ in range(size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        with self._count_lock:
+            self._count += 1
+            number = self._count
+        thread = threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True)
+        thread.start()
+
+    def submit(self, call: Callable[[], Any]) -> Ticket:
+        """Queue ``call``; its result or exception arrives on ``ticket.future``."""
+        loop = asyncio.get_running_loop()
+        ticket = Ticket(call, loop.create_future())
+        self._inbox.put(ticket)
+        return ticket
+
+    def abandon(self, ticket: Ticket) -> None:
+        """Give up on ``ticket``: replace its thread and interrupt the call if it is running."""
+        with ticket.lock:
+            if ticket.abandoned:
+                return
+            ticket.abandoned = True
+            if ticket.running and ticket.thread_id is not None:
+                _raise_in_thread(ticket.thread_id, JobTimeout)
+                self._spawn()
+
+    def shutdown(self) -> None:
+        """Let idle threads exit; stuck ones are daemons and do not hold the process."""
+        for _ in range(self._size):
+            self._inbox.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            ticket = self._inbox.get()
+            if ticket is None:
+                return
+            try:
+                if not self._run(ticket):
+                    return
+            except JobTimeout:
+                # A late interrupt aimed at a call that already returned: this thread was
+                # replaced when it was abandoned, so it simply ends.
+                return
+
+    def _run(self, ticket: Ticket) -> bool:
+        """Run one ticket; return whether this thread should keep serving."""
+        with ticket.lock:
+            if ticket.abandoned:
+                return True
+            ticket.thread_id = threading.get_ident()
+            ticket.running = True
+        outcome: tuple[bool, Any]
+        try:
+            outcome = (True, ticket.call())
+        except BaseException as error:  # handed to the event loop, which classifies it
+            outcome = (False, error)
+        with ticket.lock:
+            ticket.running = False
+            abandoned = ticket.abandoned
+        _resolve(ticket.future, outcome)
+        return not abandoned
+
+
+def _resolve(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    ok, value = outcome
+
+    def settle() -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    try:
+        future.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:
+        log.debug("event loop closed before a handler thread finished")
+
+
+def _raise_in_thread(thread_id: int, exception: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exception)
+    )

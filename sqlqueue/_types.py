@@ -1,0 +1,49 @@
+"""Column types that map to the best native type on each backend.
+
+These are declarations, not behaviour: SQLAlchemy's type variants pick JSONB on PostgreSQL and
+a rowid-backed INTEGER key on SQLite, so the schema itself stays written once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Integer
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.types import TypeDecorator
+
+__all__ = ["Id", "JsonDocument", "UtcDateTime"]
+
+#: 64-bit ids on PostgreSQL; SQLite only auto-increments a plain ``INTEGER PRIMARY KEY``.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+#: JSON documents: ``jsonb`` on PostgreSQL, SQLite's JSON text elsewhere.
+JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores ISO text (``YYYY-MM-DD HH:MM:SS.ffffff``)
+    in UTC, the same format the SQLite clock expression produces, so they compare as text.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: SADialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"sqlqueue needs timezone-aware datetimes, got naive {value!r}")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: SADialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)

@@ -1,0 +1,395 @@
+"""The worker: claims due jobs, runs their handlers, records outcomes, keeps leases alive.
+
+A worker is one asyncio event loop in one process. Async handlers run on the loop, sync
+handlers in a thread pool, SQL on a single database thread. Around the claim loop run three
+duties: the completer (batched outcome writes), the lease keeper (heartbeats) and the reaper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlqueue._completer import Completer
+from sqlqueue._dbthread import DatabaseThread
+from sqlqueue._errors import ConfigurationError, DatabaseError
+from sqlqueue._executor import Outcome, execute
+from sqlqueue._reaper import Reaper
+from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._threads import HandlerThreads
+
+if TYPE_CHECKING:
+    from sqlqueue._queue import Queue
+
+__all__ = ["Worker", "WorkerSettings"]
+
+log = logging.getLogger("sqlqueue.worker")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """How a worker runs; checked at construction."""
+
+    queues: tuple[str, ...] | None = None
+    concurrency: int = 4
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    reaper_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency!r}")
+        if self.poll_interval <= 0:
+            raise ConfigurationError(f"poll_interval must be > 0, got {self.poll_interval!r}")
+        if self.shutdown_timeout < 0:
+            raise ConfigurationError(
+                f"shutdown_timeout must be >= 0, got {self.shutdown_timeout!r}"
+            )
+        if self.reaper_interval is not None and self.reaper_interval <= 0:
+            raise ConfigurationError(f"reaper_interval must be > 0, got {self.reaper_interval!r}")
+        if self.queues is not None and (not self.queues or not all(self.queues)):
+            raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
+
+
+def reconnect_delay(failures: int) -> float:
+    """Seconds to wait after ``failures`` database errors in a row: 0.5 s doubling to 30 s."""
+    base: float = min(30.0, 0.5 * 2.0 ** min(failures - 1, 10))
+    return base * random.uniform(0.8, 1.2)
+
+
+class Worker:
+    """Runs the jobs of one :class:`~sqlqueue.Queue`; see :meth:`run`."""
+
+    def __init__(self, queue: Queue, settings: WorkerSettings) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._tasks = dict(queue.tasks)
+        self._queues: tuple[str, ...] = settings.queues or tuple(
+            sorted({task.queue for task in self._tasks.values()} | {queue.default_queue})
+        )
+        self._job_types = sorted(self._tasks) if queue.unknown_jobs == "skip" else None
+        lease = queue.lease_seconds
+        self._heartbeat_interval = lease / 3
+        self._reaper_interval = settings.reaper_interval or min(max(lease / 2, 0.5), 30.0)
+        self._store = queue.store
+        self._reaper = Reaper(queue.store)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._pending_stop = False
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._leased: dict[int, ClaimedJob] = {}
+        self._fill_eagerly = False
+        self._db = DatabaseThread()
+        self._threads: HandlerThreads | None = None
+        self._completer: Completer | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def run(self, *, burst: bool = False) -> None:
+        """Run until SIGTERM/SIGINT (or, with ``burst``, until no job is due and none runs).
+
+        The first signal stops claiming and lets in-flight jobs finish for up to
+        ``shutdown_timeout`` seconds; jobs still running then are released to the queue without
+        burning an attempt. A second signal skips the wait.
+        """
+        asyncio.run(self._run_with_signals(burst))
+
+    async def _run_with_signals(self, burst: bool) -> None:
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                handled.append(sig)
+        try:
+            await self.serve(burst=burst)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    def stop(self) -> None:
+        """Ask the worker to shut down gracefully; safe to call from any thread."""
+        loop = self._loop
+        if loop is None:
+            self._pending_stop = True
+            return
+        loop.call_soon_threadsafe(self._request_stop)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested.is_set():
+            log.warning("received %s again: releasing in-flight jobs now", sig.name)
+            self._force.set()
+            return
+        log.warning(
+            "received %s: no new claims; in-flight jobs get %.0f s to finish "
+            "(send it again to stop now)",
+            sig.name,
+            self.settings.shutdown_timeout,
+        )
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        self._stop_requested.set()
+        self._wake.set()
+
+    async def serve(self, *, burst: bool = False) -> None:
+        """The worker as a coroutine, for running inside an existing event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()
+        self._wake = asyncio.Event()
+        if self._pending_stop:
+            self._stop_requested.set()
+        self._running = {}
+        self._leased = {}
+        self._fill_eagerly = False
+        self._db = DatabaseThread()
+        threads = self._threads = HandlerThreads(self.settings.concurrency)
+        completer = self._completer = Completer(
+            self._store,
+            self._db,
+            self.worker_id,
+            on_written=self._on_written,
+            retry_delay=reconnect_delay,
+        )
+        log.info(
+            "worker %s serving queues %s with concurrency %d (lease %.1f s)",
+            self.worker_id,
+            list(self._queues),
+            self.settings.concurrency,
+            self.queue.lease_seconds,
+        )
+        duties = [
+            asyncio.create_task(completer.run(), name="sqlqueue-completer"),
+            asyncio.create_task(self._keep_leases(), name="sqlqueue-leases"),
+            asyncio.create_task(self._reap(), name="sqlqueue-reaper"),
+        ]
+        try:
+            await self._claim_loop(burst)
+            await self._shut_down()
+        finally:
+            for duty in duties:
+                duty.cancel()
+            await asyncio.gather(*duties, return_exceptions=True)
+            threads.shutdown()
+            self._db.close()
+            self._loop = None
+            log.info("worker %s stopped", self.worker_id)
+
+    # -- claiming -----------------------------------------------------------------------------
+
+    async def _claim_loop(self, burst: bool) -> None:
+        concurrency = self.settings.concurrency
+        failures = 0
+        while not self._stop_requested.is_set():
+            free = concurrency - len(self._running)
+            if free > 0 and len(self._leased) < 2 * concurrency:
+                try:
+                    claimed = await self._db.call(partial(self._claim, free))
+                    failures = 0
+                except DatabaseError as error:
+                    failures += 1
+                    delay = reconnect_delay(failures)
+                    log.error("cannot claim jobs: %s; retrying in %.1f s", error, delay)
+                    await self._sleep(delay)
+                    continue
+                if self._stop_requested.is_set():
+                    await self._release(claimed)
+                    return
+                for job in claimed:
+                    self._start(job)
+                self._fill_eagerly = len(claimed) == free
+                if self._fill_eagerly and len(self._running) < concurrency:
+                    continue
+                if burst and not claimed and not self._running:
+                    await self._require_completer().wait_idle()
+                    if not await self._anything_due():
+                        return
+                    continue
+            await self._sleep(self.settings.poll_interval)
+
+    def _claim(self, limit: int) -> list[ClaimedJob]:
+        return self._store.claim(
+            queues=self._queues,
+            job_types=self._job_types,
+            limit=limit,
+            worker_id=self.worker_id,
+            lease_seconds=self.queue.lease_seconds,
+        )
+
+    async def _anything_due(self) -> bool:
+        """Burst mode's last look: claim once more, in case a retry became due meanwhile."""
+        claimed = await self._db.call(lambda: self._claim(self.settings.concurrency))
+        for job in claimed:
+            self._start(job)
+        return bool(claimed)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep until woken (a slot freed, a stop) or ``seconds`` pass."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    # -- running jobs -------------------------------------------------------------------------
+
+    def _start(self, job: ClaimedJob) -> None:
+        self._leased[job.id] = job
+        self._running[job.id] = asyncio.create_task(
+            self._process(job), name=f"sqlqueue-job-{job.id}"
+        )
+
+    def _require_completer(self) -> Completer:
+        if self._completer is None:  # pragma: no cover - serve() sets it before any job runs
+            raise RuntimeError("the worker is not serving")
+        return self._completer
+
+    async def _process(self, job: ClaimedJob) -> None:
+        assert self._threads is not None
+        try:
+            outcome = await execute(
+                job, self._tasks.get(job.job_type), self._threads, sorted(self._tasks)
+            )
+            self._require_completer().add(outcome)
+        finally:
+            self._running.pop(job.id, None)
+            if self._fill_eagerly or not self._running:
+                self._wake.set()
+
+    def _on_written(self, outcome: Outcome, landed: bool) -> None:
+        job = outcome.job
+        self._leased.pop(job.id, None)
+        if not landed:
+            log.warning(
+                "lost the lease on job %d (%s, attempt %d): the reaper or another worker "
+                "took it over, so this attempt's outcome was discarded",
+                job.id,
+                job.job_type,
+                job.attempt,
+            )
+        elif outcome.failure is None:
+            log.debug("job %d (%s) succeeded in %.3f s", job.id, job.job_type, outcome.elapsed)
+        elif outcome.failure.dead:
+            log.error(
+                "job %d (%s) is dead after attempt %d/%d: %s",
+                job.id,
+                job.job_type,
+                job.attempt,
+                job.max_attempts,
+                outcome.failure.last_error,
+            )
+        else:
+            log.warning(
+                "job %d (%s) attempt %d/%d failed: %s; retrying in %.1f s",
+                job.id,
+                job.job_type,
+                job.attempt,
+                job.max_attempts,
+                outcome.failure.last_error,
+                outcome.failure.retry_in,
+            )
+
+    # -- leases and the reaper ----------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_interval)
+            jobs = list(self._leased.values())
+            if not jobs:
+                continue
+            try:
+                held = await self._db.call(partial(self._extend, jobs))
+            except DatabaseError as error:
+                log.warning("could not extend leases: %s", error)
+                continue
+            for job in jobs:
+                if job.id not in held and job.id in self._running:
+                    log.warning(
+                        "lost the lease on running job %d (%s, attempt %d): it was reaped "
+                        "and may run elsewhere; this attempt's outcome will be discarded",
+                        job.id,
+                        job.job_type,
+                        job.attempt,
+                    )
+
+    def _extend(self, jobs: Sequence[ClaimedJob]) -> set[int]:
+        return self._store.extend_leases(
+            worker_id=self.worker_id,
+            fences=[job.fence for job in jobs],
+            lease_seconds=self.queue.lease_seconds,
+        )
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(self._reaper_interval * random.uniform(0.9, 1.1))
+            try:
+                await self._db.call(self._reaper.run_once)
+            except DatabaseError as error:
+                log.warning("reaper pass failed: %s", error)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    async def _shut_down(self) -> None:
+        running = list(self._running.values())
+        if running:
+            force = asyncio.create_task(self._force.wait())
+            await self._wait_for_running(running, force)
+            force.cancel()
+        unfinished = [self._leased[job_id] for job_id in self._running if job_id in self._leased]
+        for task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        try:
+            await asyncio.wait_for(
+                self._require_completer().wait_idle(), self.settings.shutdown_timeout + 5
+            )
+        except TimeoutError:
+            log.error("could not record every outcome before stopping; their leases will expire")
+        await self._release(unfinished)
+
+    async def _wait_for_running(
+        self, running: Sequence[asyncio.Task[None]], force: asyncio.Task[Any]
+    ) -> None:
+        deadline = asyncio.get_running_loop().time() + self.settings.shutdown_timeout
+        pending: set[asyncio.Task[Any]] = set(running)
+        while pending and not force.done():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            _, pending = await asyncio.wait(
+                {*pending, force}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(force)
+
+    async def _release(self, jobs: Sequence[ClaimedJob]) -> None:
+        if not jobs:
+            return
+        try:
+            released = await self._db.call(
+                lambda: self._store.release(
+                    worker_id=self.worker_id, fences=[job.fence for job in jobs]
+                )
+            )
+        except DatabaseError as error:
+            log.error("could not release %d job(s): %s; their leases will expire", len(jobs), error)
+            return
+        for job in jobs:
+            self._leased.pop(job.id, None)
+        log.warning(
+            "released %d unfinished job(s) back to the queue without using an attempt: %s",
+            len(released),
+            sorted(released),
+        )

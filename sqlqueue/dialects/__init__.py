@@ -1,0 +1,28 @@
+"""Backends: the explicit mapping from SQLAlchemy dialect names to sqlqueue dialects."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from sqlqueue._errors import UnsupportedDatabase
+from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects.postgresql import PostgresDialect
+from sqlqueue.dialects.sqlite import SQLiteDialect
+
+__all__ = ["Dialect", "dialect_for"]
+
+_DIALECTS: dict[str, type[Dialect]] = {
+    name: cls for cls in (SQLiteDialect, PostgresDialect) for name in cls.names
+}
+
+
+def dialect_for(engine: Engine) -> Dialect:
+    """The sqlqueue dialect for ``engine``, or a clear error naming what is supported."""
+    cls = _DIALECTS.get(engine.dialect.name)
+    if cls is None:
+        supported = ", ".join(sorted(_DIALECTS))
+        raise UnsupportedDatabase(
+            f"sqlqueue does not support the {engine.dialect.name!r} database yet "
+            f"(supported: {supported})"
+        )
+    return cls()

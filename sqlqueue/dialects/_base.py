@@ -1,0 +1,211 @@
+"""The dialect seam: the only place where sqlqueue's backends differ.
+
+A :class:`Dialect` owns the database clock, the claim statement, conflict-ignoring inserts,
+connection setup, capability flags and the translation of driver errors into sqlqueue's
+hierarchy. The base class holds the portable versions; backends override only what differs.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    Insert,
+    Select,
+    Update,
+    bindparam,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._errors import DatabaseError, DatabaseUnavailable, SchemaNotMigrated, SqlqueueError
+from sqlqueue._schema import jobs
+from sqlqueue._types import UtcDateTime
+
+__all__ = ["CLAIM_RETURNING", "Dialect"]
+
+#: Columns a claim hands to the worker.
+CLAIM_RETURNING = (
+    jobs.c.id,
+    jobs.c.job_type,
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.payload,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.errors,
+    jobs.c.next_run_at,
+    jobs.c.created_at,
+    jobs.c.started_at,
+    jobs.c.lease_expires_at,
+)
+
+
+class Dialect(abc.ABC):
+    """Portable SQL for sqlqueue; subclasses override what their database does differently."""
+
+    #: The SQLAlchemy dialect names this class serves.
+    names: ClassVar[tuple[str, ...]] = ()
+    #: ``SELECT … FOR UPDATE SKIP LOCKED`` is available.
+    supports_skip_locked: ClassVar[bool] = False
+    #: The database can wake sleeping workers (LISTEN/NOTIFY).
+    supports_listen_notify: ClassVar[bool] = False
+    #: Several processes on several hosts can share the database.
+    supports_many_hosts: ClassVar[bool] = True
+
+    # -- connection setup -------------------------------------------------------------------
+
+    def prepare_engine(self, engine: Engine) -> None:  # noqa: B027 - most backends need none
+        """Check the server and install per-connection settings; called once per engine."""
+
+    def begin_write(self, conn: Connection) -> None:
+        """Start a transaction that will write (SQLite takes the write lock up front)."""
+        conn.begin()
+
+    # -- the database clock ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def clock(self) -> ColumnElement[datetime]:
+        """The database's current time, evaluated once per statement."""
+
+    @abc.abstractmethod
+    def clock_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """The database time ``seconds`` from now (negative goes back)."""
+
+    def now(self, at: datetime | None = None) -> ColumnElement[datetime]:
+        """The database clock, or the injected instant ``at`` (tests pass one to be exact)."""
+        if at is not None:
+            return literal(at, UtcDateTime())
+        return self.clock()
+
+    def now_plus(
+        self, seconds: float | ColumnElement[float], at: datetime | None = None
+    ) -> ColumnElement[datetime]:
+        """``now`` plus ``seconds``; a plain float is bound, never formatted into SQL."""
+        if at is not None:
+            if isinstance(seconds, int | float):
+                return literal(at + timedelta(seconds=seconds), UtcDateTime())
+            raise TypeError("an injected clock needs a constant offset")
+        offset = (
+            bindparam(None, float(seconds), type_=Float())
+            if isinstance(seconds, int | float)
+            else seconds
+        )
+        return self.clock_plus(offset)
+
+    # -- statements --------------------------------------------------------------------------
+
+    def claim_statement(
+        self,
+        *,
+        queues: Sequence[str],
+        job_types: Sequence[str] | None,
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> Update:
+        """Lease up to ``limit`` due jobs in one statement and return them (portable form)."""
+        due = self._due_jobs(queues=queues, job_types=job_types, limit=limit, now=now)
+        return self._lease(due.scalar_subquery(), worker_id, lease_seconds, now, in_subquery=True)
+
+    def _due_jobs(
+        self,
+        *,
+        queues: Sequence[str],
+        job_types: Sequence[str] | None,
+        limit: int,
+        now: datetime | None,
+    ) -> Select[Any]:
+        query = (
+            select(jobs.c.id)
+            .where(
+                jobs.c.status.in_(("queued", "failed")),
+                jobs.c.queue.in_(queues),
+                jobs.c.next_run_at <= self.now(now),
+            )
+            .order_by(jobs.c.priority, jobs.c.next_run_at, jobs.c.id)
+            .limit(limit)
+        )
+        if job_types is not None:
+            query = query.where(jobs.c.job_type.in_(job_types))
+        return query
+
+    def _lease(
+        self,
+        chosen: Any,
+        worker_id: str,
+        lease_seconds: float,
+        now: datetime | None,
+        *,
+        in_subquery: bool,
+    ) -> Update:
+        current = self.now(now)
+        condition = jobs.c.id.in_(chosen) if in_subquery else jobs.c.id == chosen
+        return (
+            update(jobs)
+            .where(condition)
+            .values(
+                status="running",
+                attempts=jobs.c.attempts + 1,
+                locked_by=worker_id,
+                started_at=current,
+                updated_at=current,
+                lease_expires_at=self.now_plus(lease_seconds, now),
+            )
+            .returning(*CLAIM_RETURNING)
+        )
+
+    def lock_row(self, query: Select[Any]) -> Select[Any]:
+        """Lock the selected row until the transaction ends (SQLite's write lock already does)."""
+        return query
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        """Let concurrent readers of ``query`` skip rows another transaction holds, if possible."""
+        return query
+
+    @abc.abstractmethod
+    def insert_ignoring_duplicate_keys(self) -> Insert:
+        """An INSERT into ``sqlqueue_jobs`` that skips rows whose idempotency key exists."""
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def translate_error(self, error: BaseException) -> SqlqueueError | None:
+        """The sqlqueue error for a driver error, or ``None`` when it is not the database's."""
+        if isinstance(error, SqlqueueError):
+            return error
+        if isinstance(error, sa_exc.DBAPIError):
+            if error.connection_invalidated or isinstance(
+                error, sa_exc.OperationalError | sa_exc.InterfaceError
+            ):
+                if self._is_missing_table(error):
+                    return SchemaNotMigrated(_missing_schema_message(error))
+                return DatabaseUnavailable(self._unavailable_message(error))
+            if self._is_missing_table(error):
+                return SchemaNotMigrated(_missing_schema_message(error))
+            return DatabaseError(f"{type(error.orig).__name__}: {error.orig}")
+        if isinstance(error, sa_exc.DisconnectionError | sa_exc.TimeoutError):
+            return DatabaseUnavailable(f"the database connection failed: {error}")
+        return None
+
+    def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
+        return False
+
+    def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
+        return f"cannot reach the database: {str(error.orig).strip()}"
+
+
+def _missing_schema_message(error: sa_exc.DBAPIError) -> str:
+    return (
+        f"sqlqueue's tables are missing ({str(error.orig).strip()}); "
+        "run `sqlqueue migrate` (or sqlqueue.migrate(engine)) first"
+    )

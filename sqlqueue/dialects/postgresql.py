@@ -1,0 +1,81 @@
+"""PostgreSQL: the production backend.
+
+Claims lock due rows with ``FOR UPDATE SKIP LOCKED`` in a materialized CTE (so the row
+selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Insert, Interval, Select, Update, func, literal_column, type_coerce
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._schema import jobs
+from sqlqueue._types import UtcDateTime
+from sqlqueue.dialects._base import Dialect
+
+__all__ = ["PostgresDialect"]
+
+_UNDEFINED_TABLE = "42P01"
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL ≥ 12 through psycopg 3."""
+
+    names: ClassVar[tuple[str, ...]] = ("postgresql",)
+    supports_skip_locked: ClassVar[bool] = True
+    supports_listen_notify: ClassVar[bool] = True
+    supports_many_hosts: ClassVar[bool] = True
+
+    def clock(self) -> ColumnElement[datetime]:
+        """``statement_timestamp()``: stable within a statement, so it can use indexes."""
+        return func.statement_timestamp(type_=UtcDateTime())
+
+    def clock_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """The statement time plus ``seconds`` as an interval."""
+        zero = literal_column("0")
+        interval = func.make_interval(zero, zero, zero, zero, zero, zero, seconds, type_=Interval())
+        return type_coerce(func.statement_timestamp() + interval, UtcDateTime())
+
+    def claim_statement(
+        self,
+        *,
+        queues: Sequence[str],
+        job_types: Sequence[str] | None,
+        limit: int,
+        worker_id: str,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> Update:
+        """Lock up to ``limit`` due rows, skipping rows other workers hold, and lease them."""
+        due = (
+            self._due_jobs(queues=queues, job_types=job_types, limit=limit, now=now)
+            .with_for_update(skip_locked=True)
+            .cte("sqlqueue_due")
+            .prefix_with("MATERIALIZED")
+        )
+        return self._lease(due.c.id, worker_id, lease_seconds, now, in_subquery=False)
+
+    def lock_row(self, query: Select[Any]) -> Select[Any]:
+        """``FOR UPDATE``: two operators requeueing the same job take turns."""
+        return query.with_for_update()
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        """``FOR UPDATE SKIP LOCKED``: concurrent maintenance passes take disjoint rows."""
+        return query.with_for_update(skip_locked=True)
+
+    def insert_ignoring_duplicate_keys(self) -> Insert:
+        """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
+        return pg_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
+
+    def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
+        return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+
+    def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
+        text = " ".join(str(error.orig).split())
+        return f"cannot reach PostgreSQL: {text}"

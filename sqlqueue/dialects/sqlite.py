@@ -1,0 +1,93 @@
+"""SQLite: the embedded default for local development and single-host deployments.
+
+Claims are an atomic ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING`` under
+``BEGIN IMMEDIATE``; the file runs in WAL mode so readers never block the writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection, Engine, Insert, event, func
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._errors import UnsupportedDatabase
+from sqlqueue._schema import jobs
+from sqlqueue._types import UtcDateTime
+from sqlqueue.dialects._base import Dialect
+
+__all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_version"]
+
+MIN_SQLITE_VERSION = (3, 35, 0)
+#: Same text layout SQLAlchemy stores datetimes in, so the clock compares with stored values.
+_CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f000"
+#: How long a connection waits for the write lock before reporting "database is locked".
+BUSY_TIMEOUT_MS = 30_000
+
+
+def check_sqlite_version(version: tuple[int, ...]) -> None:
+    """Refuse SQLite builds without ``RETURNING``, saying which version is needed."""
+    if tuple(version[:3]) < MIN_SQLITE_VERSION:
+        have = ".".join(str(part) for part in version)
+        raise UnsupportedDatabase(
+            f"SQLite {have} has no RETURNING; sqlqueue needs SQLite >= 3.35 "
+            "(upgrade Python, or install pysqlite3-binary and point SQLAlchemy at it)"
+        )
+
+
+def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+    finally:
+        cursor.close()
+
+
+class SQLiteDialect(Dialect):
+    """SQLite ≥ 3.35 through the standard library's ``sqlite3`` driver."""
+
+    names: ClassVar[tuple[str, ...]] = ("sqlite",)
+    supports_skip_locked: ClassVar[bool] = False
+    supports_listen_notify: ClassVar[bool] = False
+    supports_many_hosts: ClassVar[bool] = False
+
+    def prepare_engine(self, engine: Engine) -> None:
+        """Check the library version and put every new connection in WAL with a busy timeout."""
+        check_sqlite_version(sqlite3.sqlite_version_info)
+        if not event.contains(engine, "connect", _configure_connection):
+            event.listen(engine, "connect", _configure_connection)
+
+    def begin_write(self, conn: Connection) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock now, so a later write cannot hit SQLITE_BUSY."""
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def clock(self) -> ColumnElement[datetime]:
+        """Millisecond UTC time, fixed for the whole statement by SQLite."""
+        return func.strftime(_CLOCK_FORMAT, "now", type_=UtcDateTime())
+
+    def clock_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
+        """SQLite date modifiers take fractional seconds: ``'+12.500000 seconds'``."""
+        return func.strftime(
+            _CLOCK_FORMAT, "now", func.printf("%+.6f seconds", seconds), type_=UtcDateTime()
+        )
+
+    def insert_ignoring_duplicate_keys(self) -> Insert:
+        """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
+        return sqlite_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
+
+    def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
+        return "no such table" in str(error.orig)
+
+    def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
+        text = str(error.orig).strip()
+        if "locked" in text or "busy" in text:
+            return (
+                f"the SQLite database stayed locked by another writer for more than "
+                f"{BUSY_TIMEOUT_MS // 1000} s ({text})"
+            )
+        return f"cannot open the SQLite database: {text}"

@@ -1,0 +1,105 @@
+"""The conformance harness: every test that takes ``backend`` runs on a SQLite file and on
+PostgreSQL. With ``CI=true`` an unreachable PostgreSQL fails the run instead of skipping."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue.dialects import dialect_for
+
+POSTGRES_URL = os.environ.get(
+    "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@dataclass
+class Backend:
+    """A migrated, empty database for one test: its name, URL and engine."""
+
+    name: str
+    url: str
+    engine: sa.Engine
+
+    def capable(self, capability: str) -> bool:
+        """Whether the backend's dialect has ``supports_<capability>``."""
+        return bool(getattr(dialect_for(self.engine), f"supports_{capability}"))
+
+    def requires(self, capability: str) -> None:
+        """Skip the calling test unless the backend has ``capability``."""
+        if not self.capable(capability):
+            pytest.skip(f"{self.name} lacks {capability}")
+
+    def queue(self, **options: object) -> sqlqueue.Queue:
+        """A fresh Queue on this backend's engine."""
+        return sqlqueue.Queue(self.engine, **options)  # type: ignore[arg-type]
+
+
+def _postgres_database(worker: str) -> Iterator[str]:
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except sa.exc.OperationalError as error:
+        message = f"PostgreSQL is unreachable at {POSTGRES_URL}: {error.orig}"
+        admin.dispose()
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    name = f"sqlqueue_test_{worker}_{secrets.token_hex(4)}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(worker_id: str) -> Iterator[str]:
+    """A database of its own for this test session (or xdist worker)."""
+    yield from _postgres_database(worker_id)
+
+
+@pytest.fixture(scope="session")
+def worker_id() -> str:
+    """The xdist worker name, or ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def _reset_postgres(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        tables = conn.execute(
+            sa.text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ).scalars()
+        for table in list(tables):
+            conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}" CASCADE')
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """An empty, migrated database: a SQLite file, or PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'sqlqueue.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        _reset_postgres(url)
+    engine = sa.create_engine(url)
+    sqlqueue.migrate(engine)
+    try:
+        yield Backend(name=request.param, url=url, engine=engine)
+    finally:
+        engine.dispose()
