@@ -122,5 +122,9 @@ def enqueue_jobs(
     rows = [build_row(settings, request) for request in requests]
     if not rows:
         return []
-    with to_connection(target) as conn:
-        return translated(settings.dialect, lambda: insert_rows(settings.dialect, conn, rows))
+
+    def write() -> list[int]:
+        with to_connection(target) as conn:
+            return insert_rows(settings.dialect, conn, rows)
+
+    return translated(settings.dialect, write)

@@ -7,10 +7,12 @@ retries at a given delay or goes to dead. :func:`classify` is the one function t
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlqueue._errors import JobTimeout, PermanentError, Retry
@@ -71,8 +73,11 @@ def _check_arguments(task: Task, job: ClaimedJob) -> None:
     try:
         task.signature.bind(**job.payload)
     except TypeError as error:
+        parameters = ", ".join(
+            str(p.replace(annotation=p.empty)) for p in task.signature.parameters.values()
+        )
         raise _PayloadMismatch(
-            f"the payload does not fit {task.name}{task.signature}: {error}"
+            f"the payload does not fit {task.name}({parameters}): {error}"
         ) from None
 
 
@@ -119,7 +124,7 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
     message = _describe(error)
     details: dict[str, Any] = {"elapsed_seconds": round(elapsed, 6)}
     if not isinstance(error, Retry | _NoHandler | _PayloadMismatch | JobTimeout):
-        details["traceback"] = "".join(traceback.format_exception(error))[-_MAX_TRACEBACK_CHARS:]
+        details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
     entry = error_entry(
         attempt=job.attempt,
         at=job.started_at + timedelta(seconds=elapsed),
@@ -136,6 +141,23 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         errors=[*job.errors, entry],
     )
     return Outcome(job=job, failure=failure, elapsed=elapsed)
+
+
+_INTERNAL_DIRS = (
+    str(Path(__file__).resolve().parent),
+    str(Path(asyncio.__file__).resolve().parent),
+    str(Path(threading.__file__).resolve().parent / "concurrent"),
+)
+
+
+def _handler_traceback(error: BaseException) -> str:
+    """The traceback from the handler's first frame on: sqlqueue's and asyncio's are noise."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_INTERNAL_DIRS):
+            break
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
 
 
 def _kind(error: BaseException) -> str:

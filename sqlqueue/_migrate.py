@@ -6,9 +6,11 @@ wheel as ``sqlqueue/_migrations``, so an installed package can migrate on its ow
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from alembic import command
+from alembic import command, context, op
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine
 
@@ -38,8 +40,30 @@ def alembic_config(connection: Connection) -> Config:
     return config
 
 
+@contextmanager
+def _host_alembic_kept() -> Iterator[None]:
+    """Leave a host's running alembic usable after ours ran inside it (e.g. from its env.py).
+
+    alembic publishes the running environment as module-level proxies (``alembic.context``,
+    ``alembic.op``) and deletes them when a run ends; without reinstalling the host's, its env.py
+    would lose ``context`` and its command would fail with ``KeyError`` as it exits.
+    """
+    outer = [getattr(module, "_proxy", None) for module in (context, op)]
+    try:
+        yield
+    finally:
+        for proxy in outer:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
 def migrate(target: Engine | Connection | str, *, revision: str = "head") -> None:
-    """Bring sqlqueue's tables to ``revision`` (the latest by default); safe to run repeatedly."""
+    """Bring sqlqueue's tables to ``revision`` (the latest by default); safe to run repeatedly.
+
+    Given a ``Connection`` with a transaction open, the revisions run in that transaction and
+    the caller commits (this is how a host's alembic ``env.py`` runs them with its own); with
+    none open, they run in a transaction of their own that is committed.
+    """
     if isinstance(target, str):
         target = create_engine(target)
     engine = target if isinstance(target, Engine) else target.engine
@@ -53,4 +77,5 @@ def migrate(target: Engine | Connection | str, *, revision: str = "head") -> Non
         with engine.begin() as conn:
             command.upgrade(alembic_config(conn), revision)
 
-    translated(dialect, run)
+    with _host_alembic_kept():
+        translated(dialect, run)

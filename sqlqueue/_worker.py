@@ -233,7 +233,10 @@ class Worker:
 
     async def _anything_due(self) -> bool:
         """Burst mode's last look: claim once more, in case a retry became due meanwhile."""
-        claimed = await self._db.call(lambda: self._claim(self.settings.concurrency))
+        try:
+            claimed = await self._db.call(partial(self._claim, self.settings.concurrency))
+        except DatabaseError:
+            return True  # not known to be empty: the claim loop deals with the outage
         for job in claimed:
             self._start(job)
         return bool(claimed)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Insert, Interval, Select, Update, func, literal_column, type_coerce
+from sqlalchemy import Insert, Integer, Interval, Select, Update, func, literal_column, type_coerce
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
@@ -38,7 +38,7 @@ class PostgresDialect(Dialect):
 
     def clock_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
         """The statement time plus ``seconds`` as an interval."""
-        zero = literal_column("0")
+        zero: ColumnElement[int] = literal_column("0", Integer())
         interval = func.make_interval(zero, zero, zero, zero, zero, zero, seconds, type_=Interval())
         return type_coerce(func.statement_timestamp() + interval, UtcDateTime())
 

@@ -1,0 +1,239 @@
+"""Enqueue writes in the caller's transaction, in bulk, and once per idempotency key."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+import sqlqueue
+from tests._support import count_jobs, db_now, drain
+
+users = sa.Table(
+    "app_users",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("email", sa.String(100)),
+)
+
+
+def _queue_with_welcome(backend):
+    queue = backend.queue()
+
+    @queue.task("welcome", queue="mail")
+    def welcome(user_id: int) -> None:
+        pass
+
+    users.create(backend.engine)
+    return queue, welcome
+
+
+def test_job_is_written_in_the_callers_transaction_and_rolls_back_with_it(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    with backend.engine.connect() as conn:
+        with conn.begin() as tx:
+            conn.execute(users.insert().values(id=1, email="a@example.com"))
+            job_id = welcome.enqueue(conn, user_id=1)
+            tx.rollback()
+    assert queue.get_job(job_id) is None
+    assert count_jobs(backend.engine) == 0
+
+
+def test_job_is_invisible_to_workers_until_commit(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    with backend.engine.connect() as conn, conn.begin():
+        conn.execute(users.insert().values(id=1, email="a@example.com"))
+        job_id = welcome.enqueue(conn, user_id=1)
+        # Another connection (a worker's) cannot see it yet.
+        assert queue.get_job(job_id) is None
+        if backend.capable("skip_locked"):
+            claimed = queue.store.claim(
+                queues=["mail"], job_types=None, limit=10, worker_id="w", lease_seconds=30
+            )
+            assert claimed == []
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert job.status == "queued"
+    assert job.queue == "mail"
+    assert job.payload == {"user_id": 1}
+
+
+def test_orm_session_enqueue_commits_and_rolls_back_with_the_session(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    with Session(backend.engine) as session:
+        session.execute(users.insert().values(id=1, email="a@example.com"))
+        rolled_back = welcome.enqueue(session, user_id=1)
+        session.rollback()
+        session.execute(users.insert().values(id=2, email="b@example.com"))
+        kept = queue.enqueue(session, "welcome", {"user_id": 2})
+        session.commit()
+    assert count_jobs(backend.engine) == 1  # SQLite may reuse the rolled-back rowid
+    assert rolled_back == kept or queue.get_job(rolled_back) is None
+    job = queue.get_job(kept)
+    assert job is not None
+    assert job.payload == {"user_id": 2}
+    with backend.engine.connect() as conn:
+        assert conn.execute(sa.select(users.c.id)).scalars().all() == [2]
+
+
+def _async_url(url: str) -> str:
+    return url.replace("sqlite://", "sqlite+aiosqlite://", 1)
+
+
+def test_async_connection_and_async_session_enqueue(backend):
+    queue, welcome = _queue_with_welcome(backend)
+
+    async def scenario() -> tuple[int, int, int]:
+        engine = create_async_engine(_async_url(backend.url))
+        try:
+            async with engine.connect() as conn:
+                await conn.begin()
+                dropped = await welcome.enqueue_async(conn, user_id=9)
+                await conn.rollback()
+            async with engine.begin() as conn:
+                first = await queue.enqueue_async(conn, "welcome", {"user_id": 1})
+            async with AsyncSession(engine) as session:
+                second = await welcome.enqueue_async(session, user_id=2)
+                await session.commit()
+            return dropped, first, second
+        finally:
+            await engine.dispose()
+
+    dropped, first, second = asyncio.run(scenario())
+    assert count_jobs(backend.engine) == 2
+    assert dropped in (first, second) or queue.get_job(dropped) is None
+    assert [queue.get_job(first).payload, queue.get_job(second).payload] == [
+        {"user_id": 1},
+        {"user_id": 2},
+    ]
+
+
+def test_enqueue_many_inserts_thousands_and_returns_ids_in_order(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    with backend.engine.begin() as conn:
+        ids = welcome.enqueue_many(conn, [{"user_id": n} for n in range(5000)])
+    assert len(ids) == len(set(ids)) == 5000
+    with backend.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, payload FROM sqlqueue_jobs ORDER BY id")).all()
+    payloads = {row.id: row.payload for row in rows}
+    for n, job_id in enumerate(ids):
+        payload = payloads[job_id]
+        if isinstance(payload, str):  # SQLite returns JSON text to raw SQL
+            import json
+
+            payload = json.loads(payload)
+        assert payload == {"user_id": n}
+
+
+def test_enqueue_many_with_keys_dedups_within_the_batch_and_against_existing_jobs(backend):
+    queue, _ = _queue_with_welcome(backend)
+    with backend.engine.begin() as conn:
+        existing = queue.enqueue(conn, "welcome", {"user_id": 0}, idempotency_key="k0")
+    requests = [
+        sqlqueue.JobRequest(job_type="welcome", payload={"user_id": 0}, idempotency_key="k0"),
+        sqlqueue.JobRequest(job_type="welcome", payload={"user_id": 1}, idempotency_key="k1"),
+        sqlqueue.JobRequest(job_type="welcome", payload={"user_id": 2}),
+        sqlqueue.JobRequest(job_type="welcome", payload={"user_id": 1}, idempotency_key="k1"),
+    ]
+    with backend.engine.begin() as conn:
+        ids = queue.enqueue_many(conn, requests)
+    assert ids[0] == existing
+    assert ids[1] == ids[3] != ids[2]
+    assert count_jobs(backend.engine) == 3
+
+
+def test_idempotency_key_returns_the_first_job_whatever_its_status(backend):
+    queue = backend.queue()
+
+    @queue.task("once", max_attempts=1)
+    def once(fail: bool) -> None:
+        if fail:
+            raise ValueError("no")
+
+    with backend.engine.begin() as conn:
+        ok = once.options(idempotency_key="ok").enqueue(conn, fail=False)
+        bad = once.options(idempotency_key="bad").enqueue(conn, fail=True)
+    drain(queue)
+    assert queue.get_job(ok).status == "succeeded"
+    assert queue.get_job(bad).status == "dead"
+    with backend.engine.begin() as conn:
+        assert once.options(idempotency_key="ok").enqueue(conn, fail=False) == ok
+        assert queue.enqueue(conn, "once", {"fail": False}, idempotency_key="bad") == bad
+    assert count_jobs(backend.engine) == 2
+
+
+def test_a_rolled_back_key_can_be_used_by_a_later_transaction(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    with backend.engine.connect() as conn:
+        with conn.begin() as tx:
+            first = welcome.options(idempotency_key="welcome:1").enqueue(conn, user_id=1)
+            tx.rollback()
+    with backend.engine.begin() as conn:
+        second = welcome.options(idempotency_key="welcome:1").enqueue(conn, user_id=1)
+    assert count_jobs(backend.engine) == 1
+    assert first == second or queue.get_job(first) is None
+    assert queue.get_job(second).idempotency_key == "welcome:1"
+
+
+def test_delay_and_run_at_set_the_due_time_by_the_database_clock(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    before = db_now(backend.engine)
+    run_at = before + timedelta(hours=2)
+    with backend.engine.begin() as conn:
+        delayed = welcome.options(delay=600).enqueue(conn, user_id=1)
+        scheduled = welcome.options(run_at=run_at).enqueue(conn, user_id=2)
+        now = welcome.enqueue(conn, user_id=3)
+    after = db_now(backend.engine)
+    due = queue.get_job(delayed).next_run_at
+    assert before + timedelta(seconds=600) <= due <= after + timedelta(seconds=600)
+    assert queue.get_job(scheduled).next_run_at == run_at
+    assert before <= queue.get_job(now).next_run_at <= after
+    # Only the job due now is claimed.
+    claimed = queue.store.claim(
+        queues=["mail"], job_types=None, limit=10, worker_id="w", lease_seconds=30
+    )
+    assert [job.id for job in claimed] == [now]
+    later = queue.store.claim(
+        queues=["mail"],
+        job_types=None,
+        limit=10,
+        worker_id="w",
+        lease_seconds=30,
+        now=after + timedelta(seconds=601),
+    )
+    assert [job.id for job in later] == [delayed]
+
+
+def test_per_job_options_override_the_task_defaults(backend):
+    queue = backend.queue()
+
+    @queue.task("report", queue="reports", priority=5, max_attempts=3)
+    def report(n: int) -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        default = report.enqueue(conn, n=1)
+        custom = report.options(queue="urgent", priority=-1, max_attempts=9).enqueue(conn, n=2)
+    job = queue.get_job(default)
+    assert (job.queue, job.priority, job.max_attempts, job.attempts) == ("reports", 5, 3, 0)
+    job = queue.get_job(custom)
+    assert (job.queue, job.priority, job.max_attempts) == ("urgent", -1, 9)
+
+
+def test_an_engine_gets_a_transaction_of_its_own(backend):
+    queue, welcome = _queue_with_welcome(backend)
+    job_id = welcome.enqueue(backend.engine, user_id=1)
+    assert queue.get_job(job_id).status == "queued"
+
+
+@pytest.mark.parametrize("target", [None, "not a connection", 42])
+def test_enqueue_needs_a_connection_session_or_engine(backend, target):
+    queue, _ = _queue_with_welcome(backend)
+    with pytest.raises(
+        sqlqueue.ConfigurationError, match="pass a SQLAlchemy Connection or Session"
+    ):
+        queue.enqueue(target, "welcome", {"user_id": 1})

@@ -1,0 +1,178 @@
+"""Leases, heartbeats, the reaper, and fenced transitions (store level, with injected time)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import sqlqueue
+from sqlqueue._reaper import Reaper
+from sqlqueue._store.rows import Failure
+
+
+def _one_job(backend, max_attempts=3):
+    queue = backend.queue(lease_seconds=30)
+
+    @queue.task("work", max_attempts=max_attempts)
+    def work() -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        job_id = work.enqueue(conn)
+    return queue, job_id
+
+
+def _claim(queue, worker_id, now=None):
+    return queue.store.claim(
+        queues=["default"], job_types=None, limit=10, worker_id=worker_id, lease_seconds=30, now=now
+    )
+
+
+def test_claim_leases_the_job_to_the_worker_by_the_database_clock(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    assert (job.id, job.attempt) == (job_id, 1)
+    assert job.lease_expires_at - job.started_at == timedelta(seconds=30)
+    row = queue.get_job(job_id)
+    assert (row.status, row.locked_by, row.attempts) == ("running", "w1", 1)
+    assert _claim(queue, "w2") == []  # nobody else gets it
+
+
+def test_reaper_leaves_live_leases_and_recovers_expired_ones(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    reaper = Reaper(queue.store)
+    assert reaper.run_once(now=job.lease_expires_at - timedelta(seconds=1)).retried == ()
+    result = reaper.run_once(now=job.lease_expires_at + timedelta(seconds=1))
+    assert result.retried == (job_id,)
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts) == ("failed", 1)
+    assert row.next_run_at == job.lease_expires_at + timedelta(seconds=1)  # retry at once
+    assert row.errors[-1].kind == "LeaseExpired"
+    assert "worker w1 stopped heartbeating" in row.last_error
+
+
+def test_reaper_moves_a_job_with_no_attempts_left_to_dead(backend):
+    queue, job_id = _one_job(backend, max_attempts=1)
+    [job] = _claim(queue, "w1")
+    result = Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(seconds=1))
+    assert result.dead == (job_id,)
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts) == ("dead", 1)
+    assert row.finished_at is not None
+
+
+def test_a_late_worker_cannot_overwrite_the_newer_lease(backend):
+    queue, job_id = _one_job(backend)
+    [first] = _claim(queue, "w1")
+    later = first.lease_expires_at + timedelta(seconds=1)
+    Reaper(queue.store).run_once(now=later)
+    [second] = _claim(queue, "w2", now=later)
+    assert second.attempt == 2
+    # w1 wakes up: its heartbeat, completion, failure and release all change nothing.
+    store = queue.store
+    assert store.extend_leases(worker_id="w1", fences=[first.fence], lease_seconds=30) == set()
+    assert store.finish(worker_id="w1", succeeded=[first.fence], failures=[]) == set()
+    failure = Failure(job_id=job_id, attempt=1, dead=True, retry_in=0, last_error="x", errors=[])
+    assert store.finish(worker_id="w1", succeeded=[], failures=[failure]) == set()
+    assert store.release(worker_id="w1", fences=[first.fence]) == set()
+    row = queue.get_job(job_id)
+    assert (row.status, row.locked_by, row.attempts) == ("running", "w2", 2)
+    # The current owner still can.
+    assert store.finish(worker_id="w2", succeeded=[second.fence], failures=[]) == {job_id}
+    assert queue.get_job(job_id).status == "succeeded"
+
+
+def test_the_same_worker_cannot_complete_an_older_attempt(backend):
+    queue, job_id = _one_job(backend)
+    [first] = _claim(queue, "w1")
+    later = first.lease_expires_at + timedelta(seconds=1)
+    Reaper(queue.store).run_once(now=later)
+    [second] = _claim(queue, "w1", now=later)
+    assert queue.store.finish(worker_id="w1", succeeded=[first.fence], failures=[]) == set()
+    assert queue.get_job(job_id).status == "running"
+    assert queue.store.finish(worker_id="w1", succeeded=[second.fence], failures=[]) == {job_id}
+
+
+def test_reaper_racing_a_completion_leaves_the_job_succeeded(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    assert queue.store.finish(worker_id="w1", succeeded=[job.fence], failures=[]) == {job_id}
+    result = Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(hours=1))
+    assert result.retried == result.dead == ()
+    assert queue.get_job(job_id).status == "succeeded"
+
+
+def test_concurrent_reapers_recover_each_job_once(backend):
+    queue = backend.queue(lease_seconds=30)
+
+    @queue.task("work")
+    def work() -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        ids = work.enqueue_many(conn, [{} for _ in range(200)])
+    claimed = queue.store.claim(
+        queues=["default"], job_types=None, limit=200, worker_id="w", lease_seconds=30
+    )
+    assert len(claimed) == 200
+    later = max(job.lease_expires_at for job in claimed) + timedelta(seconds=1)
+    results: list[sqlqueue._reaper.ReapResult] = []
+
+    def reap() -> None:
+        reaper = Reaper(queue.store, batch_size=50)
+        while True:
+            result = reaper.run_once(now=later)
+            if not result.retried:
+                return
+            results.append(result)
+
+    threads = [threading.Thread(target=reap) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    reaped = [job_id for result in results for job_id in result.retried]
+    assert sorted(reaped) == sorted(ids)
+    for job_id in ids[:20]:
+        assert [e.kind for e in queue.get_job(job_id).errors] == ["LeaseExpired"]
+
+
+def test_heartbeat_extends_the_lease_from_the_database_clock(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    held = queue.store.extend_leases(worker_id="w1", fences=[job.fence], lease_seconds=300)
+    assert held == {job_id}
+    row = queue.get_job(job_id)
+    assert row.lease_expires_at >= job.lease_expires_at + timedelta(seconds=260)
+
+
+def test_release_returns_the_job_without_burning_the_attempt(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    assert queue.store.release(worker_id="w1", fences=[job.fence]) == {job_id}
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts, row.locked_by, row.lease_expires_at) == (
+        "queued",
+        0,
+        None,
+        None,
+    )
+    [again] = _claim(queue, "w2")
+    assert again.attempt == 1
+
+
+def test_claim_never_returns_more_than_its_limit_and_orders_by_priority(backend):
+    queue = backend.queue()
+
+    @queue.task("work")
+    def work(n: int) -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        low = [work.options(priority=5).enqueue(conn, n=n) for n in range(5)]
+        high = [work.options(priority=-5).enqueue(conn, n=n) for n in range(3)]
+    first = queue.store.claim(
+        queues=["default"], job_types=None, limit=4, worker_id="w", lease_seconds=30
+    )
+    assert [job.id for job in first] == [*high, low[0]]

@@ -1,0 +1,68 @@
+"""The public API is small, importable from ``sqlqueue``, and everything else is private."""
+
+from __future__ import annotations
+
+import pkgutil
+
+import sqlqueue
+
+PUBLIC = {
+    "Backoff",
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "EnqueueError",
+    "ErrorRecord",
+    "HandlerSignal",
+    "Job",
+    "JobNotFound",
+    "JobRequest",
+    "JobStateError",
+    "JobStatus",
+    "JobTimeout",
+    "PayloadError",
+    "PermanentError",
+    "Queue",
+    "Retry",
+    "SchemaNotMigrated",
+    "SqlqueueError",
+    "Task",
+    "TaskCall",
+    "UnknownJobType",
+    "UnsupportedDatabase",
+    "Worker",
+    "exponential",
+    "linear",
+    "migrate",
+    "schedule",
+}
+
+
+def test_all_names_exactly_the_public_api():
+    assert set(sqlqueue.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert getattr(sqlqueue, name) is not None
+
+
+def test_every_error_derives_from_sqlqueue_error():
+    for name in PUBLIC:
+        value = getattr(sqlqueue, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, sqlqueue.SqlqueueError), name
+
+
+def test_modules_other_than_dialects_are_private():
+    names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
+    assert names - {"dialects"} == {name for name in names if name.startswith("_")}
+
+
+def test_job_status_compares_equal_to_plain_strings():
+    assert sqlqueue.JobStatus.DEAD == "dead"
+    assert [s.value for s in sqlqueue.JobStatus] == [
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "dead",
+        "cancelled",
+    ]

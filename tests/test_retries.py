@@ -1,0 +1,223 @@
+"""Failed attempts retry with backoff, record what happened, and end dead; dead jobs requeue."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+import sqlqueue
+from sqlqueue._backoff import Exponential, Linear, Schedule
+from tests._support import count_jobs, db_now, drain
+
+
+def test_exponential_backoff_doubles_from_base_up_to_the_cap():
+    backoff = sqlqueue.exponential(base=5, factor=2, cap=60, jitter=0)
+    assert [backoff.delay(n) for n in range(1, 7)] == [5, 10, 20, 40, 60, 60]
+    assert backoff.delay(10_000) == 60  # no overflow
+
+
+def test_jitter_stays_within_its_fraction_and_varies():
+    backoff = Exponential(base=100, factor=1, cap=100, jitter=0.1, rng=random.Random(7))
+    delays = [backoff.delay(1) for _ in range(200)]
+    assert all(90 <= d <= 110 for d in delays)
+    assert len(set(delays)) > 100
+
+
+def test_default_backoff_is_5_10_20_seconds_with_10_percent_jitter():
+    backoff = sqlqueue.exponential()
+    for attempt, centre in [(1, 5), (2, 10), (3, 20), (12, 3600)]:
+        assert centre * 0.9 <= backoff.delay(attempt) <= centre * 1.1
+
+
+def test_linear_and_explicit_schedules():
+    assert [Linear(base=10, step=5, cap=22, jitter=0).delay(n) for n in (1, 2, 3, 4)] == [
+        10,
+        15,
+        20,
+        22,
+    ]
+    plan = sqlqueue.schedule([60, 300, 1800, 7200])
+    assert isinstance(plan, Schedule)
+    assert [plan.delay(n) for n in (1, 2, 3, 4, 5)] == [60, 300, 1800, 7200, 7200]
+
+
+def _failing_queue(backend, **task_options):
+    queue = backend.queue()
+    calls: list[int] = []
+
+    @queue.task("flaky", **task_options)
+    def flaky(fail_times: int, error: str = "ValueError") -> None:
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise {"ValueError": ValueError, "ConnectionError": ConnectionError}[error](
+                f"failure {len(calls)}"
+            )
+
+    return queue, flaky, calls
+
+
+def test_a_failure_schedules_a_retry_by_backoff_and_records_the_error(backend):
+    queue, flaky, _ = _failing_queue(backend, backoff=sqlqueue.exponential(base=600, jitter=0))
+    with backend.engine.begin() as conn:
+        job_id = flaky.enqueue(conn, fail_times=1)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert job.status == "failed"
+    assert job.attempts == 1
+    assert job.last_error == "ValueError: failure 1"
+    assert job.finished_at is None
+    [record] = job.errors
+    assert (record.attempt, record.kind, record.error) == (1, "ValueError", "ValueError: failure 1")
+    assert "raise" in record.details["traceback"]
+    now = db_now(backend.engine)
+    assert now + timedelta(seconds=590) < job.next_run_at <= now + timedelta(seconds=600)
+    assert job.started_at <= record.at <= now
+
+
+def test_retries_until_success_and_keeps_the_history(backend):
+    queue, flaky, calls = _failing_queue(backend, backoff=[0])
+    with backend.engine.begin() as conn:
+        job_id = flaky.enqueue(conn, fail_times=2)
+    for _ in range(3):
+        drain(queue)
+    job = queue.get_job(job_id)
+    assert job.status == "succeeded"
+    assert job.attempts == 3
+    assert [e.attempt for e in job.errors] == [1, 2]
+    assert job.last_error == "ValueError: failure 2"  # what happened last time it failed
+    assert job.finished_at is not None
+    assert len(calls) == 3
+
+
+def test_after_the_last_attempt_the_job_is_dead(backend):
+    queue, flaky, calls = _failing_queue(backend, backoff=[0], max_attempts=3)
+    with backend.engine.begin() as conn:
+        job_id = flaky.enqueue(conn, fail_times=99)
+    for _ in range(4):
+        drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts, len(calls)) == ("dead", 3, 3)
+    assert [e.attempt for e in job.errors] == [1, 2, 3]
+    assert job.finished_at is not None
+
+
+def test_retry_signal_sets_the_delay_and_counts_an_attempt(backend):
+    queue = backend.queue()
+
+    @queue.task("later", max_attempts=2)
+    def later() -> None:
+        raise sqlqueue.Retry(delay=120, reason="rate limited upstream")
+
+    with backend.engine.begin() as conn:
+        job_id = later.enqueue(conn)
+    drain(queue)
+    job = queue.get_job(job_id)
+    now = db_now(backend.engine)
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert job.last_error == "Retry: rate limited upstream"
+    assert now + timedelta(seconds=110) < job.next_run_at <= now + timedelta(seconds=120)
+
+
+def test_retry_signal_on_the_last_attempt_means_dead(backend):
+    queue = backend.queue()
+
+    @queue.task("later", max_attempts=1)
+    def later() -> None:
+        raise sqlqueue.Retry(delay=1)
+
+    with backend.engine.begin() as conn:
+        job_id = later.enqueue(conn)
+    drain(queue)
+    assert (queue.get_job(job_id).status, queue.get_job(job_id).attempts) == ("dead", 1)
+
+
+def test_permanent_error_goes_straight_to_dead(backend):
+    queue = backend.queue()
+
+    @queue.task("charge", max_attempts=8)
+    def charge() -> None:
+        raise sqlqueue.PermanentError("card declined: do not retry")
+
+    with backend.engine.begin() as conn:
+        job_id = charge.enqueue(conn)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts) == ("dead", 1)
+    assert job.last_error == "PermanentError: card declined: do not retry"
+
+
+def test_retry_on_limits_which_errors_are_worth_retrying(backend):
+    queue, flaky, _ = _failing_queue(backend, backoff=[3600], retry_on=ConnectionError)
+    with backend.engine.begin() as conn:
+        transient = flaky.enqueue(conn, fail_times=99, error="ConnectionError")
+        fatal = flaky.enqueue(conn, fail_times=99, error="ValueError")
+    drain(queue)
+    assert queue.get_job(transient).status == "failed"
+    assert queue.get_job(fatal).status == "dead"
+    assert queue.get_job(fatal).attempts == 1
+
+
+def test_requeue_makes_a_new_job_and_marks_the_dead_one(backend):
+    queue = backend.queue()
+    broken = {"on": True}
+
+    @queue.task("sync_crm", max_attempts=1)
+    def sync_crm(user_id: int) -> None:
+        if broken["on"]:
+            raise ConnectionError("CRM is down")
+
+    with backend.engine.begin() as conn:
+        dead_id = sync_crm.options(idempotency_key="crm:user:1", priority=3).enqueue(
+            conn, user_id=1
+        )
+    drain(queue)
+    assert queue.get_job(dead_id).status == "dead"
+
+    broken["on"] = False
+    new_id = queue.requeue(dead_id, by="alice", reason="CRM is back")
+    assert new_id != dead_id
+    dead = queue.get_job(dead_id)
+    assert dead.status == "dead"
+    assert (dead.requeued_as, dead.requeued_by, dead.requeue_reason) == (
+        new_id,
+        "alice",
+        "CRM is back",
+    )
+    assert dead.requeued_at is not None
+    assert dead.last_error == "ConnectionError: CRM is down"
+    fresh = queue.get_job(new_id)
+    assert (fresh.status, fresh.attempts, fresh.requeued_from) == ("queued", 0, dead_id)
+    assert (fresh.job_type, fresh.payload, fresh.priority) == ("sync_crm", {"user_id": 1}, 3)
+    # The idempotency key moved to the live job.
+    assert fresh.idempotency_key == "crm:user:1"
+    assert dead.idempotency_key is None
+    with backend.engine.begin() as conn:
+        assert sync_crm.options(idempotency_key="crm:user:1").enqueue(conn, user_id=1) == new_id
+    drain(queue)
+    assert queue.get_job(new_id).status == "succeeded"
+    assert count_jobs(backend.engine) == 2
+
+
+def test_requeue_refuses_what_is_not_a_single_dead_job(backend):
+    queue = backend.queue()
+
+    @queue.task("t", max_attempts=1)
+    def t(fail: bool) -> None:
+        if fail:
+            raise ValueError("x")
+
+    with backend.engine.begin() as conn:
+        ok = t.enqueue(conn, fail=False)
+        bad = t.enqueue(conn, fail=True)
+    drain(queue)
+    with pytest.raises(sqlqueue.JobStateError, match=f"job {ok} is succeeded; only dead jobs"):
+        queue.requeue(ok, by="bob", reason="why not")
+    with pytest.raises(sqlqueue.JobNotFound, match="there is no job 999999"):
+        queue.requeue(999_999, by="bob", reason="typo")
+    new_id = queue.requeue(bad, by="bob", reason="fixed")
+    with pytest.raises(sqlqueue.JobStateError, match=f"already requeued as job {new_id}"):
+        queue.requeue(bad, by="carol", reason="again")
+    with pytest.raises(sqlqueue.ConfigurationError, match="by= "):
+        queue.requeue(bad, by="", reason="")

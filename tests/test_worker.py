@@ -1,0 +1,118 @@
+"""The worker in-process: sync and async handlers, slots, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import sqlqueue
+from tests._support import WorkerThread, drain, wait_until
+
+
+def test_sync_handlers_run_in_threads_and_async_handlers_on_the_loop(backend):
+    queue = backend.queue()
+    seen: dict[str, str] = {}
+
+    @queue.task("sync")
+    def sync_handler() -> None:
+        seen["sync"] = threading.current_thread().name
+
+    @queue.task("async")
+    async def async_handler() -> None:
+        asyncio.get_running_loop()
+        seen["async"] = threading.current_thread().name
+        await asyncio.sleep(0)
+
+    with backend.engine.begin() as conn:
+        a = sync_handler.enqueue(conn)
+        b = async_handler.enqueue(conn)
+    caller = threading.current_thread().name
+    drain(queue)
+    assert seen["sync"].startswith("sqlqueue-handler")
+    assert seen["async"] == caller  # the worker's event loop runs in the calling thread
+    assert queue.get_job(a).status == queue.get_job(b).status == "succeeded"
+
+
+def test_a_worker_never_runs_more_jobs_than_its_concurrency(backend):
+    queue = backend.queue()
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    @queue.task("slow")
+    def slow() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+
+    @queue.task("aslow")
+    async def aslow() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        with lock:
+            running -= 1
+
+    with backend.engine.begin() as conn:
+        slow.enqueue_many(conn, [{} for _ in range(20)])
+        aslow.enqueue_many(conn, [{} for _ in range(20)])
+    drain(queue, concurrency=3)
+    assert peak == 3
+    with backend.engine.connect() as conn:
+        statuses = conn.exec_driver_sql("SELECT DISTINCT status FROM sqlqueue_jobs").scalars()
+        assert list(statuses) == ["succeeded"]
+
+
+def test_heartbeats_keep_a_job_longer_than_its_lease_alive(backend):
+    queue = backend.queue(lease_seconds=0.6)
+    runs: list[float] = []
+
+    @queue.task("long")
+    def long_job() -> None:
+        runs.append(time.monotonic())
+        time.sleep(2.0)
+
+    with backend.engine.begin() as conn:
+        job_id = long_job.enqueue(conn)
+    # A second worker with an eager reaper runs alongside and must not take the job.
+    rival = sqlqueue.Queue(backend.engine, lease_seconds=0.6)
+    rival.task("long")(long_job.handler)
+    with WorkerThread(rival.worker(poll_interval=0.05, reaper_interval=0.1)):
+        drain(queue, poll_interval=0.05)
+        wait_until(lambda: queue.get_job(job_id).status == "succeeded")
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts, job.errors) == ("succeeded", 1, ())
+    assert len(runs) == 1
+
+
+def test_stop_lets_a_short_job_finish_and_releases_a_long_one(backend):
+    queue = backend.queue()
+    started = threading.Event()
+
+    @queue.task("short")
+    async def short() -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    @queue.task("endless")
+    async def endless() -> None:
+        await asyncio.sleep(3600)
+
+    with backend.engine.begin() as conn:
+        quick = short.enqueue(conn)
+        stuck = endless.enqueue(conn)
+    worker = queue.worker(concurrency=2, poll_interval=0.05, shutdown_timeout=1.0)
+    with WorkerThread(worker) as running:
+        assert started.wait(10)
+        wait_until(lambda: queue.get_job(stuck).status == "running")
+        running.stop()
+    assert queue.get_job(quick).status == "succeeded"
+    job = queue.get_job(stuck)
+    assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
