@@ -16,7 +16,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from sqlqueue._completer import Completer
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import ConfigurationError, DatabaseError
 from sqlqueue._executor import Outcome, execute
+from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._reaper import Reaper
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._threads import HandlerThreads
@@ -85,6 +86,9 @@ class Worker:
         self._reaper_interval = settings.reaper_interval or min(max(lease / 2, 0.5), 30.0)
         self._store = queue.store
         self._reaper = Reaper(queue.store)
+        self._heartbeat = Heartbeat(
+            queue.store, worker_id=self.worker_id, lease_seconds=queue.lease_seconds
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
@@ -175,8 +179,14 @@ class Worker:
         )
         duties = [
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
-            asyncio.create_task(self._keep_leases(), name="sqlqueue-leases"),
-            asyncio.create_task(self._reap(), name="sqlqueue-reaper"),
+            asyncio.create_task(
+                self._every(self._heartbeat_interval, self._beat, "heartbeat"),
+                name="sqlqueue-heartbeat",
+            ),
+            asyncio.create_task(
+                self._every(self._reaper_interval, self._reaper.run_once, "reaper pass"),
+                name="sqlqueue-reaper",
+            ),
         ]
         try:
             await self._claim_loop(burst)
@@ -305,43 +315,21 @@ class Worker:
                 outcome.failure.retry_in,
             )
 
-    # -- leases and the reaper ----------------------------------------------------------------
+    # -- maintenance duties -------------------------------------------------------------------
 
-    async def _keep_leases(self) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_interval)
-            jobs = list(self._leased.values())
-            if not jobs:
-                continue
-            try:
-                held = await self._db.call(partial(self._extend, jobs))
-            except DatabaseError as error:
-                log.warning("could not extend leases: %s", error)
-                continue
-            for job in jobs:
-                if job.id not in held and job.id in self._running:
-                    log.warning(
-                        "lost the lease on running job %d (%s, attempt %d): it was reaped "
-                        "and may run elsewhere; this attempt's outcome will be discarded",
-                        job.id,
-                        job.job_type,
-                        job.attempt,
-                    )
-
-    def _extend(self, jobs: Sequence[ClaimedJob]) -> set[int]:
-        return self._store.extend_leases(
-            worker_id=self.worker_id,
-            fences=[job.fence for job in jobs],
-            lease_seconds=self.queue.lease_seconds,
+    def _beat(self) -> None:
+        self._heartbeat.run_once(
+            list(self._leased.values()), still_running=lambda job_id: job_id in self._running
         )
 
-    async def _reap(self) -> None:
+    async def _every(self, interval: float, duty: Callable[[], object], name: str) -> None:
+        """Run ``duty`` on the database thread every ``interval`` seconds (±10 %), for ever."""
         while True:
-            await asyncio.sleep(self._reaper_interval * random.uniform(0.9, 1.1))
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
             try:
-                await self._db.call(self._reaper.run_once)
+                await self._db.call(duty)
             except DatabaseError as error:
-                log.warning("reaper pass failed: %s", error)
+                log.warning("%s failed: %s", name, error)
 
     # -- shutdown -----------------------------------------------------------------------------
 

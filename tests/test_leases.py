@@ -176,3 +176,15 @@ def test_claim_never_returns_more_than_its_limit_and_orders_by_priority(backend)
         queues=["default"], job_types=None, limit=4, worker_id="w", lease_seconds=30
     )
     assert [job.id for job in first] == [*high, low[0]]
+
+
+def test_heartbeat_reports_the_leases_it_lost(backend, caplog):
+    from sqlqueue._heartbeat import Heartbeat
+
+    queue, job_id = _one_job(backend)
+    [job] = _claim(queue, "w1")
+    beat = Heartbeat(queue.store, worker_id="w1", lease_seconds=30)
+    assert beat.run_once([job], still_running=lambda _: True) == set()
+    Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(hours=1))
+    assert beat.run_once([job], still_running=lambda _: True) == {job_id}
+    assert f"lost the lease on running job {job_id}" in caplog.text
