@@ -60,9 +60,9 @@ def _host_alembic_kept() -> Iterator[None]:
 def migrate(target: Engine | Connection | str, *, revision: str = "head") -> None:
     """Bring sqlqueue's tables to ``revision`` (the latest by default); safe to run repeatedly.
 
-    Given a ``Connection`` with a transaction open, the revisions run in that transaction and
-    the caller commits (this is how a host's alembic ``env.py`` runs them with its own); with
-    none open, they run in a transaction of their own that is committed.
+    The revisions run in one write transaction, so a failure leaves nothing half done (SQLite
+    included: its DDL is transactional once the dialect has begun the transaction). Given a
+    ``Connection`` with a transaction already open, they run inside it and the caller commits.
     """
     if isinstance(target, str):
         target = create_engine(target)
@@ -70,12 +70,28 @@ def migrate(target: Engine | Connection | str, *, revision: str = "head") -> Non
     dialect = dialect_for(engine)
     dialect.prepare_engine(engine)
 
-    def run() -> None:
-        if isinstance(target, Connection):
-            command.upgrade(alembic_config(target), revision)
-            return
-        with engine.begin() as conn:
+    def upgrade_in_own_transaction(conn: Connection) -> None:
+        dialect.begin_write(conn)
+        try:
+            dialect.lock_for_migration(conn)
             command.upgrade(alembic_config(conn), revision)
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+
+    def run() -> None:
+        if isinstance(target, Engine):
+            with engine.connect() as conn:
+                upgrade_in_own_transaction(conn)
+        elif target.in_transaction():
+            # A savepoint keeps the revisions all-or-nothing inside the caller's transaction;
+            # on SQLite it also opens the transaction that the driver leaves DDL outside of.
+            with target.begin_nested():
+                dialect.lock_for_migration(target)
+                command.upgrade(alembic_config(target), revision)
+        else:
+            upgrade_in_own_transaction(target)
 
     with _host_alembic_kept():
         translated(dialect, run)

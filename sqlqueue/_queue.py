@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlqueue._backoff import Backoff
 from sqlqueue._enqueue import EnqueueSettings, Executable, enqueue_jobs
@@ -47,7 +46,7 @@ class Queue:
     ) -> None:
         if isinstance(engine, str):
             engine = create_engine(engine)
-        if isinstance(engine, AsyncEngine):
+        if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
             raise ConfigurationError(
                 "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
                 "build one from the same URL with a sync driver, and use enqueue_async with "

@@ -67,6 +67,9 @@ class HandlerThreads:
             if ticket.abandoned:
                 return
             ticket.abandoned = True
+            # Nobody awaits this future any more: cancel it so the interrupted call's late
+            # JobTimeout is not logged by asyncio as "Future exception was never retrieved".
+            ticket.future.cancel()
             if ticket.running and ticket.thread_id is not None:
                 _raise_in_thread(ticket.thread_id, JobTimeout)
                 self._spawn()

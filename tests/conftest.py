@@ -19,6 +19,12 @@ POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+#: Which backends the conformance suite runs on (comma-separated); both by default.
+BACKENDS = [
+    name.strip()
+    for name in os.environ.get("SQLQUEUE_TEST_BACKENDS", "sqlite,postgresql").split(",")
+    if name.strip()
+]
 
 
 @dataclass
@@ -89,7 +95,7 @@ def _reset_postgres(url: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """An empty, migrated database: a SQLite file, or PostgreSQL."""
     if request.param == "sqlite":

@@ -19,8 +19,8 @@ from sqlqueue.dialects.sqlite import check_sqlite_version
 from tests._support import count_jobs, drain, wait_until
 
 
-def _deep(levels: int) -> dict:
-    value: dict = {}
+def _deep(levels: int) -> dict[str, object]:
+    value: dict[str, object] = {}
     for _ in range(levels):
         value = {"x": value}
     return value

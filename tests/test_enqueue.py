@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import sqlqueue
+from sqlqueue._schema import jobs
 from tests._support import count_jobs, db_now, drain
 
 users = sa.Table(
@@ -34,11 +35,10 @@ def _queue_with_welcome(backend):
 
 def test_job_is_written_in_the_callers_transaction_and_rolls_back_with_it(backend):
     queue, welcome = _queue_with_welcome(backend)
-    with backend.engine.connect() as conn:
-        with conn.begin() as tx:
-            conn.execute(users.insert().values(id=1, email="a@example.com"))
-            job_id = welcome.enqueue(conn, user_id=1)
-            tx.rollback()
+    with backend.engine.connect() as conn, conn.begin() as tx:
+        conn.execute(users.insert().values(id=1, email="a@example.com"))
+        job_id = welcome.enqueue(conn, user_id=1)
+        tx.rollback()
     assert queue.get_job(job_id) is None
     assert count_jobs(backend.engine) == 0
 
@@ -113,20 +113,14 @@ def test_async_connection_and_async_session_enqueue(backend):
 
 
 def test_enqueue_many_inserts_thousands_and_returns_ids_in_order(backend):
-    queue, welcome = _queue_with_welcome(backend)
+    _, welcome = _queue_with_welcome(backend)
     with backend.engine.begin() as conn:
         ids = welcome.enqueue_many(conn, [{"user_id": n} for n in range(5000)])
     assert len(ids) == len(set(ids)) == 5000
     with backend.engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT id, payload FROM sqlqueue_jobs ORDER BY id")).all()
-    payloads = {row.id: row.payload for row in rows}
-    for n, job_id in enumerate(ids):
-        payload = payloads[job_id]
-        if isinstance(payload, str):  # SQLite returns JSON text to raw SQL
-            import json
-
-            payload = json.loads(payload)
-        assert payload == {"user_id": n}
+        rows = conn.execute(sa.select(jobs.c.id, jobs.c.payload)).all()
+    payloads = {job_id: payload for job_id, payload in rows}
+    assert [payloads[job_id] for job_id in ids] == [{"user_id": n} for n in range(5000)]
 
 
 def test_enqueue_many_with_keys_dedups_within_the_batch_and_against_existing_jobs(backend):
@@ -168,10 +162,9 @@ def test_idempotency_key_returns_the_first_job_whatever_its_status(backend):
 
 def test_a_rolled_back_key_can_be_used_by_a_later_transaction(backend):
     queue, welcome = _queue_with_welcome(backend)
-    with backend.engine.connect() as conn:
-        with conn.begin() as tx:
-            first = welcome.options(idempotency_key="welcome:1").enqueue(conn, user_id=1)
-            tx.rollback()
+    with backend.engine.connect() as conn, conn.begin() as tx:
+        first = welcome.options(idempotency_key="welcome:1").enqueue(conn, user_id=1)
+        tx.rollback()
     with backend.engine.begin() as conn:
         second = welcome.options(idempotency_key="welcome:1").enqueue(conn, user_id=1)
     assert count_jobs(backend.engine) == 1

@@ -57,7 +57,8 @@ def test_modules_other_than_dialects_are_private():
 
 
 def test_job_status_compares_equal_to_plain_strings():
-    assert sqlqueue.JobStatus.DEAD == "dead"
+    assert str(sqlqueue.JobStatus.DEAD) == "dead"
+    assert sqlqueue.JobStatus("dead") is sqlqueue.JobStatus.DEAD
     assert [s.value for s in sqlqueue.JobStatus] == [
         "queued",
         "running",

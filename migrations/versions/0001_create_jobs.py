@@ -49,13 +49,15 @@ def upgrade() -> None:
         sa.Column("requeued_at", _TIME, nullable=True),
         sa.Column("requeued_by", sa.String(255), nullable=True),
         sa.Column("requeue_reason", sa.Text(), nullable=True),
+        # op.f marks these names as final: the target metadata's naming convention
+        # (ck_%(table_name)s_%(constraint_name)s) would otherwise prefix them a second time.
         sa.CheckConstraint(
             "status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')",
-            name="ck_sqlqueue_jobs_status",
+            name=op.f("ck_sqlqueue_jobs_status"),
         ),
-        sa.CheckConstraint("max_attempts >= 1", name="ck_sqlqueue_jobs_max_attempts"),
+        sa.CheckConstraint("max_attempts >= 1", name=op.f("ck_sqlqueue_jobs_max_attempts")),
         sa.CheckConstraint(
-            "attempts >= 0 AND attempts <= max_attempts", name="ck_sqlqueue_jobs_attempts"
+            "attempts >= 0 AND attempts <= max_attempts", name=op.f("ck_sqlqueue_jobs_attempts")
         ),
         sa.PrimaryKeyConstraint("id", name="pk_sqlqueue_jobs"),
     )

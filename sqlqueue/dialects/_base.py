@@ -67,6 +67,9 @@ class Dialect(abc.ABC):
     def prepare_engine(self, engine: Engine) -> None:  # noqa: B027 - most backends need none
         """Check the server and install per-connection settings; called once per engine."""
 
+    def lock_for_migration(self, conn: Connection) -> None:  # noqa: B027 - often nothing to do
+        """Make concurrent ``migrate`` runs take turns (until this transaction ends)."""
+
     def begin_write(self, conn: Connection) -> None:
         """Start a transaction that will write (SQLite takes the write lock up front)."""
         conn.begin()
@@ -184,21 +187,21 @@ class Dialect(abc.ABC):
         if isinstance(error, SqlqueueError):
             return error
         if isinstance(error, sa_exc.DBAPIError):
-            if error.connection_invalidated or isinstance(
-                error, sa_exc.OperationalError | sa_exc.InterfaceError
-            ):
-                if self._is_missing_table(error):
-                    return SchemaNotMigrated(_missing_schema_message(error))
-                return DatabaseUnavailable(self._unavailable_message(error))
             if self._is_missing_table(error):
                 return SchemaNotMigrated(_missing_schema_message(error))
-            return DatabaseError(f"{type(error.orig).__name__}: {error.orig}")
+            if error.connection_invalidated or self._is_unavailable(error):
+                return DatabaseUnavailable(self._unavailable_message(error))
+            return DatabaseError(f"{type(error.orig).__name__}: {str(error.orig).strip()}")
         if isinstance(error, sa_exc.DisconnectionError | sa_exc.TimeoutError):
             return DatabaseUnavailable(f"the database connection failed: {error}")
         return None
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return False
+
+    def _is_unavailable(self, error: sa_exc.DBAPIError) -> bool:
+        """Whether the error means "cannot reach the database now" (worth retrying later)."""
+        return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError)
 
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         return f"cannot reach the database: {str(error.orig).strip()}"

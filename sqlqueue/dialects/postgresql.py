@@ -10,7 +10,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Insert, Integer, Interval, Select, Update, func, literal_column, type_coerce
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Integer,
+    Interval,
+    Select,
+    Update,
+    func,
+    literal_column,
+    select,
+    type_coerce,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
@@ -22,6 +33,8 @@ from sqlqueue.dialects._base import Dialect
 __all__ = ["PostgresDialect"]
 
 _UNDEFINED_TABLE = "42P01"
+#: Arbitrary but fixed: the advisory lock key sqlqueue's migrations serialise on.
+_MIGRATION_LOCK_KEY = 0x5371_7565_7565
 
 
 class PostgresDialect(Dialect):
@@ -41,6 +54,10 @@ class PostgresDialect(Dialect):
         zero: ColumnElement[int] = literal_column("0", Integer())
         interval = func.make_interval(zero, zero, zero, zero, zero, zero, seconds, type_=Interval())
         return type_coerce(func.statement_timestamp() + interval, UtcDateTime())
+
+    def lock_for_migration(self, conn: Connection) -> None:
+        """A transaction-scoped advisory lock: concurrent first migrations queue up."""
+        conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
 
     def claim_statement(
         self,

@@ -25,6 +25,16 @@ __all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_version"]
 MIN_SQLITE_VERSION = (3, 35, 0)
 #: Same text layout SQLAlchemy stores datetimes in, so the clock compares with stored values.
 _CLOCK_FORMAT = "%Y-%m-%d %H:%M:%f000"
+#: OperationalError texts that mean the file cannot be used right now (not a bad statement).
+_OUTAGE_SIGNS = (
+    "unable to open",
+    "locked",
+    "busy",
+    "disk i/o error",
+    "readonly",
+    "disk is full",
+    "not a database",
+)
 #: How long a connection waits for the write lock before reporting "database is locked".
 BUSY_TIMEOUT_MS = 30_000
 
@@ -82,6 +92,13 @@ class SQLiteDialect(Dialect):
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return "no such table" in str(error.orig)
+
+    def _is_unavailable(self, error: sa_exc.DBAPIError) -> bool:
+        """SQLite raises OperationalError for SQL mistakes too: only these mean an outage."""
+        text = str(error.orig).lower()
+        return isinstance(error, sa_exc.OperationalError) and any(
+            sign in text for sign in _OUTAGE_SIGNS
+        )
 
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         text = str(error.orig).strip()

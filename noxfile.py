@@ -1,0 +1,176 @@
+"""Developer sessions: ``nox`` runs lint, typecheck and tests; ``nox -s NAME`` runs one.
+
+The test suite runs every backend test on a SQLite file and on PostgreSQL (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``, override with
+``SQLQUEUE_TEST_POSTGRES_URL``); ``wheel`` proves an installed wheel can migrate both. Run nox
+from the project's environment (``pip install -e ".[dev]"``): ``wheel`` talks to PostgreSQL
+from the nox process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+ROOT = Path(__file__).resolve().parent
+POSTGRES_URL = os.environ.get(
+    "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+SQLQUEUE_TABLES = {"sqlqueue_jobs", "sqlqueue_alembic_version"}
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The conformance suite on SQLite and PostgreSQL (pass pytest arguments after ``--``)."""
+    session.install(".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("backend", ["sqlite", "postgresql"])
+def tests_backend(session: nox.Session, backend: str) -> None:
+    """The conformance suite on one backend only: ``nox -s "tests_backend(backend='sqlite')"``."""
+    session.install(".[test]")
+    session.run("pytest", *session.posargs, env={"SQLQUEUE_TEST_BACKENDS": backend})
+
+
+@nox.session
+def tests_sqlalchemy20(session: nox.Session) -> None:
+    """The suite on the oldest SQLAlchemy line we support, 2.0."""
+    session.install(".[test]", "sqlalchemy>=2.0.30,<2.1")
+    session.run("python", "-c", "import sqlalchemy; print('SQLAlchemy', sqlalchemy.__version__)")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting, as configured in pyproject.toml."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the files pyproject.toml names, and this noxfile."""
+    session.install(".[test]", "mypy>=1.10", "nox")
+    session.run("mypy")
+    session.run("mypy", "noxfile.py")
+
+
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """Build the wheel, install it in a clean virtualenv, and migrate SQLite and PostgreSQL."""
+    tmp = Path(session.create_tmp()).resolve()
+    dist, clean, scratch = tmp / "dist", tmp / "clean-venv", tmp / "scratch"
+    for path in (dist, clean, scratch):
+        shutil.rmtree(path, ignore_errors=True)
+    scratch.mkdir()
+
+    session.run("python", "-m", "pip", "wheel", str(ROOT), "--no-deps", "--wheel-dir", str(dist))
+    (built,) = dist.glob("sqlqueue-*.whl")
+
+    session.run("python", "-m", "venv", str(clean))
+    python = _executable(clean, "python")
+    session.run(str(python), "-m", "pip", "install", "-q", f"{built}[postgres]", external=True)
+
+    with session.chdir(scratch):
+        # From outside the checkout, so nothing can come from the source tree.
+        location = session.run(
+            str(python),
+            "-c",
+            "import sqlqueue; print(sqlqueue.__file__)",
+            external=True,
+            silent=True,
+        )
+        if not str(location).strip().startswith(str(clean)):
+            session.error(f"sqlqueue was imported from {location!r}, not from the clean venv")
+
+        cli = str(_executable(clean, "sqlqueue"))
+        sqlite_url = f"sqlite:///{scratch / 'x.db'}"
+        for _ in range(2):  # the second run finds the schema up to date
+            session.run(cli, "migrate", "--database-url", sqlite_url, external=True)
+        _check_tables(session, sqlite_url)
+
+        with _scratch_postgres_database(session) as postgres_url:
+            # Through the environment, so a password in the URL stays out of the log.
+            for _ in range(2):
+                session.run(
+                    cli, "migrate", env={"SQLQUEUE_DATABASE_URL": postgres_url}, external=True
+                )
+            _check_tables(session, postgres_url)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Drain throughput per backend and process count (arguments go to bench/drain.py)."""
+    session.install(".[postgres]")
+    session.run("python", "bench/drain.py", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The long-running tests marked ``slow`` (pass pytest arguments after ``--``)."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "slow", *session.posargs)
+
+
+def _executable(venv: Path, name: str) -> Path:
+    """A program installed in ``venv``, on POSIX or Windows."""
+    if sys.platform == "win32":
+        return venv / "Scripts" / f"{name}.exe"
+    return venv / "bin" / name
+
+
+@contextmanager
+def _scratch_postgres_database(session: nox.Session) -> Iterator[str]:
+    """A new, empty database on the test server, dropped afterwards; yields its URL."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    name = f"sqlqueue_wheel_{secrets.token_hex(4)}"
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {conn.dialect.identifier_preparer.quote(name)}")
+    except sa.exc.OperationalError as error:
+        admin.dispose()
+        session.error(
+            f"PostgreSQL is unreachable at {POSTGRES_URL} ({error.orig}); start it or set "
+            "SQLQUEUE_TEST_POSTGRES_URL"
+        )
+    try:
+        yield sa.make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            quoted = conn.dialect.identifier_preparer.quote(name)
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+        admin.dispose()
+
+
+def _check_tables(session: nox.Session, url: str) -> None:
+    """Fail the session unless ``url`` has sqlqueue's tables and one recorded revision."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        tables = set(sa.inspect(engine).get_table_names())
+        missing = SQLQUEUE_TABLES - tables
+        if missing:
+            session.error(f"{engine.url!r} lacks {sorted(missing)}")
+        version = sa.table("sqlqueue_alembic_version", sa.column("version_num"))
+        with engine.connect() as conn:
+            revisions = list(conn.execute(sa.select(version.c.version_num)).scalars())
+    finally:
+        engine.dispose()
+    if len(revisions) != 1:
+        session.error(f"{engine.url!r} should record one revision, has {revisions}")
+    session.log(f"{engine.url!r}: tables {sorted(tables)}, revision {revisions[0]}")

@@ -1,0 +1,320 @@
+"""Migrations: the migrated schema is exactly the declared one, sqlqueue's history lives in its
+own version table beside a host's, the CLI migrates, and the wheel carries the revisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import alembic
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import sqlqueue
+from sqlqueue._migrate import migrations_dir
+from sqlqueue._schema import VERSION_TABLE, metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = ScriptDirectory(str(migrations_dir())).get_current_head()
+UNREACHABLE_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/sqlqueue"
+
+
+def _drop_sqlqueue(engine: sa.Engine) -> None:
+    """Remove sqlqueue's tables and version table, leaving anything else in place."""
+    metadata.drop_all(engine)
+    sa.Table(VERSION_TABLE, sa.MetaData()).drop(engine, checkfirst=True)
+
+
+def _versions(engine: sa.Engine, table: str) -> list[str]:
+    version = sa.table(table, sa.column("version_num"))
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(version.c.version_num)).scalars())
+
+
+def _tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+def _plain(value: Any) -> Any:
+    """Reflected values made comparable: types and SQL fragments as text, dicts sorted."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, sa.types.TypeEngine):
+        return repr(value)
+    if isinstance(value, sa.sql.ClauseElement):
+        return str(value)
+    return value
+
+
+def _snapshot(engine: sa.Engine) -> dict[str, Any]:
+    """Everything the database reports about sqlqueue's tables, as the database spells it."""
+    inspector = sa.inspect(engine)
+    return {
+        table: _plain(
+            {
+                "columns": inspector.get_columns(table),
+                "primary_key": inspector.get_pk_constraint(table),
+                "indexes": {ix["name"]: ix for ix in inspector.get_indexes(table)},
+                "checks": {ck["name"]: ck for ck in inspector.get_check_constraints(table)},
+                "uniques": inspector.get_unique_constraints(table),
+                "foreign_keys": inspector.get_foreign_keys(table),
+            }
+        )
+        for table in sorted(inspector.get_table_names())
+        if table != VERSION_TABLE
+    }
+
+
+# -- the migrated schema is the declared schema ---------------------------------------------
+
+
+def test_alembic_sees_no_difference_between_migrations_and_metadata(backend):
+    with backend.engine.connect() as conn:
+        # version_table tells alembic which table is the version table: it skips that one, as
+        # it would skip `alembic_version`, instead of reporting it as a table to drop.
+        context = MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+        )
+        assert compare_metadata(context, metadata) == []
+
+
+def test_migrated_schema_equals_create_all_including_checks_and_partial_indexes(backend):
+    # Alembic's autogenerate compares tables, columns, types, nullability, keys and indexes, but
+    # neither CHECK constraints nor the WHERE of a partial index. So also let the database
+    # describe the migrated schema and the one create_all() builds from the metadata, and
+    # compare the two descriptions whole: both are spelled by the same server.
+    migrated = _snapshot(backend.engine)
+    _drop_sqlqueue(backend.engine)
+    metadata.create_all(backend.engine)
+    declared = _snapshot(backend.engine)
+
+    assert migrated == declared
+    # The comparison covers what alembic skips: reflection did report both kinds.
+    table = migrated["sqlqueue_jobs"]
+    assert set(table["checks"]) == {
+        "ck_sqlqueue_jobs_status",
+        "ck_sqlqueue_jobs_max_attempts",
+        "ck_sqlqueue_jobs_attempts",
+    }
+    for name in ("ix_sqlqueue_jobs_claim", "ix_sqlqueue_jobs_lease"):
+        options = table["indexes"][name]["dialect_options"]
+        assert any(key.endswith("_where") and value for key, value in options.items()), options
+
+
+# -- idempotent, and in a version table of its own -------------------------------------------
+
+
+def test_migrate_is_idempotent_and_records_its_revision_in_its_own_table(backend):
+    queue = backend.queue()
+    queue.task("noop")(lambda: None)
+    with backend.engine.begin() as conn:
+        job_id = queue.enqueue(conn, "noop", {})
+
+    sqlqueue.migrate(backend.engine)
+    sqlqueue.migrate(backend.url)
+    with backend.engine.connect() as conn:
+        sqlqueue.migrate(conn)
+
+    assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
+    assert "alembic_version" not in _tables(backend.engine)
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert job.status == sqlqueue.JobStatus.QUEUED
+
+
+def test_a_host_apps_alembic_history_is_untouched(backend):
+    _drop_sqlqueue(backend.engine)
+    host = sa.MetaData()
+    host_version = sa.Table(
+        "alembic_version", host, sa.Column("version_num", sa.String(32), primary_key=True)
+    )
+    sa.Table("host_users", host, sa.Column("id", sa.Integer, primary_key=True))
+    host.create_all(backend.engine)
+    with backend.engine.begin() as conn:
+        conn.execute(host_version.insert().values(version_num="hostrev123"))
+
+    # Had sqlqueue used `alembic_version`, alembic would fail here: no revision "hostrev123".
+    sqlqueue.migrate(backend.engine)
+    sqlqueue.migrate(backend.engine)
+
+    assert _versions(backend.engine, "alembic_version") == ["hostrev123"]
+    assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
+    assert _tables(backend.engine) == {
+        "alembic_version",
+        "host_users",
+        "sqlqueue_jobs",
+        VERSION_TABLE,
+    }
+
+
+def test_a_failed_migration_leaves_nothing_half_done(backend):
+    _drop_sqlqueue(backend.engine)
+    # A host object that takes one of our index names makes the revision fail after its
+    # CREATE TABLE; the whole revision must roll back (on SQLite too, where the driver leaves
+    # DDL outside transactions unless one is begun explicitly).
+    host = sa.MetaData()
+    things = sa.Table(
+        "host_things",
+        host,
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("status", sa.String(16)),
+    )
+    sa.Index("ix_sqlqueue_jobs_status", things.c.status)
+    host.create_all(backend.engine)
+
+    with pytest.raises(sqlqueue.SqlqueueError, match="ix_sqlqueue_jobs_status"):
+        sqlqueue.migrate(backend.engine)
+    assert _tables(backend.engine) == {"host_things"}
+
+    # Inside a caller's transaction the failure is contained too, and the transaction goes on.
+    with backend.engine.connect() as conn:
+        conn.execute(things.insert().values(status="before"))
+        with pytest.raises(sqlqueue.SqlqueueError):
+            sqlqueue.migrate(conn)
+        conn.execute(things.insert().values(status="after"))
+        conn.commit()
+    assert _tables(backend.engine) == {"host_things"}
+    with backend.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(things)).scalar() == 2
+
+
+# -- a host's alembic env.py runs ours (the recipe in docs/migrations.md) --------------------
+
+HOST_ENV = '''
+import sqlalchemy as sa
+from alembic import context
+
+import sqlqueue
+
+host = sa.MetaData()
+sa.Table("host_users", host, sa.Column("id", sa.Integer, primary_key=True))
+
+
+def include_name(name, type_, parent_names):
+    """Leave sqlqueue's tables (and its version table) to sqlqueue's own migrations."""
+    if type_ == "table":
+        return not name.startswith("sqlqueue_")
+    return True
+
+
+engine = sa.create_engine(context.config.get_main_option("sqlalchemy.url"), poolclass=sa.NullPool)
+with engine.connect() as connection:
+    context.configure(connection=connection, target_metadata=host, include_name=include_name)
+    with context.begin_transaction():
+        sqlqueue.migrate(connection)
+        context.run_migrations()
+'''
+
+
+def test_a_host_alembic_env_runs_sqlqueue_migrations_and_ignores_its_tables(backend, tmp_path):
+    _drop_sqlqueue(backend.engine)
+    script_dir = tmp_path / "host_migrations"
+    (script_dir / "versions").mkdir(parents=True)
+    (script_dir / "env.py").write_text(HOST_ENV)
+    template = Path(alembic.__file__).parent / "templates" / "generic" / "script.py.mako"
+    (script_dir / "script.py.mako").write_text(template.read_text())
+    config = Config()
+    config.set_main_option("script_location", str(script_dir))
+    config.set_main_option("sqlalchemy.url", backend.url.replace("%", "%%"))
+
+    script = command.revision(config, "host users", autogenerate=True)
+    assert isinstance(script, alembic.script.Script)
+    generated = Path(script.path).read_text()
+    assert "host_users" in generated
+    assert "sqlqueue" not in generated
+
+    command.upgrade(config, "head")
+    command.check(config)  # raises if autogenerate would touch anything, ours included
+
+    assert _versions(backend.engine, "alembic_version") == [script.revision]
+    assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
+    assert {"host_users", "sqlqueue_jobs"} <= _tables(backend.engine)
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def _sqlqueue_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "SQLQUEUE_DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "sqlqueue", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_migrate_creates_the_tables(backend, tmp_path):
+    _drop_sqlqueue(backend.engine)
+
+    result = _sqlqueue_cli("migrate", "--database-url", backend.url, cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert {"sqlqueue_jobs", VERSION_TABLE} <= _tables(backend.engine)
+    assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
+
+
+def test_cli_migrate_without_a_database_says_how_to_give_one(tmp_path):
+    result = _sqlqueue_cli("migrate", cwd=tmp_path)
+
+    assert result.returncode == 1
+    assert "--database-url" in result.stderr
+    assert "SQLQUEUE_DATABASE_URL" in result.stderr
+
+
+def test_cli_migrate_reports_an_unreachable_postgres(tmp_path):
+    result = _sqlqueue_cli("migrate", "--database-url", UNREACHABLE_POSTGRES, cwd=tmp_path)
+
+    assert result.returncode == 1
+    assert "cannot reach PostgreSQL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- the wheel ---------------------------------------------------------------------------------
+
+
+def test_the_wheel_ships_the_migrations_and_py_typed(tmp_path):
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from hatchling.build import build_wheel; print(build_wheel(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+
+    with zipfile.ZipFile(tmp_path / build.stdout.strip().splitlines()[-1]) as wheel:
+        names = set(wheel.namelist())
+        entry_points = next(
+            wheel.read(name).decode() for name in names if name.endswith("entry_points.txt")
+        )
+    assert {
+        "sqlqueue/_migrations/env.py",
+        "sqlqueue/_migrations/script.py.mako",
+        "sqlqueue/_migrations/versions/0001_create_jobs.py",
+        "sqlqueue/py.typed",
+    } <= names
+    revisions = (ROOT / "migrations" / "versions").glob("*.py")
+    assert {f"sqlqueue/_migrations/versions/{path.name}" for path in revisions} <= names
+    assert not [name for name in names if name.endswith(".pyc")]
+    assert "sqlqueue = sqlqueue._cli:main" in entry_points
