@@ -285,6 +285,8 @@ class Worker:
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
         job = outcome.job
         self._leased.pop(job.id, None)
+        if self._fill_eagerly:
+            self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
         if not landed:
             log.warning(
                 "lost the lease on job %d (%s, attempt %d): the reaper or another worker "
