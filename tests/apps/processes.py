@@ -1,0 +1,145 @@
+"""Starting real processes for the process tests, and waiting on them without ever hanging.
+
+Children run with the repository root as their working directory (so ``tests.apps…`` imports)
+and the test database in ``SQLQUEUE_DATABASE_URL``. Their output goes to a log file that a
+failing assertion quotes; the tests count from database rows, never from these logs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+__all__ = ["REPO_ROOT", "WorkerProcess", "Workers", "child_env", "wait_until"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LEDGER_APP = "tests.apps.ledger_app:queue"
+
+T = TypeVar("T")
+
+
+def child_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a child process: ours plus the database URL and ``extra``."""
+    env = dict(os.environ)
+    env.update(SQLQUEUE_DATABASE_URL=database_url, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            details = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{details}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """One ``python -m sqlqueue worker`` child process."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log: IO[bytes] = log_path.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "sqlqueue", "worker", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self.popen.pid
+
+    def log(self) -> str:
+        """What the worker has logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def describe(self) -> str:
+        """Exit status and log tail, for assertion messages."""
+        tail = "\n".join(self.log().splitlines()[-40:])
+        return f"worker pid {self.pid} (exit {self.popen.poll()}) log tail:\n{tail}"
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the worker has started serving (or fail if it died)."""
+
+        def serving() -> bool:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"the worker exited during start-up\n{self.describe()}")
+            return "serving queues" in self.log()
+
+        wait_until(serving, timeout=timeout, what="the worker to start", explain=self.describe)
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the worker."""
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the worker to exit; fail (and kill it) if it takes longer than ``timeout``."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+            raise AssertionError(
+                f"the worker did not exit within {timeout:g} s\n{self.describe()}"
+            ) from None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM the worker and wait for it to exit; return its exit status."""
+        self.send(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def close(self) -> None:
+        """Kill the worker if it is still running and close its log."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+        self._log.close()
+
+
+class Workers:
+    """The worker processes of one test; whatever is still running at the end is killed."""
+
+    def __init__(self, database_url: str, log_dir: Path) -> None:
+        self._database_url = database_url
+        self._log_dir = log_dir
+        self._started: list[WorkerProcess] = []
+
+    def start(
+        self,
+        *options: str,
+        app: str = LEDGER_APP,
+        lease_seconds: float | None = None,
+    ) -> WorkerProcess:
+        """Start ``sqlqueue worker app *options``; ``lease_seconds`` sets the app's lease."""
+        extra = {"LEDGER_LEASE_SECONDS": str(lease_seconds)} if lease_seconds else {}
+        log_path = self._log_dir / f"worker-{len(self._started) + 1}.log"
+        worker = WorkerProcess([app, *options], child_env(self._database_url, **extra), log_path)
+        self._started.append(worker)
+        return worker
+
+    def close(self) -> None:
+        """Kill every worker still running."""
+        for worker in self._started:
+            worker.close()
