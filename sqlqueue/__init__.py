@@ -5,6 +5,7 @@ look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
 from sqlqueue._backoff import Backoff, exponential, linear, schedule
+from sqlqueue._context import JobContext
 from sqlqueue._errors import (
     ConfigurationError,
     DatabaseError,
@@ -22,7 +23,7 @@ from sqlqueue._errors import (
     UnknownJobType,
     UnsupportedDatabase,
 )
-from sqlqueue._job import ErrorRecord, Job, JobStatus
+from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._task import JobRequest, Task, TaskCall
@@ -37,6 +38,7 @@ __all__ = [
     "ErrorRecord",
     "HandlerSignal",
     "Job",
+    "JobContext",
     "JobNotFound",
     "JobRequest",
     "JobStateError",
@@ -44,6 +46,7 @@ __all__ = [
     "JobTimeout",
     "PayloadError",
     "PermanentError",
+    "Progress",
     "Queue",
     "Retry",
     "SchemaNotMigrated",

@@ -46,7 +46,10 @@ class Completer:
         self._idle.set()
 
     def add(self, outcome: Outcome) -> None:
-        """Queue an outcome for the next batch."""
+        """Queue an outcome for the next batch (one written by its handler is reported at once)."""
+        if outcome.recorded:
+            self._on_written(outcome, outcome.landed)
+            return
         self._pending.append(outcome)
         self._idle.clear()
         self._ready.set()
@@ -95,4 +98,5 @@ class Completer:
             worker_id=self._worker_id,
             succeeded=[o.job.fence for o in batch if o.failure is None],
             failures=[o.failure for o in batch if o.failure is not None],
+            results={o.job.id: o.result for o in batch if o.result is not None},
         )

@@ -10,17 +10,24 @@ import asyncio
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlqueue._errors import JobTimeout, PermanentError, Retry
+from sqlalchemy import Connection
+
+from sqlqueue._context import JobContext
+from sqlqueue._errors import JobTimeout, PayloadError, PermanentError, Retry
+from sqlqueue._payload import check_result
+from sqlqueue._store import transitions
+from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
 from sqlqueue._threads import HandlerThreads
 
-__all__ = ["Outcome", "classify", "execute"]
+__all__ = ["Outcome", "Runtime", "classify", "execute"]
 
 _MAX_TRACEBACK_CHARS = 8_000
 _MAX_ERROR_CHARS = 2_000
@@ -28,16 +35,36 @@ _MAX_ERROR_CHARS = 2_000
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """What one attempt produced: ``failure`` is ``None`` when the handler succeeded."""
+    """What one attempt produced: ``failure`` is ``None`` when the handler succeeded.
+
+    ``recorded`` means the success was already written in the handler's own transaction
+    (``landed`` says whether the lease still held); otherwise the completer writes it.
+    """
 
     job: ClaimedJob
     failure: Failure | None
     elapsed: float
+    result: Any = None
+    recorded: bool = False
+    landed: bool = False
 
     @property
     def succeeded(self) -> bool:
         """Whether the attempt succeeded."""
         return self.failure is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    """What running a job needs from its worker."""
+
+    threads: HandlerThreads
+    store: Store
+    worker_id: str
+    known: list[str]
+    max_result_bytes: int
+    make_context: Callable[[ClaimedJob], JobContext]
+    forget_context: Callable[[ClaimedJob], None]
 
 
 class _NoHandler(PermanentError):
@@ -48,30 +75,47 @@ class _PayloadMismatch(PermanentError):
     """The payload does not fit the handler's signature."""
 
 
-async def execute(
-    job: ClaimedJob, task: Task | None, threads: HandlerThreads, known: list[str]
-) -> Outcome:
-    """Run ``job`` with its task's handler (sync in ``threads``, async on this loop)."""
+class _BadResult(PermanentError):
+    """The handler returned something that cannot be stored as the job's result."""
+
+
+async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outcome:
+    """Run ``job`` with its task's handler (sync in a thread, async on this loop)."""
     started = time.monotonic()
     try:
         if task is None:
             raise _NoHandler(
                 f"no handler for job type {job.job_type!r} in this worker "
-                f"(it knows: {', '.join(known) or 'nothing'}); register the task or run a worker "
-                "that has it, then requeue this job"
+                f"(it knows: {', '.join(runtime.known) or 'nothing'}); register the task or run a "
+                "worker that has it, then requeue this job"
             )
         _check_arguments(task, job)
-        await _call(task, job, threads)
+        context = runtime.make_context(job) if task.context_parameter else None
+        try:
+            result, recorded, landed = await _call(task, job, runtime, context)
+        finally:
+            if context is not None:
+                runtime.forget_context(job)
     except asyncio.CancelledError:
         raise
     except BaseException as error:
         return classify(job, task, error, time.monotonic() - started)
-    return Outcome(job=job, failure=None, elapsed=time.monotonic() - started)
+    return Outcome(
+        job=job,
+        failure=None,
+        elapsed=time.monotonic() - started,
+        result=result,
+        recorded=recorded,
+        landed=landed,
+    )
 
 
 def _check_arguments(task: Task, job: ClaimedJob) -> None:
+    context = task.context_parameter
     try:
-        task.signature.bind(**job.payload)
+        if context is not None and context in job.payload:
+            raise TypeError(f"{context!r} is the handler's JobContext, not a payload field")
+        task.signature.bind(**job.payload, **({context: None} if context else {}))
     except TypeError as error:
         parameters = ", ".join(
             str(p.replace(annotation=p.empty)) for p in task.signature.parameters.values()
@@ -81,23 +125,85 @@ def _check_arguments(task: Task, job: ClaimedJob) -> None:
         ) from None
 
 
-async def _call(task: Task, job: ClaimedJob, threads: HandlerThreads) -> Any:
+def _completion(runtime: Runtime, job: ClaimedJob, result: Any) -> Callable[[Connection], bool]:
+    """The fenced success write, for a handler's own transaction."""
+
+    def complete(conn: Connection) -> bool:
+        landed = transitions.complete(
+            conn,
+            runtime.store.dialect,
+            worker_id=runtime.worker_id,
+            fences=[job.fence],
+            results={job.id: result},
+        )
+        return job.id in landed
+
+    return complete
+
+
+def _checked_result(result: Any, runtime: Runtime) -> Any:
+    try:
+        return check_result(result, max_bytes=runtime.max_result_bytes)
+    except PayloadError as error:
+        raise _BadResult(f"the handler's return value cannot be stored: {error}") from None
+
+
+async def _call(
+    task: Task, job: ClaimedJob, runtime: Runtime, context: JobContext | None
+) -> tuple[Any, bool, bool]:
+    """Run the handler; return ``(result, recorded, landed)``."""
+    kwargs: dict[str, Any] = dict(job.payload)
+    if context is not None and task.context_parameter is not None:
+        kwargs[task.context_parameter] = context
     timeout = task.timeout
     if task.is_async:
-        coroutine = task.handler(**job.payload)
         try:
-            return await asyncio.wait_for(coroutine, timeout)
+            result = _checked_result(
+                await asyncio.wait_for(task.handler(**kwargs), timeout), runtime
+            )
         except TimeoutError:
+            await _abort(context)
             raise _timed_out(task, job) from None
-    ticket = threads.submit(lambda: task.handler(**job.payload))
+        except BaseException:
+            await _abort(context)
+            raise
+        if context is not None and context.in_transaction:
+            landed = await context.finish_async(_completion(runtime, job, result))
+            if context.in_transaction:  # a sync transaction() opened from an async handler
+                landed = context.finish_sync(_completion(runtime, job, result))
+            return result, True, landed
+        return result, False, False
+
+    def run_in_thread() -> tuple[Any, bool, bool]:
+        try:
+            value = _checked_result(task.handler(**kwargs), runtime)
+        except BaseException:
+            if context is not None:
+                context.finish_sync(None)
+            raise
+        if context is not None and context.in_transaction:
+            return value, True, context.finish_sync(_completion(runtime, job, value))
+        return value, False, False
+
+    ticket = runtime.threads.submit(run_in_thread)
     try:
-        return await asyncio.wait_for(asyncio.shield(ticket.future), timeout)
+        outcome: tuple[Any, bool, bool] = await asyncio.wait_for(
+            asyncio.shield(ticket.future), timeout
+        )
+        return outcome
     except TimeoutError:
-        threads.abandon(ticket)
+        runtime.threads.abandon(ticket)
         raise _timed_out(task, job) from None
     except asyncio.CancelledError:
-        threads.abandon(ticket)
+        runtime.threads.abandon(ticket)
         raise
+
+
+async def _abort(context: JobContext | None) -> None:
+    """Roll back whatever transaction the handler opened."""
+    if context is not None:
+        await context.finish_async(None)
+        context.finish_sync(None)
 
 
 def _timed_out(task: Task, job: ClaimedJob) -> JobTimeout:
@@ -123,7 +229,7 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         delay = task.backoff.delay(job.attempt) if task is not None else 0.0
     message = _describe(error)
     details: dict[str, Any] = {"elapsed_seconds": round(elapsed, 6)}
-    if not isinstance(error, Retry | _NoHandler | _PayloadMismatch | JobTimeout):
+    if not isinstance(error, Retry | _NoHandler | _PayloadMismatch | _BadResult | JobTimeout):
         details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
     entry = error_entry(
         attempt=job.attempt,
@@ -165,6 +271,8 @@ def _kind(error: BaseException) -> str:
         return "UnknownJobType"
     if isinstance(error, _PayloadMismatch):
         return "PayloadMismatch"
+    if isinstance(error, _BadResult):
+        return "ResultError"
     return type(error).__name__
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ErrorRecord", "Job", "JobStatus"]
+__all__ = ["ErrorRecord", "Job", "JobStatus", "Progress"]
 
 
 class JobStatus(enum.StrEnum):
@@ -40,6 +40,16 @@ class ErrorRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Progress:
+    """How far a running job says it got: ``done`` of ``total`` (if known), with a note."""
+
+    done: float
+    total: float | None
+    note: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """A snapshot of one job row; read it with :meth:`sqlqueue.Queue.get_job`."""
 
@@ -56,6 +66,8 @@ class Job:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    result: Any
+    progress: Progress | None
     last_error: str | None
     errors: tuple[ErrorRecord, ...]
     idempotency_key: str | None

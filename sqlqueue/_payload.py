@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlqueue._errors import PayloadError
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_DEPTH", "check_payload"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_DEPTH", "check_payload", "check_result"]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 #: Deeper payloads are almost always a mistake (a graph, not ids and options).
@@ -38,6 +38,21 @@ def check_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> dict[
             f"options in the job, and large data in your own tables (or raise max_payload_bytes)"
         )
     return dict(payload)
+
+
+def check_result(result: Any, *, max_bytes: int) -> Any:
+    """``result`` once checked to be storable JSON (any JSON value) within ``max_bytes``."""
+    if result is None:
+        return None
+    _check_value(result, "result", 0)
+    encoded = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    size = len(encoded.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadError(
+            f"the result is {size} bytes, over the {max_bytes}-byte cap: keep large outputs in "
+            "your own tables and return their ids (or raise max_result_bytes)"
+        )
+    return result
 
 
 def _check_value(value: Any, path: str, depth: int) -> None:
@@ -66,7 +81,7 @@ def _check_value(value: Any, path: str, depth: int) -> None:
             _check_value(item, f"{path}[{index}]", depth + 1)
         return
     raise PayloadError(
-        f"{path} is a {type(value).__name__}; payloads hold JSON values only "
+        f"{path} is a {type(value).__name__}; only JSON values can be stored "
         "(str, int, float, bool, None, list, dict) — convert it, e.g. a datetime to ISO text"
     )
 

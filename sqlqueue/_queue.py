@@ -42,7 +42,9 @@ class Queue:
         lease_seconds: float = 30.0,
         default_queue: str = "default",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         unknown_jobs: UnknownJobPolicy = "dead",
+        async_engine: Any = None,
     ) -> None:
         if isinstance(engine, str):
             engine = create_engine(engine)
@@ -58,6 +60,12 @@ class Queue:
             raise ConfigurationError(f"lease_seconds must be > 0, got {lease_seconds!r}")
         if max_payload_bytes <= 0:
             raise ConfigurationError(f"max_payload_bytes must be > 0, got {max_payload_bytes!r}")
+        if max_result_bytes <= 0:
+            raise ConfigurationError(f"max_result_bytes must be > 0, got {max_result_bytes!r}")
+        if async_engine is not None and not hasattr(async_engine, "sync_engine"):
+            raise ConfigurationError(
+                f"async_engine: expected a SQLAlchemy AsyncEngine, got {async_engine!r}"
+            )
         if not default_queue:
             raise ConfigurationError("default_queue must be a non-empty name")
         if unknown_jobs not in ("dead", "skip"):
@@ -69,8 +77,21 @@ class Queue:
         self.lease_seconds = float(lease_seconds)
         self.default_queue = default_queue
         self.max_payload_bytes = max_payload_bytes
+        self.max_result_bytes = max_result_bytes
+        self._async_engine = async_engine
         self.unknown_jobs: UnknownJobPolicy = unknown_jobs
         self._tasks: dict[str, Task] = {}
+
+    def async_engine(self) -> Any:
+        """The ``AsyncEngine`` async handlers' transactions run on: the one given, or one made
+        from this engine's URL with the backend's asyncio driver (needs ``sqlqueue[async]``)."""
+        if self._async_engine is None:
+            from sqlalchemy.ext.asyncio import create_async_engine
+
+            engine = create_async_engine(self.dialect.async_url(self.engine.url))
+            self.dialect.prepare_engine(engine.sync_engine)
+            self._async_engine = engine
+        return self._async_engine
 
     # -- tasks --------------------------------------------------------------------------------
 

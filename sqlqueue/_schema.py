@@ -67,6 +67,10 @@ jobs = Table(
     Column("requeued_at", UtcDateTime, nullable=True),
     Column("requeued_by", String(255), nullable=True),
     Column("requeue_reason", Text, nullable=True),
+    # What the handler produced, and how far it got while running (added by 0002; columns
+    # are declared in the order the migrations create them).
+    Column("result", JsonDocument, nullable=True),
+    Column("progress", JsonDocument, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),

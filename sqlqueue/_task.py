@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -85,6 +86,8 @@ class Task:
     retry_on: tuple[type[BaseException], ...] | None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
+    #: The name of the parameter annotated ``JobContext``, if the handler asks for one.
+    context_parameter: str | None = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:
@@ -94,7 +97,9 @@ class Task:
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, got {self.timeout!r}")
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
-        object.__setattr__(self, "signature", inspect.signature(self.handler))
+        signature = inspect.signature(self.handler)
+        object.__setattr__(self, "signature", signature)
+        object.__setattr__(self, "context_parameter", _context_parameter(self.handler, signature))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -147,6 +152,23 @@ class TaskCall:
             for payload in payloads
         ]
         return self.task.owner.enqueue_many(conn, requests)
+
+
+def _context_parameter(handler: Handler, signature: inspect.Signature) -> str | None:
+    """The parameter annotated with ``JobContext`` (also as a string annotation), if any."""
+    from sqlqueue._context import JobContext
+
+    try:
+        hints = typing.get_type_hints(handler)
+    except Exception:  # unresolvable forward references: fall back to the annotation text
+        hints = {}
+    for name, parameter in signature.parameters.items():
+        annotation = hints.get(name, parameter.annotation)
+        if annotation is JobContext or (
+            isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "JobContext"
+        ):
+            return name
+    return None
 
 
 def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:

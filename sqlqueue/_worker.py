@@ -22,9 +22,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue._completer import Completer
+from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import ConfigurationError, DatabaseError
-from sqlqueue._executor import Outcome, execute
+from sqlqueue._executor import Outcome, Runtime, execute
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._reaper import Reaper
 from sqlqueue._store.rows import ClaimedJob
@@ -98,7 +99,8 @@ class Worker:
         self._leased: dict[int, ClaimedJob] = {}
         self._fill_eagerly = False
         self._db = DatabaseThread()
-        self._threads: HandlerThreads | None = None
+        self._runtime: Runtime | None = None
+        self._contexts: Contexts | None = None
         self._completer: Completer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -149,6 +151,8 @@ class Worker:
     def _request_stop(self) -> None:
         self._stop_requested.set()
         self._wake.set()
+        if self._contexts is not None:
+            self._contexts.cancel_all()
 
     async def serve(self, *, burst: bool = False) -> None:
         """The worker as a coroutine, for running inside an existing event loop."""
@@ -162,7 +166,17 @@ class Worker:
         self._leased = {}
         self._fill_eagerly = False
         self._db = DatabaseThread()
-        threads = self._threads = HandlerThreads(self.settings.concurrency)
+        threads = HandlerThreads(self.settings.concurrency)
+        contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
+        self._runtime = Runtime(
+            threads=threads,
+            store=self._store,
+            worker_id=self.worker_id,
+            known=sorted(self._tasks),
+            max_result_bytes=self.queue.max_result_bytes,
+            make_context=contexts.make,
+            forget_context=contexts.forget,
+        )
         completer = self._completer = Completer(
             self._store,
             self._db,
@@ -178,6 +192,7 @@ class Worker:
             self.queue.lease_seconds,
         )
         duties = [
+            asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
             asyncio.create_task(
                 self._every(self._heartbeat_interval, self._beat, "heartbeat"),
@@ -242,8 +257,10 @@ class Worker:
         )
 
     async def _anything_due(self) -> bool:
-        """Burst mode's last look: claim once more, in case a retry became due meanwhile."""
+        """Burst mode's last look: recover expired leases, then claim once more (a retry may
+        have become due meanwhile)."""
         try:
+            await self._db.call(self._reaper.run_once)
             claimed = await self._db.call(partial(self._claim, self.settings.concurrency))
         except DatabaseError:
             return True  # not known to be empty: the claim loop deals with the outage
@@ -271,11 +288,9 @@ class Worker:
         return self._completer
 
     async def _process(self, job: ClaimedJob) -> None:
-        assert self._threads is not None
+        assert self._runtime is not None
         try:
-            outcome = await execute(
-                job, self._tasks.get(job.job_type), self._threads, sorted(self._tasks)
-            )
+            outcome = await execute(job, self._tasks.get(job.job_type), self._runtime)
             self._require_completer().add(outcome)
         finally:
             self._running.pop(job.id, None)
@@ -290,10 +305,13 @@ class Worker:
         if not landed:
             log.warning(
                 "lost the lease on job %d (%s, attempt %d): the reaper or another worker "
-                "took it over, so this attempt's outcome was discarded",
+                "took it over, so this attempt's outcome was discarded%s",
                 job.id,
                 job.job_type,
                 job.attempt,
+                " and its transaction rolled back (none of its writes landed)"
+                if outcome.recorded
+                else "",
             )
         elif outcome.failure is None:
             log.debug("job %d (%s) succeeded in %.3f s", job.id, job.job_type, outcome.elapsed)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -82,13 +82,14 @@ class Store:
         worker_id: str,
         succeeded: Sequence[tuple[int, int]],
         failures: Sequence[Failure],
+        results: Mapping[int, Any] | None = None,
         now: datetime | None = None,
     ) -> set[int]:
         """Write outcomes in one transaction; return the ids whose lease was still ours."""
 
         def write(conn: Connection) -> set[int]:
             landed = transitions.complete(
-                conn, self.dialect, worker_id=worker_id, fences=succeeded, now=now
+                conn, self.dialect, worker_id=worker_id, fences=succeeded, results=results, now=now
             )
             for failure in failures:
                 if transitions.fail(
@@ -98,6 +99,24 @@ class Store:
             return landed
 
         return self._in_write(write)
+
+    def record_progress(
+        self,
+        *,
+        worker_id: str,
+        reports: Sequence[tuple[tuple[int, int], Mapping[str, Any]]],
+        lease_seconds: float,
+    ) -> set[int]:
+        """Store progress reports, extending their jobs' leases."""
+        return self._in_write(
+            lambda conn: transitions.record_progress(
+                conn,
+                self.dialect,
+                worker_id=worker_id,
+                reports=reports,
+                lease_seconds=lease_seconds,
+            )
+        )
 
     def release(
         self, *, worker_id: str, fences: Sequence[tuple[int, int]], now: datetime | None = None

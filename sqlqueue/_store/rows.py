@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from sqlqueue._job import ErrorRecord, Job, JobStatus
+from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 
 __all__ = ["ClaimedJob", "Failure", "error_entry", "row_to_job"]
 
@@ -58,13 +58,32 @@ def error_entry(
     return entry
 
 
-def _error_record(entry: Mapping[str, Any]) -> ErrorRecord:
+def error_record(entry: Mapping[str, Any]) -> ErrorRecord:
+    """One stored error-history entry as an :class:`ErrorRecord`."""
     return ErrorRecord(
         attempt=int(entry["attempt"]),
         at=datetime.fromisoformat(str(entry["at"])),
         error=str(entry["error"]),
         kind=str(entry.get("kind", "")),
         details=entry.get("details"),
+    )
+
+
+def progress_entry(
+    *, done: float, total: float | None, note: str | None, at: datetime
+) -> dict[str, Any]:
+    """A job's ``progress`` JSON document."""
+    return {"done": done, "total": total, "note": note, "at": at.isoformat()}
+
+
+def _progress(entry: Mapping[str, Any] | None) -> Progress | None:
+    if not entry:
+        return None
+    return Progress(
+        done=entry["done"],
+        total=entry.get("total"),
+        note=entry.get("note"),
+        at=datetime.fromisoformat(str(entry["at"])),
     )
 
 
@@ -84,8 +103,10 @@ def row_to_job(row: RowMapping) -> Job:
         updated_at=row["updated_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        result=row["result"],
+        progress=_progress(row["progress"]),
         last_error=row["last_error"],
-        errors=tuple(_error_record(entry) for entry in row["errors"] or ()),
+        errors=tuple(error_record(entry) for entry in row["errors"] or ()),
         idempotency_key=row["idempotency_key"],
         locked_by=row["locked_by"],
         lease_expires_at=row["lease_expires_at"],

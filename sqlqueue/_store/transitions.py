@@ -7,11 +7,11 @@ reaper or another worker has already written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, tuple_, update
+from sqlalchemy import Connection, Update, select, tuple_, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
@@ -24,6 +24,7 @@ __all__ = [
     "extend_leases",
     "fail",
     "reap_expired",
+    "record_progress",
     "release",
 ]
 
@@ -70,19 +71,70 @@ def complete(
     *,
     worker_id: str,
     fences: Sequence[tuple[int, int]],
+    results: Mapping[int, Any] | None = None,
     now: datetime | None = None,
 ) -> set[int]:
-    """Mark the leased jobs ``succeeded`` in one statement; return the ids that were still ours."""
-    if not fences:
-        return set()
+    """Mark the leased jobs ``succeeded``; return the ids that were still ours.
+
+    Jobs without a result share one statement; a job with a result (``results[id]``, not
+    ``None``) gets its own, since each row stores a different value.
+    """
+    results = results or {}
+    plain = [fence for fence in fences if results.get(fence[0]) is None]
+    landed: set[int] = set()
+    if plain:
+        landed |= set(conn.execute(_complete_statement(dialect, worker_id, plain, now)).scalars())
+    for fence in fences:
+        if results.get(fence[0]) is not None:
+            stmt = _complete_statement(dialect, worker_id, [fence], now, result=results[fence[0]])
+            landed |= set(conn.execute(stmt).scalars())
+    return landed
+
+
+def _complete_statement(
+    dialect: Dialect,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    now: datetime | None,
+    *,
+    result: Any = None,
+) -> Update:
     current = dialect.now(now)
-    stmt = (
-        update(jobs)
-        .where(*_leased_by(worker_id, fences))
-        .values(status="succeeded", finished_at=current, updated_at=current, lease_expires_at=None)
-        .returning(jobs.c.id)
-    )
-    return set(conn.execute(stmt).scalars())
+    values: dict[str, Any] = {
+        "status": "succeeded",
+        "finished_at": current,
+        "updated_at": current,
+        "lease_expires_at": None,
+    }
+    if result is not None:
+        values["result"] = result
+    return update(jobs).where(*_leased_by(worker_id, fences)).values(**values).returning(jobs.c.id)
+
+
+def record_progress(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    reports: Sequence[tuple[tuple[int, int], Mapping[str, Any]]],
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> set[int]:
+    """Store each job's latest progress and extend its lease (progress is a heartbeat)."""
+    landed: set[int] = set()
+    for fence, progress in reports:
+        stmt = (
+            update(jobs)
+            .where(*_leased_by(worker_id, [fence]))
+            .values(
+                progress=dict(progress),
+                lease_expires_at=dialect.now_plus(lease_seconds, now),
+                updated_at=dialect.now(now),
+            )
+            .returning(jobs.c.id)
+        )
+        landed |= set(conn.execute(stmt).scalars())
+    return landed
 
 
 def fail(

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from sqlalchemy import (
+    URL,
     Connection,
     Engine,
     Float,
@@ -73,6 +74,10 @@ class Dialect(abc.ABC):
     def begin_write(self, conn: Connection) -> None:
         """Start a transaction that will write (SQLite takes the write lock up front)."""
         conn.begin()
+
+    def async_url(self, url: URL) -> URL:
+        """The URL of the same database through this backend's asyncio driver."""
+        return url
 
     # -- the database clock ------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
+    URL,
     Connection,
     Insert,
     Integer,
@@ -54,6 +55,10 @@ class PostgresDialect(Dialect):
         zero: ColumnElement[int] = literal_column("0", Integer())
         interval = func.make_interval(zero, zero, zero, zero, zero, zero, seconds, type_=Interval())
         return type_coerce(func.statement_timestamp() + interval, UtcDateTime())
+
+    def async_url(self, url: URL) -> URL:
+        """psycopg 3 speaks asyncio under the same driver name."""
+        return url.set(drivername="postgresql+psycopg")
 
     def lock_for_migration(self, conn: Connection) -> None:
         """A transaction-scoped advisory lock: concurrent first migrations queue up."""

@@ -10,7 +10,7 @@ import sqlite3
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Insert, event, func
+from sqlalchemy import URL, Connection, Engine, Insert, event, func
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
@@ -71,6 +71,10 @@ class SQLiteDialect(Dialect):
         check_sqlite_version(sqlite3.sqlite_version_info)
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
+
+    def async_url(self, url: URL) -> URL:
+        """The standard library driver's asyncio twin: aiosqlite."""
+        return url.set(drivername="sqlite+aiosqlite")
 
     def begin_write(self, conn: Connection) -> None:
         """``BEGIN IMMEDIATE``: take the write lock now, so a later write cannot hit SQLITE_BUSY."""

@@ -1,0 +1,224 @@
+"""The handler's context: facts about the running job, and what a handler may do about it.
+
+A handler asks for it by annotating a parameter with :class:`JobContext`::
+
+    @queue.task("import_rows")
+    def import_rows(batch_id: int, ctx: sqlqueue.JobContext) -> int:
+        with ctx.transaction() as conn:        # commits together with the job's success
+            conn.execute(rows.insert(), ...)
+        return 42                              # stored as the job's result
+
+Handlers that do not declare it get plain keyword arguments, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from sqlqueue._errors import ConfigurationError
+from sqlqueue._job import ErrorRecord
+from sqlqueue._store.rows import ClaimedJob, error_record
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from sqlqueue._queue import Queue
+
+__all__ = ["JobContext"]
+
+
+class _JobLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Prefixes every message with the job it is about: ``[job 12 send_email #2]``."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        prefix = f"[job {extra['job_id']} {extra['job_type']} #{extra['attempt']}]"
+        kwargs.setdefault("extra", {}).update(extra)
+        return f"{prefix} {msg}", kwargs
+
+
+class JobContext:
+    """What a running handler knows about its job, and can do about it.
+
+    Facts: ``job_id``, ``job_type``, ``queue``, ``attempt`` (1 for the first), ``max_attempts``,
+    ``enqueued_at`` and ``errors`` (the history of earlier failed attempts); ``logger`` is bound
+    to the job. ``cancelled`` turns true when the worker is shutting down (or the job is
+    cancelled): a long handler should check it and wrap up.
+    """
+
+    def __init__(
+        self,
+        job: ClaimedJob,
+        queue: Queue,
+        *,
+        worker_id: str,
+        on_progress: Callable[[JobContext], None],
+    ) -> None:
+        self._job = job
+        self._queue = queue
+        self._worker_id = worker_id
+        self._on_progress = on_progress
+        self._cancelled = threading.Event()
+        self._started = time.monotonic()
+        self._progress: dict[str, Any] | None = None
+        self._sync_tx: Connection | None = None
+        self._async_tx: AsyncConnection | None = None
+        self.logger = _JobLogger(
+            logging.getLogger("sqlqueue.job"),
+            {"job_id": job.id, "job_type": job.job_type, "attempt": job.attempt},
+        )
+
+    # -- facts --------------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> int:
+        """The job's id."""
+        return self._job.id
+
+    @property
+    def job_type(self) -> str:
+        """The job's type (its task's name)."""
+        return self._job.job_type
+
+    @property
+    def queue(self) -> str:
+        """The queue the job was claimed from."""
+        return self._job.queue
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number: 1 for the first."""
+        return self._job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        """How many attempts the job gets before it is dead."""
+        return self._job.max_attempts
+
+    @property
+    def enqueued_at(self) -> datetime:
+        """When the job was enqueued (database clock)."""
+        return self._job.created_at
+
+    @property
+    def errors(self) -> tuple[ErrorRecord, ...]:
+        """What went wrong in earlier attempts, oldest first."""
+        return tuple(error_record(entry) for entry in self._job.errors)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the handler was asked to stop (worker shutdown or job cancellation)."""
+        return self._cancelled.is_set()
+
+    def now(self) -> datetime:
+        """The database clock's time now, as seen from this attempt's start (no round trip)."""
+        return self._job.started_at + timedelta(seconds=time.monotonic() - self._started)
+
+    # -- progress -----------------------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the job got; visible in ``get_job`` shortly, and a heartbeat too.
+
+        Never blocks: the worker writes the latest report on its database thread.
+        """
+        if (total is not None and total < 0) or done < 0:
+            raise ConfigurationError("progress needs done >= 0 and total >= 0")
+        self._progress = {"done": done, "total": total, "note": note, "at": self.now()}
+        self._on_progress(self)
+
+    def take_progress(self) -> dict[str, Any] | None:
+        """The latest unreported progress, once (the worker's side of :meth:`progress`)."""
+        progress, self._progress = self._progress, None
+        return progress
+
+    # -- transactional completion -------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A connection whose writes commit together with this job's success, or not at all.
+
+        The transaction stays open until the handler returns: then the job is marked
+        ``succeeded`` in it (fenced on this attempt's lease) and it commits. If the handler
+        raises, or the lease was lost meanwhile, everything rolls back. On SQLite the write lock
+        is held until then: keep such handlers short.
+        """
+        if self._async_tx is not None:
+            raise ConfigurationError("this attempt already uses transaction_async()")
+        if self._sync_tx is None:
+            conn = self._queue.engine.connect()
+            self._queue.dialect.begin_write(conn)
+            self._sync_tx = conn
+        yield self._sync_tx
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """An ORM ``Session`` inside :meth:`transaction` (its commit does not end the job's)."""
+        with self.transaction() as conn:
+            session = Session(bind=conn, join_transaction_mode="create_savepoint")
+            try:
+                yield session
+                session.flush()
+            finally:
+                session.close()
+
+    @asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[AsyncConnection]:
+        """:meth:`transaction` for ``async def`` handlers, on the queue's async engine."""
+        if self._sync_tx is not None:
+            raise ConfigurationError("this attempt already uses transaction()")
+        if self._async_tx is None:
+            conn = await self._queue.async_engine().connect()
+            await conn.run_sync(self._queue.dialect.begin_write)
+            self._async_tx = conn
+        yield self._async_tx
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the handler opened a transaction that will carry its completion."""
+        return self._sync_tx is not None or self._async_tx is not None
+
+    def finish_sync(self, complete: Callable[[Connection], bool] | None) -> bool:
+        """Complete in the handler's transaction (``complete`` returns whether the fence held)
+        and commit; or, with ``complete=None`` (the handler failed), roll back."""
+        if self._sync_tx is None:
+            return False
+        conn = self._sync_tx
+        self._sync_tx = None
+        try:
+            if complete is not None and complete(conn):
+                conn.commit()
+                return True
+            conn.rollback()
+            return False
+        finally:
+            conn.close()
+
+    async def finish_async(self, complete: Callable[[Connection], bool] | None) -> bool:
+        """:meth:`finish_sync` for a transaction opened with :meth:`transaction_async`."""
+        conn = self._async_tx
+        if conn is None:
+            return False
+        self._async_tx = None
+        try:
+            if complete is not None and await conn.run_sync(complete):
+                await conn.commit()
+                return True
+            await conn.rollback()
+            return False
+        finally:
+            await conn.close()
+
+    # -- the worker's side --------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ask the handler to stop (it sees ``cancelled`` turn true)."""
+        self._cancelled.set()

@@ -1,0 +1,356 @@
+"""The handler's context: job facts, transactional completion, results and progress."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+import sqlqueue
+from tests._support import WorkerThread, drain, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+notes = sa.Table(
+    "notes",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("job_id", sa.Integer, nullable=False),
+    sa.Column("text", sa.String(100), nullable=False),
+)
+
+
+def _notes(engine: sa.Engine) -> list[tuple[int, str]]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.select(notes.c.job_id, notes.c.text))]
+
+
+def test_a_handler_that_declares_a_context_gets_the_job_facts(backend, caplog):
+    queue = backend.queue()
+    seen: list[sqlqueue.JobContext] = []
+    facts: list[dict[str, object]] = []
+
+    @queue.task("report", queue="reports", max_attempts=3, backoff=[0])
+    def report(month: str, ctx: sqlqueue.JobContext) -> None:
+        seen.append(ctx)
+        facts.append(
+            {
+                "job_id": ctx.job_id,
+                "job_type": ctx.job_type,
+                "queue": ctx.queue,
+                "attempt": ctx.attempt,
+                "max_attempts": ctx.max_attempts,
+                "enqueued_at": ctx.enqueued_at,
+                "errors": [(e.attempt, e.error) for e in ctx.errors],
+                "cancelled": ctx.cancelled,
+            }
+        )
+        ctx.logger.info("building %s", month)
+        if ctx.attempt == 1:
+            raise ValueError("warehouse not ready")
+
+    with backend.engine.begin() as conn:
+        job_id = report.enqueue(conn, month="2026-11")
+    caplog.set_level(logging.INFO, logger="sqlqueue.job")
+    drain(queue)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert job.status == "succeeded"
+    first, second = facts
+    assert first == {
+        "job_id": job_id,
+        "job_type": "report",
+        "queue": "reports",
+        "attempt": 1,
+        "max_attempts": 3,
+        "enqueued_at": job.created_at,
+        "errors": [],
+        "cancelled": False,
+    }
+    assert second["attempt"] == 2
+    assert second["errors"] == [(1, "ValueError: warehouse not ready")]
+    assert f"[job {job_id} report #2] building 2026-11" in caplog.text
+
+
+def test_writes_and_completion_land_together(backend):
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("note")
+    def note(text: str, ctx: sqlqueue.JobContext) -> dict[str, int]:
+        with ctx.transaction() as conn:
+            conn.execute(notes.insert().values(job_id=ctx.job_id, text=text))
+            # Not visible to anyone else until the job's completion commits with it.
+            assert _notes(backend.engine) == []
+        return {"rows": 1}
+
+    with backend.engine.begin() as conn:
+        job_id = note.enqueue(conn, text="hello")
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.result) == ("succeeded", {"rows": 1})
+    assert _notes(backend.engine) == [(job_id, "hello")]
+
+
+def test_an_orm_session_shares_the_jobs_transaction(backend):
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("note")
+    def note(ctx: sqlqueue.JobContext) -> None:
+        with ctx.session() as session:
+            assert isinstance(session, Session)
+            session.execute(notes.insert().values(job_id=ctx.job_id, text="orm"))
+            session.commit()  # a savepoint: the job's transaction decides
+        raise sqlqueue.PermanentError("changed my mind")
+
+    with backend.engine.begin() as conn:
+        job_id = note.enqueue(conn)
+    drain(queue)
+    assert queue.get_job(job_id).status == "dead"
+    assert _notes(backend.engine) == []
+
+
+def test_a_handler_that_raises_after_writing_rolls_its_writes_back_and_retries(backend):
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("note", backoff=[0])
+    def note(ctx: sqlqueue.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(notes.insert().values(job_id=ctx.job_id, text=f"try {ctx.attempt}"))
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream hiccup after the write")
+
+    with backend.engine.begin() as conn:
+        job_id = note.enqueue(conn)
+    drain(queue)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts) == ("succeeded", 2)
+    assert _notes(backend.engine) == [(job_id, "try 2")]
+
+
+def test_a_lost_lease_rolls_the_handlers_writes_back(backend, caplog):
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("note")
+    def note(ctx: sqlqueue.JobContext) -> None:
+        # The reaper and another worker take the job while this one still runs it.
+        with backend.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE sqlqueue_jobs SET locked_by = 'another-worker', attempts = attempts + 1"
+            )
+        with ctx.transaction() as conn:
+            conn.execute(notes.insert().values(job_id=ctx.job_id, text="stale"))
+
+    with backend.engine.begin() as conn:
+        job_id = note.enqueue(conn)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.locked_by) == ("running", "another-worker")
+    assert _notes(backend.engine) == []
+    assert "its transaction rolled back (none of its writes landed)" in caplog.text
+
+
+def test_async_handlers_complete_in_an_async_transaction(backend):
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("anote", backoff=[0])
+    async def anote(text: str, ctx: sqlqueue.JobContext) -> int:
+        async with ctx.transaction_async() as conn:
+            await conn.execute(notes.insert().values(job_id=ctx.job_id, text=text))
+        await asyncio.sleep(0)
+        if ctx.attempt == 1:
+            raise ValueError("after the write")
+        return ctx.attempt
+
+    with backend.engine.begin() as conn:
+        job_id = anote.enqueue(conn, text="async")
+    drain(queue)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.result) == ("succeeded", 2)
+    assert _notes(backend.engine) == [(job_id, "async")]
+    asyncio.run(queue.async_engine().dispose())
+
+
+def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(backend):
+    from tests.apps.context_app import ledger, metadata
+
+    metadata.create_all(backend.engine)
+    env = {**os.environ, "SQLQUEUE_DATABASE_URL": backend.url, "CONTEXT_LEASE_SECONDS": "1.5"}
+    producer: Any = sqlqueue.Queue(backend.engine)
+    producer.task("write_then_die")(lambda ctx: None)
+    with backend.engine.begin() as conn:
+        job_id = producer.enqueue(conn, "write_then_die", {})
+    command = [
+        sys.executable,
+        "-m",
+        "sqlqueue",
+        "worker",
+        "tests.apps.context_app:queue",
+        "--poll-interval",
+        "0.05",
+        "--burst",
+    ]
+    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert first.returncode == -9, first.stderr.decode()  # it killed itself mid-transaction
+    with backend.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar_one() == 0
+    assert producer.get_job(job_id).status == "running"
+    # A second worker reaps the expired lease and runs the job again.
+    deadline = time.monotonic() + 30
+    while producer.get_job(job_id).status != "succeeded" and time.monotonic() < deadline:
+        subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60)
+        time.sleep(0.5)
+    job = producer.get_job(job_id)
+    assert (job.status, job.attempts, job.result) == ("succeeded", 2, "written on attempt 2")
+    with backend.engine.connect() as conn:
+        rows = conn.execute(sa.select(ledger.c.job_id, ledger.c.attempt)).all()
+    assert [tuple(row) for row in rows] == [(job_id, 2)]
+
+
+def test_the_return_value_is_stored_as_the_result(backend):
+    queue = backend.queue(max_result_bytes=200)
+
+    @queue.task("compute", max_attempts=1)
+    def compute(kind: str) -> object:
+        return {
+            "ok": {"total": 42, "ids": [1, 2, 3]},
+            "none": None,
+            "huge": "x" * 500,
+            "bad": {"when": {1, 2}},
+        }[kind]
+
+    with backend.engine.begin() as conn:
+        ids = {kind: compute.enqueue(conn, kind=kind) for kind in ("ok", "none", "huge", "bad")}
+    drain(queue)
+    ok = queue.get_job(ids["ok"])
+    assert (ok.status, ok.result) == ("succeeded", {"total": 42, "ids": [1, 2, 3]})
+    assert queue.get_job(ids["none"]).result is None
+    huge = queue.get_job(ids["huge"])
+    assert huge.status == "dead"
+    assert "the result is 502 bytes, over the 200-byte cap" in huge.last_error
+    assert huge.errors[-1].kind == "ResultError"
+    bad = queue.get_job(ids["bad"])
+    assert bad.status == "dead"
+    assert "result['when'] is a set" in bad.last_error
+
+
+def test_progress_is_visible_while_running_and_extends_the_lease(backend):
+    queue = backend.queue(lease_seconds=60)
+    reported = threading.Event()
+    release = threading.Event()
+
+    @queue.task("crunch")
+    def crunch(ctx: sqlqueue.JobContext) -> None:
+        ctx.progress(3, 10, note="chunk 3 of 10")
+        reported.set()
+        assert release.wait(20)
+
+    with backend.engine.begin() as conn:
+        job_id = crunch.enqueue(conn)
+    with WorkerThread(queue.worker(poll_interval=0.05)):
+        assert reported.wait(20)
+        wait_until(lambda: queue.get_job(job_id).progress is not None)
+        job = queue.get_job(job_id)
+        assert (job.progress.done, job.progress.total, job.progress.note) == (
+            3,
+            10,
+            "chunk 3 of 10",
+        )
+        assert job.started_at <= job.progress.at
+        assert job.lease_expires_at > job.started_at + timedelta(seconds=59)
+        release.set()
+        wait_until(lambda: queue.get_job(job_id).status == "succeeded")
+
+
+def test_progress_doubles_as_a_heartbeat(backend):
+    # The lease is shorter than the job; only the progress reports keep it (the regular
+    # heartbeat is slowed far beyond the lease by a huge lease on the rival worker's queue).
+    queue = backend.queue(lease_seconds=1.0)
+    started = threading.Event()
+
+    @queue.task("steady")
+    def steady(ctx: sqlqueue.JobContext) -> None:
+        started.set()
+        for step in range(12):
+            ctx.progress(step, 12)
+            time.sleep(0.25)
+
+    with backend.engine.begin() as conn:
+        job_id = steady.enqueue(conn)
+    worker = queue.worker(poll_interval=0.05, reaper_interval=0.2)
+    worker._heartbeat_interval = 3600  # only progress may extend the lease
+    with WorkerThread(worker):
+        assert started.wait(20)
+        wait_until(lambda: queue.get_job(job_id).status == "succeeded", timeout=20)
+    job = queue.get_job(job_id)
+    assert (job.attempts, job.errors) == (1, ())
+
+
+def test_shutdown_sets_the_cancelled_flag(backend):
+    queue = backend.queue()
+    started = threading.Event()
+
+    @queue.task("long")
+    def long_job(ctx: sqlqueue.JobContext) -> str:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.02)
+        return "stopped early"
+
+    with backend.engine.begin() as conn:
+        job_id = long_job.enqueue(conn)
+    with WorkerThread(queue.worker(poll_interval=0.05)) as running:
+        assert started.wait(20)
+        running.stop()
+    job = queue.get_job(job_id)
+    assert (job.status, job.result) == ("succeeded", "stopped early")
+
+
+def test_a_payload_field_cannot_pose_as_the_context(backend):
+    queue = backend.queue()
+
+    @queue.task("t")
+    def t(ctx: sqlqueue.JobContext) -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        job_id = queue.enqueue(conn, "t", {"ctx": 1})
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert job.status == "dead"
+    assert "'ctx' is the handler's JobContext, not a payload field" in job.last_error
+
+
+@pytest.mark.parametrize("bad", [(-1, None), (1, -5)])
+def test_progress_rejects_negative_numbers(backend, bad):
+    queue = backend.queue()
+    errors: list[str] = []
+
+    @queue.task("t")
+    def t(ctx: sqlqueue.JobContext) -> None:
+        try:
+            ctx.progress(*bad)
+        except sqlqueue.ConfigurationError as error:
+            errors.append(str(error))
+
+    with backend.engine.begin() as conn:
+        t.enqueue(conn)
+    drain(queue)
+    assert errors == ["progress needs done >= 0 and total >= 0"]
