@@ -43,6 +43,22 @@ def load_queue(target: str) -> Queue:
     return queue
 
 
+def parse_queues(text: str) -> list[str] | dict[str, int]:
+    """``mail,reports`` (shared slots) or ``mail=4,reports=1`` (slots per queue)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not any("=" in item for item in items):
+        return items
+    limits: dict[str, int] = {}
+    for item in items:
+        name, _, number = item.partition("=")
+        if not name.strip() or not number.strip().isdigit():
+            raise SqlqueueError(
+                f"--queues: expected name=slots (e.g. mail=4,reports=1), got {item!r}"
+            )
+        limits[name.strip()] = int(number)
+    return limits
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sqlqueue", description="Background jobs on your SQLAlchemy database."
@@ -60,7 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd = commands.add_parser("worker", help="run a worker until SIGTERM/SIGINT")
     worker_cmd.add_argument("queue", help="the Queue to serve, as module:attribute")
     worker_cmd.add_argument(
-        "--queues", help="comma-separated queue names (default: all its tasks')"
+        "--queues",
+        help="queues sharing --concurrency slots (mail,reports), or each with its own slots "
+        "(mail=4,reports=1); default: the queues of its tasks",
     )
     worker_cmd.add_argument("--concurrency", type=int, default=4)
     worker_cmd.add_argument("--poll-interval", type=float, default=1.0)
@@ -85,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("sqlqueue: schema is up to date")
             return 0
         queue = load_queue(args.queue)
-        queues = [name.strip() for name in args.queues.split(",")] if args.queues else None
+        queues = parse_queues(args.queues) if args.queues else None
         worker = queue.worker(
             queues=queues,
             concurrency=args.concurrency,

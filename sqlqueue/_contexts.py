@@ -52,6 +52,12 @@ class Contexts:
         """Stop tracking ``job``'s context (its attempt is over)."""
         self._live.pop(job.id, None)
 
+    def cancel(self, job_id: int) -> None:
+        """Tell the handler of ``job_id`` that its job was cancelled."""
+        entry = self._live.get(job_id)
+        if entry is not None:
+            entry[1].cancel()
+
     def cancel_all(self) -> None:
         """Tell every running handler (and any started later) that it should stop."""
         self._cancelled = True

@@ -90,6 +90,9 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> dict[str, Any]:
     key = request.idempotency_key
     if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 255):
         raise EnqueueError(f"idempotency_key must be a string of 1..255 characters, got {key!r}")
+    group = request.group_key
+    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 255):
+        raise EnqueueError(f"group_key must be a string of 1..255 characters, got {group!r}")
     return {
         "job_type": request.job_type,
         "queue": queue,
@@ -100,6 +103,7 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> dict[str, Any]:
         "max_attempts": max_attempts,
         "errors": [],
         "idempotency_key": key,
+        "group_key": group,
         "_run_at": request.run_at,
         "_delay": float(request.delay or 0.0),
     }

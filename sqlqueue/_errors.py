@@ -15,6 +15,7 @@ Everything sqlqueue raises derives from :class:`SqlqueueError`::
     │   └── UnsupportedDatabase   the database lacks something sqlqueue needs
     └── HandlerSignal             raised *by handlers* to steer the outcome of an attempt
         ├── Retry                 try again later (counts as an attempt)
+        ├── Snooze                run again later, NOT counting this attempt
         ├── PermanentError        do not retry: straight to dead
         └── JobTimeout            the attempt ran past its task's timeout (raised by the worker)
 """
@@ -34,6 +35,7 @@ __all__ = [
     "PermanentError",
     "Retry",
     "SchemaNotMigrated",
+    "Snooze",
     "SqlqueueError",
     "UnknownJobType",
     "UnsupportedDatabase",
@@ -98,6 +100,18 @@ class Retry(HandlerSignal):
         super().__init__(reason)
         if delay is not None and delay < 0:
             raise ConfigurationError(f"Retry.delay must be >= 0 seconds, got {delay!r}")
+        self.delay = delay
+        self.reason = reason
+
+
+class Snooze(HandlerSignal):
+    """Run the job again after ``delay`` seconds without counting this attempt (not an error:
+    nothing is added to the error history). For "not yet" rather than "failed"."""
+
+    def __init__(self, delay: float, reason: str = "snoozed") -> None:
+        super().__init__(reason)
+        if delay < 0:
+            raise ConfigurationError(f"Snooze.delay must be >= 0 seconds, got {delay!r}")
         self.delay = delay
         self.reason = reason
 

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from sqlqueue._context import JobContext
-from sqlqueue._errors import JobTimeout, PayloadError, PermanentError, Retry
+from sqlqueue._errors import JobTimeout, PayloadError, PermanentError, Retry, Snooze
 from sqlqueue._payload import check_result
 from sqlqueue._store import transitions
 from sqlqueue._store._tx import Store
@@ -213,7 +213,18 @@ def _timed_out(task: Task, job: ClaimedJob) -> JobTimeout:
 
 
 def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float) -> Outcome:
-    """Decide what a failed attempt means: retry after a delay, or dead."""
+    """Decide what an attempt that did not succeed means: snooze, retry after a delay, or dead."""
+    if isinstance(error, Snooze):
+        snooze = Failure(
+            job_id=job.id,
+            attempt=job.attempt,
+            dead=False,
+            retry_in=error.delay,
+            last_error="",
+            errors=job.errors,
+            snooze=True,
+        )
+        return Outcome(job=job, failure=snooze, elapsed=elapsed)
     out_of_attempts = job.attempt >= job.max_attempts
     if isinstance(error, Retry):
         permanent = False

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import ClaimedJob
 
-__all__ = ["Heartbeat"]
+__all__ = ["Beat", "Heartbeat"]
 
 log = logging.getLogger("sqlqueue.worker")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beat:
+    """What one heartbeat learned: leases lost, and jobs someone asked to cancel."""
+
+    lost: frozenset[int]
+    cancel_requested: frozenset[int]
 
 
 class Heartbeat:
@@ -25,13 +34,11 @@ class Heartbeat:
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
 
-    def run_once(
-        self, jobs: Sequence[ClaimedJob], *, still_running: Callable[[int], bool]
-    ) -> set[int]:
-        """Extend the leases of ``jobs``; return (and log) the ids of running jobs whose lease
-        was lost."""
+    def run_once(self, jobs: Sequence[ClaimedJob], *, still_running: Callable[[int], bool]) -> Beat:
+        """Extend the leases of ``jobs``; report (and log) the running jobs whose lease was
+        lost, and those whose cancellation was requested."""
         if not jobs:
-            return set()
+            return Beat(lost=frozenset(), cancel_requested=frozenset())
         held = self._store.extend_leases(
             worker_id=self._worker_id,
             fences=[job.fence for job in jobs],
@@ -47,4 +54,7 @@ class Heartbeat:
                     job.job_type,
                     job.attempt,
                 )
-        return lost
+        return Beat(
+            lost=frozenset(lost),
+            cancel_requested=frozenset(job_id for job_id, asked in held.items() if asked),
+        )

@@ -71,6 +71,8 @@ class Job:
     last_error: str | None
     errors: tuple[ErrorRecord, ...]
     idempotency_key: str | None
+    group_key: str | None
+    cancel_requested_at: datetime | None
     locked_by: str | None
     lease_expires_at: datetime | None
     requeued_from: int | None

@@ -150,6 +150,7 @@ class Queue:
         payload: Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        group_key: str | None = None,
         delay: float | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
@@ -160,12 +161,14 @@ class Queue:
         """Write one job in the caller's transaction (``Connection`` or ``Session``); return its id.
 
         With an ``idempotency_key`` that a kept job already has, return that job's id and write
-        nothing. ``external=True`` allows a job type this queue has no task for.
+        nothing. Jobs sharing a ``group_key`` run one at a time, in enqueue order.
+        ``external=True`` allows a job type this queue has no task for.
         """
         request = JobRequest(
             job_type=job_type,
             payload=payload if payload is not None else {},
             idempotency_key=idempotency_key,
+            group_key=group_key,
             delay=delay,
             run_at=run_at,
             priority=priority,
@@ -210,24 +213,57 @@ class Queue:
             raise ConfigurationError("requeue needs by= (who) and reason= (why)")
         return self.store.requeue(job_id=job_id, by=by, reason=reason)
 
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a queued or failed job now, or ask a running job's handler to stop
+        (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
+        Returns the job as it now is."""
+        return self.store.cancel(job_id)
+
+    def cancel_where(
+        self,
+        *,
+        job_type: str | None = None,
+        queue: str | None = None,
+        group_key: str | None = None,
+    ) -> int:
+        """Cancel every queued or failed job matching all the given filters; return how many."""
+        if job_type is None and queue is None and group_key is None:
+            raise ConfigurationError(
+                "cancel_where needs at least one of job_type, queue, group_key"
+            )
+        return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
+
     # -- workers ------------------------------------------------------------------------------
 
     def worker(
         self,
         *,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         concurrency: int = 4,
         poll_interval: float = 1.0,
         shutdown_timeout: float = 30.0,
         reaper_interval: float | None = None,
     ) -> Worker:
-        """A worker for this queue's tasks; call ``.run()`` to start it."""
+        """A worker for this queue's tasks; call ``.run()`` to start it.
+
+        ``queues`` is a list of queue names sharing ``concurrency`` slots (default: the queues
+        of this queue's tasks), or a mapping of queue name to its own slots, e.g.
+        ``{"mail": 4, "reports": 1}``, so one queue can never starve another.
+        """
         from sqlqueue._worker import Worker, WorkerSettings
 
+        if isinstance(queues, str):
+            raise ConfigurationError(f"queues must be a list of names, not {queues!r}")
         return Worker(
             self,
             WorkerSettings(
-                queues=tuple(queues) if queues is not None else None,
+                queues=(
+                    dict(queues)
+                    if isinstance(queues, Mapping)
+                    else tuple(queues)
+                    if queues is not None
+                    else None
+                ),
                 concurrency=concurrency,
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,

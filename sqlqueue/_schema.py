@@ -71,6 +71,9 @@ jobs = Table(
     # are declared in the order the migrations create them).
     Column("result", JsonDocument, nullable=True),
     Column("progress", JsonDocument, nullable=True),
+    # Flow control (added by 0003): per-key ordering, and a stop request for a running job.
+    Column("group_key", String(255), nullable=True),
+    Column("cancel_requested_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -95,5 +98,14 @@ Index(
 )
 # Idempotency: enforced by the database, not by check-then-insert. NULL keys never collide.
 Index("uq_sqlqueue_jobs_idempotency_key", jobs.c.idempotency_key, unique=True)
+# Per-key ordering: the unfinished jobs of a group, oldest first.
+_UNFINISHED = text("status IN ('queued', 'failed', 'running')")
+Index(
+    "ix_sqlqueue_jobs_group",
+    jobs.c.group_key,
+    jobs.c.id,
+    postgresql_where=_UNFINISHED,
+    sqlite_where=_UNFINISHED,
+)
 # Operators: counts by status and type.
 Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.job_type)

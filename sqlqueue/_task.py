@@ -34,6 +34,7 @@ class EnqueueOptions:
     """Per-job overrides given at enqueue time; ``None`` means "the task's default"."""
 
     idempotency_key: str | None = None
+    group_key: str | None = None
     delay: float | None = None
     run_at: datetime | None = None
     priority: int | None = None
@@ -48,6 +49,7 @@ class JobRequest:
     job_type: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
+    group_key: str | None = None
     delay: float | None = None
     run_at: datetime | None = None
     priority: int | None = None
@@ -60,6 +62,7 @@ class JobRequest:
         """The per-job overrides of this request."""
         return EnqueueOptions(
             idempotency_key=self.idempotency_key,
+            group_key=self.group_key,
             delay=self.delay,
             run_at=self.run_at,
             priority=self.priority,
@@ -174,6 +177,7 @@ def _context_parameter(handler: Handler, signature: inspect.Signature) -> str | 
 def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
     return {
         "idempotency_key": options.idempotency_key,
+        "group_key": options.group_key,
         "delay": options.delay,
         "run_at": options.run_at,
         "priority": options.priority,

@@ -16,7 +16,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,9 @@ from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import ConfigurationError, DatabaseError
 from sqlqueue._executor import Outcome, Runtime, execute
 from sqlqueue._heartbeat import Heartbeat
+from sqlqueue._outcomes import log_outcome
 from sqlqueue._reaper import Reaper
+from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._threads import HandlerThreads
 
@@ -43,7 +45,8 @@ log = logging.getLogger("sqlqueue.worker")
 class WorkerSettings:
     """How a worker runs; checked at construction."""
 
-    queues: tuple[str, ...] | None = None
+    #: Queue names sharing ``concurrency`` slots, or a mapping of queue name to its own slots.
+    queues: tuple[str, ...] | Mapping[str, int] | None = None
     concurrency: int = 4
     poll_interval: float = 1.0
     shutdown_timeout: float = 30.0
@@ -62,6 +65,8 @@ class WorkerSettings:
             raise ConfigurationError(f"reaper_interval must be > 0, got {self.reaper_interval!r}")
         if self.queues is not None and (not self.queues or not all(self.queues)):
             raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
+        if self.queues is not None and isinstance(self.queues, str):
+            raise ConfigurationError(f"queues must be a list of names, not {self.queues!r}")
 
 
 def reconnect_delay(failures: int) -> float:
@@ -78,8 +83,10 @@ class Worker:
         self.settings = settings
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._tasks = dict(queue.tasks)
-        self._queues: tuple[str, ...] = settings.queues or tuple(
-            sorted({task.queue for task in self._tasks.values()} | {queue.default_queue})
+        self._slots = Slots.build(
+            settings.queues
+            or sorted({task.queue for task in self._tasks.values()} | {queue.default_queue}),
+            settings.concurrency,
         )
         self._job_types = sorted(self._tasks) if queue.unknown_jobs == "skip" else None
         lease = queue.lease_seconds
@@ -166,7 +173,7 @@ class Worker:
         self._leased = {}
         self._fill_eagerly = False
         self._db = DatabaseThread()
-        threads = HandlerThreads(self.settings.concurrency)
+        threads = HandlerThreads(self._slots.total)
         contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
         self._runtime = Runtime(
             threads=threads,
@@ -185,10 +192,10 @@ class Worker:
             retry_delay=reconnect_delay,
         )
         log.info(
-            "worker %s serving queues %s with concurrency %d (lease %.1f s)",
+            "worker %s serving queues %s (slots: %d in all; lease %.1f s)",
             self.worker_id,
-            list(self._queues),
-            self.settings.concurrency,
+            {", ".join(pool.queues): pool.limit for pool in self._slots.pools},
+            self._slots.total,
             self.queue.lease_seconds,
         )
         duties = [
@@ -199,7 +206,7 @@ class Worker:
                 name="sqlqueue-heartbeat",
             ),
             asyncio.create_task(
-                self._every(self._reaper_interval, self._reaper.run_once, "reaper pass"),
+                self._every(self._reaper_interval, self._reap_once, "reaper pass"),
                 name="sqlqueue-reaper",
             ),
         ]
@@ -218,38 +225,42 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------------
 
     async def _claim_loop(self, burst: bool) -> None:
-        concurrency = self.settings.concurrency
         failures = 0
         while not self._stop_requested.is_set():
-            free = concurrency - len(self._running)
-            if free > 0 and len(self._leased) < 2 * concurrency:
+            claimed_any = False
+            self._fill_eagerly = False
+            for pool in list(self._slots.with_free_slots()):
+                if len(self._leased) >= 2 * self._slots.total:
+                    break
+                free = pool.free
                 try:
-                    claimed = await self._db.call(partial(self._claim, free))
+                    claimed = await self._db.call(partial(self._claim, pool.queues, free))
                     failures = 0
                 except DatabaseError as error:
                     failures += 1
                     delay = reconnect_delay(failures)
                     log.error("cannot claim jobs: %s; retrying in %.1f s", error, delay)
                     await self._sleep(delay)
-                    continue
+                    break
                 if self._stop_requested.is_set():
                     await self._release(claimed)
                     return
                 for job in claimed:
-                    self._start(job)
-                self._fill_eagerly = len(claimed) == free
-                if self._fill_eagerly and len(self._running) < concurrency:
-                    continue
-                if burst and not claimed and not self._running:
-                    await self._require_completer().wait_idle()
-                    if not await self._anything_due():
-                        return
-                    continue
+                    self._start(job, pool)
+                claimed_any = claimed_any or bool(claimed)
+                self._fill_eagerly = self._fill_eagerly or len(claimed) == free
+            if self._fill_eagerly and any(self._slots.with_free_slots()):
+                continue
+            if burst and not claimed_any and not self._running and failures == 0:
+                await self._require_completer().wait_idle()
+                if not await self._anything_due():
+                    return
+                continue
             await self._sleep(self.settings.poll_interval)
 
-    def _claim(self, limit: int) -> list[ClaimedJob]:
+    def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         return self._store.claim(
-            queues=self._queues,
+            queues=queues,
             job_types=self._job_types,
             limit=limit,
             worker_id=self.worker_id,
@@ -261,12 +272,15 @@ class Worker:
         have become due meanwhile)."""
         try:
             await self._db.call(self._reaper.run_once)
-            claimed = await self._db.call(partial(self._claim, self.settings.concurrency))
+            for pool in self._slots.with_free_slots():
+                claimed = await self._db.call(partial(self._claim, pool.queues, pool.free))
+                for job in claimed:
+                    self._start(job, pool)
+                if claimed:
+                    return True
         except DatabaseError:
             return True  # not known to be empty: the claim loop deals with the outage
-        for job in claimed:
-            self._start(job)
-        return bool(claimed)
+        return False
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep until woken (a slot freed, a stop) or ``seconds`` pass."""
@@ -276,7 +290,8 @@ class Worker:
 
     # -- running jobs -------------------------------------------------------------------------
 
-    def _start(self, job: ClaimedJob) -> None:
+    def _start(self, job: ClaimedJob, pool: Pool) -> None:
+        self._slots.take(pool, job.id)
         self._leased[job.id] = job
         self._running[job.id] = asyncio.create_task(
             self._process(job), name=f"sqlqueue-job-{job.id}"
@@ -294,60 +309,38 @@ class Worker:
             self._require_completer().add(outcome)
         finally:
             self._running.pop(job.id, None)
+            self._slots.give_back(job.id)
             if self._fill_eagerly or not self._running:
                 self._wake.set()
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
-        job = outcome.job
-        self._leased.pop(job.id, None)
+        self._leased.pop(outcome.job.id, None)
         if self._fill_eagerly:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
-        if not landed:
-            log.warning(
-                "lost the lease on job %d (%s, attempt %d): the reaper or another worker "
-                "took it over, so this attempt's outcome was discarded%s",
-                job.id,
-                job.job_type,
-                job.attempt,
-                " and its transaction rolled back (none of its writes landed)"
-                if outcome.recorded
-                else "",
-            )
-        elif outcome.failure is None:
-            log.debug("job %d (%s) succeeded in %.3f s", job.id, job.job_type, outcome.elapsed)
-        elif outcome.failure.dead:
-            log.error(
-                "job %d (%s) is dead after attempt %d/%d: %s",
-                job.id,
-                job.job_type,
-                job.attempt,
-                job.max_attempts,
-                outcome.failure.last_error,
-            )
-        else:
-            log.warning(
-                "job %d (%s) attempt %d/%d failed: %s; retrying in %.1f s",
-                job.id,
-                job.job_type,
-                job.attempt,
-                job.max_attempts,
-                outcome.failure.last_error,
-                outcome.failure.retry_in,
-            )
+        log_outcome(outcome, landed)
 
     # -- maintenance duties -------------------------------------------------------------------
 
-    def _beat(self) -> None:
-        self._heartbeat.run_once(
-            list(self._leased.values()), still_running=lambda job_id: job_id in self._running
+    async def _beat(self) -> None:
+        jobs = list(self._leased.values())  # a snapshot, taken on the loop
+        beat = await self._db.call(
+            partial(self._heartbeat.run_once, jobs, still_running=self._running.__contains__)
         )
+        if beat.cancel_requested and self._contexts is not None:
+            for job_id in beat.cancel_requested:
+                self._contexts.cancel(job_id)
 
-    async def _every(self, interval: float, duty: Callable[[], object], name: str) -> None:
-        """Run ``duty`` on the database thread every ``interval`` seconds (±10 %), for ever."""
+    async def _reap_once(self) -> None:
+        await self._db.call(self._reaper.run_once)
+
+    async def _every(
+        self, interval: float, duty: Callable[[], Awaitable[object]], name: str
+    ) -> None:
+        """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
         while True:
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))
             try:
-                await self._db.call(duty)
+                await duty()
             except DatabaseError as error:
                 log.warning("%s failed: %s", name, error)
 

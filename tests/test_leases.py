@@ -71,7 +71,7 @@ def test_a_late_worker_cannot_overwrite_the_newer_lease(backend):
     assert second.attempt == 2
     # w1 wakes up: its heartbeat, completion, failure and release all change nothing.
     store = queue.store
-    assert store.extend_leases(worker_id="w1", fences=[first.fence], lease_seconds=30) == set()
+    assert store.extend_leases(worker_id="w1", fences=[first.fence], lease_seconds=30) == {}
     assert store.finish(worker_id="w1", succeeded=[first.fence], failures=[]) == set()
     failure = Failure(job_id=job_id, attempt=1, dead=True, retry_in=0, last_error="x", errors=[])
     assert store.finish(worker_id="w1", succeeded=[], failures=[failure]) == set()
@@ -142,7 +142,7 @@ def test_heartbeat_extends_the_lease_from_the_database_clock(backend):
     queue, job_id = _one_job(backend)
     [job] = _claim(queue, "w1")
     held = queue.store.extend_leases(worker_id="w1", fences=[job.fence], lease_seconds=300)
-    assert held == {job_id}
+    assert held == {job_id: False}
     row = queue.get_job(job_id)
     assert row.lease_expires_at >= job.lease_expires_at + timedelta(seconds=260)
 
@@ -184,7 +184,7 @@ def test_heartbeat_reports_the_leases_it_lost(backend, caplog):
     queue, job_id = _one_job(backend)
     [job] = _claim(queue, "w1")
     beat = Heartbeat(queue.store, worker_id="w1", lease_seconds=30)
-    assert beat.run_once([job], still_running=lambda _: True) == set()
+    assert beat.run_once([job], still_running=lambda _: True).lost == set()
     Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(hours=1))
-    assert beat.run_once([job], still_running=lambda _: True) == {job_id}
+    assert beat.run_once([job], still_running=lambda _: True).lost == {job_id}
     assert f"lost the lease on running job {job_id}" in caplog.text

@@ -27,6 +27,7 @@ PUBLIC = {
     "Queue",
     "Retry",
     "SchemaNotMigrated",
+    "Snooze",
     "SqlqueueError",
     "Task",
     "TaskCall",

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from sqlqueue._job import Job
-from sqlqueue._store import deadletter, transitions
+from sqlqueue._store import cancel, deadletter, transitions
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue.dialects import Dialect
 
@@ -135,8 +135,8 @@ class Store:
         fences: Sequence[tuple[int, int]],
         lease_seconds: float,
         now: datetime | None = None,
-    ) -> set[int]:
-        """Heartbeat the given leases; return the ids still held."""
+    ) -> dict[int, bool]:
+        """Heartbeat the given leases: ids still held, each mapped to "cancel requested"."""
         return self._in_write(
             lambda conn: transitions.extend_leases(
                 conn,
@@ -164,6 +164,20 @@ class Store:
                 return deadletter.read_job(conn, job_id)
 
         return translated(self.dialect, read)
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel one job, or ask its handler to stop (see :mod:`sqlqueue._store.cancel`)."""
+        return self._in_write(lambda conn: cancel.cancel_job(conn, self.dialect, job_id))
+
+    def cancel_where(
+        self, *, job_type: str | None, queue: str | None, group_key: str | None
+    ) -> int:
+        """Cancel the queued and failed jobs matching every given filter."""
+        return self._in_write(
+            lambda conn: cancel.cancel_jobs(
+                conn, self.dialect, job_type=job_type, queue=queue, group_key=group_key
+            )
+        )
 
     def requeue(self, *, job_id: int, by: str, reason: str) -> int:
         """Requeue a dead job as a new job (see :func:`deadletter.requeue_dead`)."""

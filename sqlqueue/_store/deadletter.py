@@ -49,6 +49,7 @@ def requeue_dead(conn: Connection, dialect: Dialect, *, job_id: int, by: str, re
         "max_attempts": row["max_attempts"],
         "errors": [],
         "idempotency_key": row["idempotency_key"],
+        "group_key": row["group_key"],
         "requeued_from": job_id,
         "next_run_at": current,
         "created_at": current,

@@ -44,6 +44,8 @@ class Failure:
     attempt: int
     dead: bool
     retry_in: float
+    #: Run again after ``retry_in`` without using up the attempt (and without an error entry).
+    snooze: bool = False
     last_error: str
     errors: Sequence[Mapping[str, Any]]
 
@@ -108,6 +110,8 @@ def row_to_job(row: RowMapping) -> Job:
         last_error=row["last_error"],
         errors=tuple(error_record(entry) for entry in row["errors"] or ()),
         idempotency_key=row["idempotency_key"],
+        group_key=row["group_key"],
+        cancel_requested_at=row["cancel_requested_at"],
         locked_by=row["locked_by"],
         lease_expires_at=row["lease_expires_at"],
         requeued_from=row["requeued_from"],

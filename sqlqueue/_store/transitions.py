@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Update, select, tuple_, update
+from sqlalchemy import Connection, Update, case, select, tuple_, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
@@ -145,21 +145,28 @@ def fail(
     failure: Failure,
     now: datetime | None = None,
 ) -> bool:
-    """Record a failed attempt: back to ``failed`` with a retry time, or ``dead``.
+    """Record an attempt that did not succeed: ``failed`` with a retry time, ``dead``, or — for
+    a snooze — back to ``queued`` without using up the attempt. A job whose cancellation was
+    requested while it ran is ``cancelled`` instead of retried.
 
     Returns whether the lease was still ours (``False``: someone else owns the outcome).
     """
     current = dialect.now(now)
-    values: dict[str, Any] = {
-        "status": "dead" if failure.dead else "failed",
-        "last_error": failure.last_error,
-        "errors": list(failure.errors),
-        "updated_at": current,
-        "lease_expires_at": None,
-    }
-    if failure.dead:
-        values["finished_at"] = current
+    values: dict[str, Any] = {"updated_at": current, "lease_expires_at": None}
+    if failure.snooze:
+        values["status"] = "queued"
+        values["attempts"] = jobs.c.attempts - 1
+        values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
     else:
+        values["last_error"] = failure.last_error
+        values["errors"] = list(failure.errors)
+    if failure.dead:
+        values["status"] = "dead"
+        values["finished_at"] = current
+    elif not failure.snooze:
+        cancelled = jobs.c.cancel_requested_at.is_not(None)
+        values["status"] = case((cancelled, "cancelled"), else_="failed")
+        values["finished_at"] = case((cancelled, current), else_=None)
         values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
     stmt = (
         update(jobs)
@@ -206,17 +213,18 @@ def extend_leases(
     fences: Sequence[tuple[int, int]],
     lease_seconds: float,
     now: datetime | None = None,
-) -> set[int]:
-    """Heartbeat: push the leases of running jobs forward; return the ids still ours."""
+) -> dict[int, bool]:
+    """Heartbeat: push the leases of running jobs forward. Returns the ids still ours, each
+    mapped to whether someone asked for the job to be cancelled."""
     if not fences:
-        return set()
+        return {}
     stmt = (
         update(jobs)
         .where(*_leased_by(worker_id, fences))
         .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
-    return set(conn.execute(stmt).scalars())
+    return {job_id: requested is not None for job_id, requested in conn.execute(stmt)}
 
 
 def reap_expired(

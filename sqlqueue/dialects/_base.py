@@ -21,7 +21,9 @@ from sqlalchemy import (
     Select,
     Update,
     bindparam,
+    exists,
     literal,
+    or_,
     select,
     update,
 )
@@ -49,6 +51,17 @@ CLAIM_RETURNING = (
     jobs.c.started_at,
     jobs.c.lease_expires_at,
 )
+
+
+def _earlier_in_group() -> ColumnElement[bool]:
+    """Another unfinished job of the same group is running or was enqueued earlier: per-key
+    ordering lets only the oldest unfinished job of a group run, and only when none runs."""
+    other = jobs.alias("sqlqueue_same_group")
+    return exists().where(
+        other.c.group_key == jobs.c.group_key,
+        other.c.status.in_(("queued", "failed", "running")),
+        or_(other.c.status == "running", other.c.id < jobs.c.id),
+    )
 
 
 class Dialect(abc.ABC):
@@ -146,7 +159,7 @@ class Dialect(abc.ABC):
         )
         if job_types is not None:
             query = query.where(jobs.c.job_type.in_(job_types))
-        return query
+        return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
 
     def _lease(
         self,

@@ -1,0 +1,68 @@
+"""Cancelling jobs: queued and failed ones at once, running ones by asking their handler.
+
+A running job is never yanked from its worker: ``cancel_requested_at`` is set, the worker's
+heartbeat notices it and turns the handler's ``ctx.cancelled`` on, and if the attempt then fails
+the job ends ``cancelled`` instead of being retried.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select, update
+
+from sqlqueue._errors import JobNotFound, JobStateError
+from sqlqueue._job import Job
+from sqlqueue._schema import jobs
+from sqlqueue._store.rows import row_to_job
+from sqlqueue.dialects import Dialect
+
+__all__ = ["cancel_job", "cancel_jobs"]
+
+_WAITING = ("queued", "failed")
+
+
+def cancel_job(conn: Connection, dialect: Dialect, job_id: int) -> Job:
+    """Cancel one job (or ask its handler to stop, if it runs); return it as it now is."""
+    row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+    if row is None:
+        raise JobNotFound(f"there is no job {job_id}")
+    current = dialect.now()
+    if row["status"] in _WAITING:
+        values = {"status": "cancelled", "finished_at": current, "updated_at": current}
+    elif row["status"] == "running":
+        values = {"cancel_requested_at": current, "updated_at": current}
+    else:
+        raise JobStateError(
+            f"job {job_id} is {row['status']}; only queued, failed or running jobs can be cancelled"
+        )
+    updated = (
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == row["status"])
+            .values(**values)
+            .returning(*jobs.c)
+        )
+        .mappings()
+        .one()
+    )
+    return row_to_job(updated)
+
+
+def cancel_jobs(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    job_type: str | None,
+    queue: str | None,
+    group_key: str | None,
+) -> int:
+    """Cancel every queued or failed job matching all the given filters; return how many."""
+    current = dialect.now()
+    stmt = (
+        update(jobs)
+        .where(jobs.c.status.in_(_WAITING))
+        .values(status="cancelled", finished_at=current, updated_at=current)
+    )
+    for column, value in (("job_type", job_type), ("queue", queue), ("group_key", group_key)):
+        if value is not None:
+            stmt = stmt.where(jobs.c[column] == value)
+    return conn.execute(stmt).rowcount
