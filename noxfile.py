@@ -62,7 +62,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the files pyproject.toml names, and this noxfile."""
-    session.install(".[test]", "mypy>=1.10", "nox")
+    session.install(".[test]", "mypy>=1.10", "types-croniter", "nox")
     session.run("mypy")
     session.run("mypy", "noxfile.py")
 
@@ -112,9 +112,13 @@ def wheel(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Drain throughput per backend and process count (arguments go to bench/drain.py)."""
+    """sqlqueue against raw SQL on SQLite and PostgreSQL, printed as one table.
+
+    Arguments go to ``python -m bench``: ``nox -s bench -- --quick``,
+    ``nox -s bench -- --json new.json --compare old.json``.
+    """
     session.install(".[postgres]")
-    session.run("python", "bench/drain.py", *session.posargs)
+    session.run("python", "-m", "bench", *session.posargs)
 
 
 @nox.session

@@ -13,6 +13,7 @@ from sqlqueue._enqueue import EnqueueSettings, Executable, enqueue_jobs
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
+from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._store._tx import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue.dialects import Dialect, dialect_for
@@ -81,6 +82,7 @@ class Queue:
         self._async_engine = async_engine
         self.unknown_jobs: UnknownJobPolicy = unknown_jobs
         self._tasks: dict[str, Task] = {}
+        self._periodic: list[Periodic] = []
 
     def async_engine(self) -> Any:
         """The ``AsyncEngine`` async handlers' transactions run on: the one given, or one made
@@ -128,6 +130,45 @@ class Queue:
                 retry_on=retry_on,
             )
             self._tasks[name] = task
+            return task
+
+        return register
+
+    @property
+    def periodic_schedules(self) -> Sequence[Periodic]:
+        """The cron schedules declared with :meth:`periodic`."""
+        return tuple(self._periodic)
+
+    def periodic(
+        self,
+        cron: str,
+        name: str,
+        *,
+        payload: Mapping[str, Any] | None = None,
+        timezone: str = "UTC",
+        missed: MissedSlots = "latest",
+        grace_seconds: float = 60.0,
+        **task_options: Any,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register the decorated handler as task ``name`` and run it on a cron schedule.
+
+        Every worker's scheduler enqueues each slot, exactly once overall (the slot is the
+        job's idempotency key). ``missed="latest"`` runs the most recent slot missed while no
+        worker ran; ``"skip"`` drops slots older than ``grace_seconds``. ``task_options`` are
+        those of :meth:`task`.
+        """
+        schedule = Periodic(
+            cron=cron,
+            task=name,
+            payload=dict(payload or {}),
+            timezone=timezone,
+            missed=missed,
+            grace_seconds=grace_seconds,
+        )
+
+        def register(handler: Callable[..., Any]) -> Task:
+            task = self.task(name, **task_options)(handler)
+            self._periodic.append(schedule)
             return task
 
         return register

@@ -28,6 +28,7 @@ from sqlqueue._errors import ConfigurationError, DatabaseError
 from sqlqueue._executor import Outcome, Runtime, execute
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._outcomes import log_outcome
+from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
 from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.rows import ClaimedJob
@@ -91,9 +92,11 @@ class Worker:
         self._job_types = sorted(self._tasks) if queue.unknown_jobs == "skip" else None
         lease = queue.lease_seconds
         self._heartbeat_interval = lease / 3
+        self._scheduler_interval = min(settings.poll_interval, 1.0)
         self._reaper_interval = settings.reaper_interval or min(max(lease / 2, 0.5), 30.0)
         self._store = queue.store
         self._reaper = Reaper(queue.store)
+        self._scheduler = Scheduler(queue, queue.periodic_schedules)
         self._heartbeat = Heartbeat(
             queue.store, worker_id=self.worker_id, lease_seconds=queue.lease_seconds
         )
@@ -208,6 +211,10 @@ class Worker:
             asyncio.create_task(
                 self._every(self._reaper_interval, self._reap_once, "reaper pass"),
                 name="sqlqueue-reaper",
+            ),
+            asyncio.create_task(
+                self._every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
+                name="sqlqueue-scheduler",
             ),
         ]
         try:
@@ -332,6 +339,10 @@ class Worker:
 
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)
+
+    async def _schedule_once(self) -> None:
+        if self.queue.periodic_schedules:
+            await self._db.call(self._scheduler.run_once)
 
     async def _every(
         self, interval: float, duty: Callable[[], Awaitable[object]], name: str

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from sqlqueue._job import Job
@@ -155,6 +155,16 @@ class Store:
         return self._in_write(
             lambda conn: transitions.reap_expired(conn, self.dialect, limit=limit, now=now)
         )
+
+    def database_now(self) -> datetime:
+        """The database clock's time now."""
+
+        def read() -> datetime:
+            with self.engine.connect() as conn:
+                value: datetime = conn.execute(select(self.dialect.clock())).scalar_one()
+            return value
+
+        return translated(self.dialect, read)
 
     def get_job(self, job_id: int) -> Job | None:
         """Read one job."""

@@ -1,0 +1,14 @@
+"""A queue with an every-second schedule, for the periodic process test."""
+
+from __future__ import annotations
+
+import os
+
+import sqlqueue
+
+queue = sqlqueue.Queue(os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"))
+
+
+@queue.periodic("* * * * * *", "tick")
+def tick() -> None:
+    """Nothing to do: the test counts the enqueued slots."""
