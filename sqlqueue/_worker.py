@@ -16,15 +16,14 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue._completer import Completer
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
-from sqlqueue._errors import ConfigurationError, DatabaseError
+from sqlqueue._errors import DatabaseError
 from sqlqueue._executor import Outcome, Runtime, execute
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._outcomes import log_outcome
@@ -33,6 +32,7 @@ from sqlqueue._reaper import Reaper
 from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._threads import HandlerThreads
+from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue
@@ -40,40 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "WorkerSettings"]
 
 log = logging.getLogger("sqlqueue.worker")
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerSettings:
-    """How a worker runs; checked at construction."""
-
-    #: Queue names sharing ``concurrency`` slots, or a mapping of queue name to its own slots.
-    queues: tuple[str, ...] | Mapping[str, int] | None = None
-    concurrency: int = 4
-    poll_interval: float = 1.0
-    shutdown_timeout: float = 30.0
-    reaper_interval: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency!r}")
-        if self.poll_interval <= 0:
-            raise ConfigurationError(f"poll_interval must be > 0, got {self.poll_interval!r}")
-        if self.shutdown_timeout < 0:
-            raise ConfigurationError(
-                f"shutdown_timeout must be >= 0, got {self.shutdown_timeout!r}"
-            )
-        if self.reaper_interval is not None and self.reaper_interval <= 0:
-            raise ConfigurationError(f"reaper_interval must be > 0, got {self.reaper_interval!r}")
-        if self.queues is not None and (not self.queues or not all(self.queues)):
-            raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
-        if self.queues is not None and isinstance(self.queues, str):
-            raise ConfigurationError(f"queues must be a list of names, not {self.queues!r}")
-
-
-def reconnect_delay(failures: int) -> float:
-    """Seconds to wait after ``failures`` database errors in a row: 0.5 s doubling to 30 s."""
-    base: float = min(30.0, 0.5 * 2.0 ** min(failures - 1, 10))
-    return base * random.uniform(0.8, 1.2)
 
 
 class Worker:

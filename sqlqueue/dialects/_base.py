@@ -1,14 +1,15 @@
 """The dialect seam: the only place where sqlqueue's backends differ.
 
-A :class:`Dialect` owns the database clock, the claim statement, conflict-ignoring inserts,
-connection setup, capability flags and the translation of driver errors into sqlqueue's
-hierarchy. The base class holds the portable versions; backends override only what differs.
+A :class:`Dialect` owns the database clock (and arithmetic on it), the claim statement,
+conflict-ignoring inserts and upserts, connection setup, capability flags and the translation of
+driver errors into sqlqueue's hierarchy. The base class holds the portable versions; backends
+override only what differs.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Float,
     Insert,
     Select,
+    Table,
     Update,
     bindparam,
     exists,
@@ -123,6 +125,12 @@ class Dialect(abc.ABC):
         )
         return self.clock_plus(offset)
 
+    @abc.abstractmethod
+    def seconds_between(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
+    ) -> ColumnElement[float]:
+        """``later - earlier`` in (fractional) seconds, computed by the database."""
+
     # -- statements --------------------------------------------------------------------------
 
     def claim_statement(
@@ -197,6 +205,22 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def insert_ignoring_duplicate_keys(self) -> Insert:
         """An INSERT into ``sqlqueue_jobs`` that skips rows whose idempotency key exists."""
+
+    @abc.abstractmethod
+    def upsert(
+        self,
+        table: Table,
+        *,
+        values: Mapping[str, Any],
+        conflict: Sequence[str],
+        set_: Mapping[str, Any],
+        where: ColumnElement[bool],
+    ) -> Insert:
+        """``INSERT … ON CONFLICT (conflict) DO UPDATE SET … WHERE …`` in one atomic statement.
+
+        In ``set_`` and ``where``, ``table.c.column`` means the existing row. Where ``where``
+        is false the row is left alone and ``RETURNING`` yields nothing for it.
+        """
 
     # -- errors ------------------------------------------------------------------------------
 

@@ -6,18 +6,22 @@ selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     URL,
     Connection,
+    Float,
     Insert,
     Integer,
     Interval,
     Select,
+    Table,
     Update,
+    cast,
+    extract,
     func,
     literal_column,
     select,
@@ -55,6 +59,12 @@ class PostgresDialect(Dialect):
         zero: ColumnElement[int] = literal_column("0", Integer())
         interval = func.make_interval(zero, zero, zero, zero, zero, zero, seconds, type_=Interval())
         return type_coerce(func.statement_timestamp() + interval, UtcDateTime())
+
+    def seconds_between(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
+    ) -> ColumnElement[float]:
+        """``EXTRACT(EPOCH FROM later - earlier)`` as double precision (it is numeric on 14+)."""
+        return cast(extract("epoch", later - earlier), Float())
 
     def async_url(self, url: URL) -> URL:
         """psycopg 3 speaks asyncio under the same driver name."""
@@ -94,6 +104,22 @@ class PostgresDialect(Dialect):
     def insert_ignoring_duplicate_keys(self) -> Insert:
         """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
         return pg_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
+
+    def upsert(
+        self,
+        table: Table,
+        *,
+        values: Mapping[str, Any],
+        conflict: Sequence[str],
+        set_: Mapping[str, Any],
+        where: ColumnElement[bool],
+    ) -> Insert:
+        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …``: the row lock makes it atomic."""
+        return (
+            pg_insert(table)
+            .values(**values)
+            .on_conflict_do_update(index_elements=list(conflict), set_=dict(set_), where=where)
+        )
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE

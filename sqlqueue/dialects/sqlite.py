@@ -7,10 +7,11 @@ Claims are an atomic ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING`` u
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import URL, Connection, Engine, Insert, event, func
+from sqlalchemy import URL, Connection, Engine, Float, Insert, Table, event, func, type_coerce
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
@@ -90,9 +91,32 @@ class SQLiteDialect(Dialect):
             _CLOCK_FORMAT, "now", func.printf("%+.6f seconds", seconds), type_=UtcDateTime()
         )
 
+    def seconds_between(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
+    ) -> ColumnElement[float]:
+        """Julian-day difference times 86,400: the stored text and the clock both parse."""
+        days = func.julianday(later) - func.julianday(earlier)
+        return type_coerce(days * 86_400.0, Float())
+
     def insert_ignoring_duplicate_keys(self) -> Insert:
         """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
         return sqlite_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
+
+    def upsert(
+        self,
+        table: Table,
+        *,
+        values: Mapping[str, Any],
+        conflict: Sequence[str],
+        set_: Mapping[str, Any],
+        where: ColumnElement[bool],
+    ) -> Insert:
+        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …`` (SQLite ≥ 3.24), under the write lock."""
+        return (
+            sqlite_insert(table)
+            .values(**values)
+            .on_conflict_do_update(index_elements=list(conflict), set_=dict(set_), where=where)
+        )
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return "no such table" in str(error.orig)
