@@ -45,9 +45,15 @@ class Store:
             yield conn
             conn.commit()
 
-    def _in_write(self, operation: Callable[[Connection], T]) -> T:
+    def _in_write(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
+        """Run ``operation`` in a write transaction. ``relaxed``: the commit need not wait for
+        the disk (PostgreSQL ``synchronous_commit = off``) — for outcomes and heartbeats, whose
+        loss in a database crash only means a job runs again, which at-least-once allows."""
+
         def run() -> T:
             with self._write() as conn:
+                if relaxed:
+                    self.dialect.relax_commit(conn)
                 return operation(conn)
 
         return translated(self.dialect, run)
@@ -98,7 +104,7 @@ class Store:
                     landed.add(failure.job_id)
             return landed
 
-        return self._in_write(write)
+        return self._in_write(write, relaxed=True)
 
     def record_progress(
         self,
@@ -115,7 +121,8 @@ class Store:
                 worker_id=worker_id,
                 reports=reports,
                 lease_seconds=lease_seconds,
-            )
+            ),
+            relaxed=True,
         )
 
     def release(
@@ -145,7 +152,8 @@ class Store:
                 fences=fences,
                 lease_seconds=lease_seconds,
                 now=now,
-            )
+            ),
+            relaxed=True,
         )
 
     def reap_expired(

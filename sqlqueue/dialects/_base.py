@@ -86,6 +86,9 @@ class Dialect(abc.ABC):
     def lock_for_migration(self, conn: Connection) -> None:  # noqa: B027 - often nothing to do
         """Make concurrent ``migrate`` runs take turns (until this transaction ends)."""
 
+    def relax_commit(self, conn: Connection) -> None:  # noqa: B027 - a hint most backends lack
+        """Let this transaction's commit return before it reaches the disk, if supported."""
+
     def begin_write(self, conn: Connection) -> None:
         """Start a transaction that will write (SQLite takes the write lock up front)."""
         conn.begin()

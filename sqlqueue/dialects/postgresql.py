@@ -70,6 +70,10 @@ class PostgresDialect(Dialect):
         """psycopg 3 speaks asyncio under the same driver name."""
         return url.set(drivername="postgresql+psycopg")
 
+    def relax_commit(self, conn: Connection) -> None:
+        """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""
+        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+
     def lock_for_migration(self, conn: Connection) -> None:
         """A transaction-scoped advisory lock: concurrent first migrations queue up."""
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
