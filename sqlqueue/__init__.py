@@ -5,6 +5,7 @@ look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
 from sqlqueue._backoff import Backoff, exponential, linear, schedule
+from sqlqueue._circuit import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import (
     ConfigurationError,
@@ -27,11 +28,13 @@ from sqlqueue._errors import (
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
+from sqlqueue._ratelimit import RateLimit
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker import Worker
 
 __all__ = [
     "Backoff",
+    "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -49,6 +52,7 @@ __all__ = [
     "PermanentError",
     "Progress",
     "Queue",
+    "RateLimit",
     "Retry",
     "SchemaNotMigrated",
     "Snooze",

@@ -18,7 +18,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from sqlqueue import _gates
 from sqlqueue._context import JobContext
+from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import JobTimeout, PayloadError, PermanentError, Retry, Snooze
 from sqlqueue._payload import check_result
 from sqlqueue._store import transitions
@@ -65,6 +67,8 @@ class Runtime:
     max_result_bytes: int
     make_context: Callable[[ClaimedJob], JobContext]
     forget_context: Callable[[ClaimedJob], None]
+    #: The worker's database thread: where the gates' statements run.
+    db: DatabaseThread
 
 
 class _NoHandler(PermanentError):
@@ -80,8 +84,10 @@ class _BadResult(PermanentError):
 
 
 async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outcome:
-    """Run ``job`` with its task's handler (sync in a thread, async on this loop)."""
+    """Run ``job`` with its task's handler (sync in a thread, async on this loop), once the
+    task's gates (circuit breaker, rate limit) let it through."""
     started = time.monotonic()
+    admission: _gates.Admission | None = None
     try:
         if task is None:
             raise _NoHandler(
@@ -90,6 +96,7 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
                 "worker that has it, then requeue this job"
             )
         _check_arguments(task, job)
+        admission = await _gates.admit(task, job, runtime)  # or Snooze: deferred, not failed
         context = runtime.make_context(job) if task.context_parameter else None
         try:
             result, recorded, landed = await _call(task, job, runtime, context)
@@ -99,7 +106,10 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
     except asyncio.CancelledError:
         raise
     except BaseException as error:
-        return classify(job, task, error, time.monotonic() - started)
+        outcome = classify(job, task, error, time.monotonic() - started)
+        await _gates.report(admission, runtime, error)
+        return outcome
+    await _gates.report(admission, runtime, None)
     return Outcome(
         job=job,
         failure=None,

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Engine, create_engine
 
 from sqlqueue._backoff import Backoff
+from sqlqueue._circuit import CircuitBreaker
 from sqlqueue._enqueue import EnqueueSettings, Executable, enqueue_jobs
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
+from sqlqueue._ratelimit import RateLimit
 from sqlqueue._store._tx import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue.dialects import Dialect, dialect_for
@@ -48,7 +50,9 @@ class Queue:
         async_engine: Any = None,
     ) -> None:
         if isinstance(engine, str):
-            engine = create_engine(engine)
+            # Pre-ping: a pooled connection the server dropped while idle is replaced at
+            # checkout instead of failing the next claim or completion and starting a backoff.
+            engine = create_engine(engine, pool_pre_ping=True)
         if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
             raise ConfigurationError(
                 "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
@@ -112,8 +116,13 @@ class Queue:
         timeout: float | None = None,
         backoff: Backoff | Sequence[float] | None = None,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = None,
+        rate_limit: RateLimit | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
     ) -> Callable[[Callable[..., Any]], Task]:
-        """Register the decorated function (sync or ``async``) as the handler of ``name``."""
+        """Register the decorated function (sync or ``async``) as the handler of ``name``.
+
+        ``rate_limit`` and ``circuit_breaker`` gate its attempts per key, across all workers.
+        """
 
         def register(handler: Callable[..., Any]) -> Task:
             if name in self._tasks:
@@ -128,6 +137,8 @@ class Queue:
                 timeout=timeout,
                 backoff=backoff,
                 retry_on=retry_on,
+                rate_limit=rate_limit,
+                circuit_breaker=circuit_breaker,
             )
             self._tasks[name] = task
             return task

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sqlalchemy import (
     CheckConstraint,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -19,7 +20,7 @@ from sqlalchemy import (
 
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
-__all__ = ["VERSION_TABLE", "jobs", "metadata"]
+__all__ = ["VERSION_TABLE", "circuit_breakers", "jobs", "metadata", "rate_limits"]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
 VERSION_TABLE = "sqlqueue_alembic_version"
@@ -109,3 +110,31 @@ Index(
 )
 # Operators: counts by status and type.
 Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.job_type)
+
+# Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
+# and the state of each circuit breaker key (see sqlqueue/_ratelimit.py and sqlqueue/_circuit.py).
+rate_limits = Table(
+    "sqlqueue_rate_limits",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    # The database time ``tokens`` was counted at; the refill since then is computed on take.
+    Column("refilled_at", UtcDateTime, nullable=False),
+)
+
+circuit_breakers = Table(
+    "sqlqueue_circuit_breakers",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("state", String(16), nullable=False),
+    # Consecutive failures of the current streak, and when its first one happened.
+    Column("failures", Integer, nullable=False),
+    Column("streak_started_at", UtcDateTime, nullable=True),
+    # While open: when the cool-down ends and a probe may go through.
+    Column("open_until", UtcDateTime, nullable=True),
+    # While half-open: the attempt (job id and attempt number) that holds the single probe.
+    Column("probe_job_id", Id, nullable=True),
+    Column("probe_attempt", Integer, nullable=True),
+    Column("changed_at", UtcDateTime, nullable=False),
+    CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+)

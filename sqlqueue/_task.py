@@ -10,7 +10,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue._backoff import Backoff, as_backoff
+from sqlqueue._circuit import CircuitBreaker
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._ratelimit import RateLimit
 
 if TYPE_CHECKING:
     from sqlqueue._enqueue import Executable
@@ -87,6 +89,9 @@ class Task:
     timeout: float | None
     backoff: Backoff
     retry_on: tuple[type[BaseException], ...] | None
+    #: Gates checked in the database before each attempt (see sqlqueue/_gates.py).
+    rate_limit: RateLimit | None = None
+    circuit_breaker: CircuitBreaker | None = None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     #: The name of the parameter annotated ``JobContext``, if the handler asks for one.
@@ -197,10 +202,18 @@ def make_task(
     timeout: float | None,
     backoff: Backoff | Sequence[float] | None,
     retry_on: Iterable[type[BaseException]] | type[BaseException] | None,
+    rate_limit: RateLimit | None = None,
+    circuit_breaker: CircuitBreaker | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
         raise ConfigurationError(f"task {name!r}: the handler must be callable, got {handler!r}")
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise ConfigurationError(f"rate_limit must be a sqlqueue.RateLimit, got {rate_limit!r}")
+    if circuit_breaker is not None and not isinstance(circuit_breaker, CircuitBreaker):
+        raise ConfigurationError(
+            f"circuit_breaker must be a sqlqueue.CircuitBreaker, got {circuit_breaker!r}"
+        )
     if isinstance(retry_on, type):
         retry_on = (retry_on,)
     return Task(
@@ -213,4 +226,6 @@ def make_task(
         timeout=timeout,
         backoff=as_backoff(backoff),
         retry_on=tuple(retry_on) if retry_on is not None else None,
+        rate_limit=rate_limit,
+        circuit_breaker=circuit_breaker,
     )

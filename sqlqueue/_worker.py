@@ -152,6 +152,7 @@ class Worker:
             max_result_bytes=self.queue.max_result_bytes,
             make_context=contexts.make,
             forget_context=contexts.forget,
+            db=self._db,
         )
         completer = self._completer = Completer(
             self._store,

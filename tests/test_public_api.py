@@ -8,6 +8,7 @@ import sqlqueue
 
 PUBLIC = {
     "Backoff",
+    "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -25,6 +26,7 @@ PUBLIC = {
     "PermanentError",
     "Progress",
     "Queue",
+    "RateLimit",
     "Retry",
     "SchemaNotMigrated",
     "Snooze",

@@ -161,7 +161,12 @@ class Dialect(abc.ABC):
         query = (
             select(jobs.c.id)
             .where(
-                jobs.c.status.in_(("queued", "failed")),
+                # Inline literals: the claim index is partial on exactly this predicate, and
+                # a planner cannot prove a bound parameter matches it (SQLite then sorted every
+                # due row on each claim: ~70 ms at a 100k backlog instead of ~3 ms).
+                jobs.c.status.in_(
+                    bindparam("claimable", ("queued", "failed"), literal_execute=True)
+                ),
                 jobs.c.queue.in_(queues),
                 jobs.c.next_run_at <= self.now(now),
             )

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import URL, Connection, Engine, Float, Insert, Table, event, func, type_coerce
+from sqlalchemy import URL, Connection, Engine, Float, Insert, Table, event, func
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
@@ -94,9 +94,10 @@ class SQLiteDialect(Dialect):
     def seconds_between(
         self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
     ) -> ColumnElement[float]:
-        """Julian-day difference times 86,400: the stored text and the clock both parse."""
+        """The Julian-day difference in seconds, rounded to the millisecond: SQLite times carry
+        milliseconds, and the rounding removes the double's error (about 10 µs) from them."""
         days = func.julianday(later) - func.julianday(earlier)
-        return type_coerce(days * 86_400.0, Float())
+        return func.round(days * 86_400.0, 3, type_=Float())
 
     def insert_ignoring_duplicate_keys(self) -> Insert:
         """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
@@ -111,7 +112,7 @@ class SQLiteDialect(Dialect):
         set_: Mapping[str, Any],
         where: ColumnElement[bool],
     ) -> Insert:
-        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …`` (SQLite ≥ 3.24), under the write lock."""
+        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …``, under the write lock."""
         return (
             sqlite_insert(table)
             .values(**values)

@@ -1,0 +1,177 @@
+"""The gates an attempt passes before its handler runs — its task's circuit breaker, then its
+rate limit — and the breaker's bookkeeping once the attempt is over.
+
+A refused attempt raises :class:`~sqlqueue.Snooze`, so the executor's one outcome function puts
+the job back to ``queued`` for later without counting the attempt: deferred, not failed. The
+gates' state lives in the database (one transaction on the worker's database thread), so every
+worker on every host sees the same buckets and breakers.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlqueue._circuit import CircuitBreaker, counts_as_failure
+from sqlqueue._errors import DatabaseError, DatabaseUnavailable, PermanentError, Snooze
+from sqlqueue._gatekey import GateKey, resolve_key
+from sqlqueue._store.gates import BreakerCheck, GateStore, RateCheck, Verdict
+from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._task import Task
+
+if TYPE_CHECKING:
+    from sqlqueue._executor import Runtime
+
+__all__ = ["Admission", "admit", "report"]
+
+log = logging.getLogger("sqlqueue.worker")
+
+#: How long an attempt waits when the gates cannot be checked because the database is away.
+OUTAGE_DELAY_SECONDS = 2.0
+
+
+class BadGateKey(PermanentError):
+    """A gate's key function failed or returned something unusable for this job's payload."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """An attempt that passed its task's circuit breaker (``probe``: as the single probe)."""
+
+    job: ClaimedJob
+    task: Task
+    breaker: CircuitBreaker
+    key: str
+    probe: bool
+
+
+async def admit(task: Task, job: ClaimedJob, runtime: Runtime) -> Admission | None:
+    """Pass ``job``'s gates, or raise :class:`Snooze` until it may try again.
+
+    Returns what :func:`report` needs when the task has a circuit breaker, else ``None``.
+    """
+    limit, breaker = task.rate_limit, task.circuit_breaker
+    if limit is None and breaker is None:
+        return None
+    payload = dict(job.payload)
+    breaker_key = _key("CircuitBreaker", breaker.key, payload, task) if breaker else None
+    rate = (
+        RateCheck(
+            key=_key("RateLimit", limit.key, payload, task),
+            per_second=float(limit.per_second),
+            capacity=limit.capacity,
+        )
+        if limit is not None
+        else None
+    )
+    store = GateStore(runtime.store.engine, runtime.store.dialect)
+    try:
+        verdict = await runtime.db.call(
+            partial(
+                store.pass_gates,
+                fence=job.fence,
+                breaker=BreakerCheck(key=breaker_key) if breaker_key is not None else None,
+                rate=rate,
+            )
+        )
+    except DatabaseUnavailable as error:
+        raise Snooze(_jittered(OUTAGE_DELAY_SECONDS), reason=f"gates unchecked: {error}") from None
+    if not verdict.allowed:
+        delay, reason = _deferral(verdict, task, breaker_key, rate)
+        log.debug("job %d (%s) deferred %.2f s: %s", job.id, job.job_type, delay, reason)
+        raise Snooze(delay, reason=reason)
+    if breaker is None or breaker_key is None:
+        return None
+    if verdict.probe:
+        log.info("circuit breaker %r is half-open: job %d is its probe", breaker_key, job.id)
+    return Admission(job=job, task=task, breaker=breaker, key=breaker_key, probe=verdict.probe)
+
+
+def _key(kind: str, key: GateKey | None, payload: dict[str, Any], task: Task) -> str:
+    try:
+        return resolve_key(f"{kind}.key", key, payload, task.name)
+    except Exception as error:
+        raise BadGateKey(
+            f"the {kind} key of task {task.name!r} failed for this payload: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+
+def _deferral(
+    verdict: Verdict, task: Task, breaker_key: str | None, rate: RateCheck | None
+) -> tuple[float, str]:
+    """How long a refused attempt waits, and why.
+
+    Never less than the database says; a little jitter on top keeps the jobs of one key from
+    all coming back in the same instant. When a probe is in flight nobody knows when it ends,
+    so the others look again after a tenth of the cool-down (1 s at least, never more than the
+    cool-down itself).
+    """
+    if verdict.refused_by == "rate_limit" and rate is not None:
+        interval = 1.0 / rate.per_second
+        wait = verdict.wait or 0.0
+        return wait + random.uniform(0.0, min(interval, 1.0)), f"rate limit {rate.key!r}"
+    breaker = task.circuit_breaker
+    assert breaker is not None
+    if verdict.wait is not None:
+        spread = min(1.0, breaker.cooldown_seconds / 10)
+        return verdict.wait + random.uniform(0.0, spread), f"circuit breaker {breaker_key!r} open"
+    cooldown = breaker.cooldown_seconds
+    recheck = min(cooldown, max(1.0, cooldown / 10))
+    return _jittered(recheck), f"circuit breaker {breaker_key!r} half-open, its probe in flight"
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * random.uniform(1.0, 1.5)
+
+
+async def report(
+    admission: Admission | None, runtime: Runtime, error: BaseException | None
+) -> None:
+    """Tell the breaker what the admitted attempt did: success, a failure that counts (see
+    :func:`counts_as_failure`), or neither — which hands a probe back for another attempt."""
+    if admission is None:
+        return
+    store = GateStore(runtime.store.engine, runtime.store.dialect)
+    key, fence, probe = admission.key, admission.job.fence, admission.probe
+    breaker = admission.breaker
+    operation: Callable[[], str | None]
+    if error is None:
+        operation = partial(store.record_success, key=key, fence=fence, probe=probe)
+    elif counts_as_failure(error, retryable=admission.task.retryable(error)):
+        operation = partial(
+            store.record_failure,
+            key=key,
+            fence=fence,
+            probe=probe,
+            failure_threshold=breaker.failure_threshold,
+            window_seconds=breaker.window_seconds,
+            cooldown_seconds=breaker.cooldown_seconds,
+        )
+    elif probe:
+        operation = partial(store.record_neutral, key=key, fence=fence)
+    else:
+        return
+    try:
+        changed = await runtime.db.call(operation)
+    except DatabaseError as failure:
+        log.warning(
+            "could not record job %d's outcome on circuit breaker %r: %s",
+            admission.job.id,
+            key,
+            failure,
+        )
+        return
+    if changed == "open":
+        log.warning(
+            "circuit breaker %r %s: its jobs are deferred for %g s, then one probe goes through",
+            key,
+            "re-opened: the probe failed" if probe else "opened",
+            breaker.cooldown_seconds,
+        )
+    elif changed == "closed":
+        log.info("circuit breaker %r closed: the probe (job %d) succeeded", key, fence[0])
