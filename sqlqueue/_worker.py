@@ -26,6 +26,7 @@ from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
 from sqlqueue._executor import Outcome, Runtime, execute
 from sqlqueue._heartbeat import Heartbeat
+from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
 from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
@@ -77,6 +78,8 @@ class Worker:
         self._db = DatabaseThread()
         self._runtime: Runtime | None = None
         self._contexts: Contexts | None = None
+        self._listener: Listener | None = None
+        self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -168,6 +171,14 @@ class Worker:
             self._slots.total,
             self.queue.lease_seconds,
         )
+        loop = self._loop
+        listener = self._listener = Listener(
+            self.queue.engine,
+            self.queue.dialect,
+            lambda queue_name: loop.call_soon_threadsafe(self._woken_for, queue_name),
+        )
+        if not burst:
+            listener.start()
         duties = [
             asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
@@ -191,10 +202,20 @@ class Worker:
             for duty in duties:
                 duty.cancel()
             await asyncio.gather(*duties, return_exceptions=True)
+            await asyncio.to_thread(listener.stop)
             threads.shutdown()
             self._db.close()
             self._loop = None
             log.info("worker %s stopped", self.worker_id)
+
+    @property
+    def listening(self) -> bool:
+        """Whether wake-ups (PostgreSQL LISTEN) currently reach this worker."""
+        return self._listener is not None and self._listener.connected.is_set()
+
+    def _woken_for(self, queue_name: str) -> None:
+        if queue_name in self._served:
+            self._wake.set()
 
     # -- claiming -----------------------------------------------------------------------------
 

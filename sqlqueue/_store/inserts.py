@@ -41,7 +41,7 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: list[dict[str, Any]]) 
             stmt = (
                 insert(jobs)
                 .values(**_timestamps(dialect))
-                .returning(jobs.c.id, sort_by_parameter_order=True)
+                .returning(jobs.c.id, *dialect.wake_columns(), sort_by_parameter_order=True)
             )
             result = conn.execute(stmt, [rows[i] for i in plain])
             for index, job_id in zip(plain, result.scalars().all(), strict=True):
@@ -54,12 +54,12 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: list[dict[str, Any]]) 
 def _insert_one(dialect: Dialect, conn: Connection, row: dict[str, Any]) -> int:
     key = row["idempotency_key"]
     if key is None:
-        stmt = insert(jobs).values(**_timestamps(dialect)).returning(jobs.c.id)
-        return int(conn.execute(stmt, row).scalar_one())
+        stmt = insert(jobs).values(**_timestamps(dialect))
+        return int(conn.execute(stmt.returning(jobs.c.id, *dialect.wake_columns()), row).one()[0])
     keyed = dialect.insert_ignoring_duplicate_keys().values(**_timestamps(dialect))
-    inserted = conn.execute(keyed.returning(jobs.c.id), row).scalar_one_or_none()
+    inserted = conn.execute(keyed.returning(jobs.c.id, *dialect.wake_columns()), row).first()
     if inserted is not None:
-        return int(inserted)
+        return int(inserted[0])
     return _existing_ids(conn, [key])[key]
 
 
@@ -76,10 +76,10 @@ def _insert_keyed(
     stmt = (
         dialect.insert_ignoring_duplicate_keys()
         .values(**_timestamps(dialect))
-        .returning(jobs.c.id, jobs.c.idempotency_key)
+        .returning(jobs.c.id, jobs.c.idempotency_key, *dialect.wake_columns())
     )
     result = conn.execute(stmt, [rows[i] for i in first_with_key.values()])
-    by_key = {key: int(job_id) for job_id, key in result.all()}
+    by_key = {row[1]: int(row[0]) for row in result.all()}
     missing = [key for key in first_with_key if key not in by_key]
     if missing:
         by_key.update(_existing_ids(conn, missing))

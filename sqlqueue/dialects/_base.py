@@ -9,7 +9,8 @@ override only what differs.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -32,11 +33,20 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
 
-from sqlqueue._errors import DatabaseError, DatabaseUnavailable, SchemaNotMigrated, SqlqueueError
+from sqlqueue._errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    SchemaNotMigrated,
+    SqlqueueError,
+    UnsupportedDatabase,
+)
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 
-__all__ = ["CLAIM_RETURNING", "Dialect"]
+__all__ = ["CLAIM_RETURNING", "WAKE_CHANNEL", "Dialect"]
+
+#: The notification channel that wakes sleeping workers; the payload is the queue name.
+WAKE_CHANNEL = "sqlqueue"
 
 #: Columns a claim hands to the worker.
 CLAIM_RETURNING = (
@@ -85,6 +95,17 @@ class Dialect(abc.ABC):
 
     def lock_for_migration(self, conn: Connection) -> None:  # noqa: B027 - often nothing to do
         """Make concurrent ``migrate`` runs take turns (until this transaction ends)."""
+
+    @contextmanager
+    def listen(self, engine: Engine, channel: str) -> Iterator[Callable[[float], Iterator[str]]]:
+        """A dedicated connection listening on ``channel``; yields ``wait(timeout)``, which
+        yields notification payloads as they arrive. Only where ``supports_listen_notify``."""
+        raise UnsupportedDatabase(f"{type(self).__name__} has no LISTEN/NOTIFY")
+        yield  # pragma: no cover
+
+    def wake_columns(self) -> tuple[ColumnElement[Any], ...]:
+        """Extra RETURNING columns of an enqueue INSERT that also wake sleeping workers."""
+        return ()
 
     def relax_commit(self, conn: Connection) -> None:  # noqa: B027 - a hint most backends lack
         """Let this transaction's commit return before it reaches the disk, if supported."""

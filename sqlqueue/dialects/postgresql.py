@@ -6,13 +6,15 @@ selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     URL,
     Connection,
+    Engine,
     Float,
     Insert,
     Integer,
@@ -33,7 +35,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects._base import WAKE_CHANNEL, Dialect
 
 __all__ = ["PostgresDialect"]
 
@@ -69,6 +71,30 @@ class PostgresDialect(Dialect):
     def async_url(self, url: URL) -> URL:
         """psycopg 3 speaks asyncio under the same driver name."""
         return url.set(drivername="postgresql+psycopg")
+
+    @contextmanager
+    def listen(self, engine: Engine, channel: str) -> Iterator[Callable[[float], Iterator[str]]]:
+        """LISTEN on a connection of its own (taken out of the pool, closed afterwards)."""
+        from psycopg import sql  # the driver is an optional extra: import it only when used
+
+        raw = engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            assert driver is not None
+            driver.autocommit = True
+            driver.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+            def wait(timeout: float) -> Iterator[str]:
+                return (notice.payload for notice in driver.notifies(timeout=timeout))
+
+            yield wait
+        finally:
+            raw.invalidate()
+
+    def wake_columns(self) -> tuple[ColumnElement[Any], ...]:
+        """``pg_notify('sqlqueue', queue)`` in the INSERT's RETURNING: delivered at commit,
+        deduplicated per transaction by the server, and no extra round trip."""
+        return (func.pg_notify(WAKE_CHANNEL, jobs.c.queue).label("sqlqueue_wake"),)
 
     def relax_commit(self, conn: Connection) -> None:
         """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""

@@ -1,0 +1,68 @@
+"""PostgreSQL wake-ups: a worker polling once a minute still starts a new job at once, and
+recovers its listening connection when it is killed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import sqlalchemy as sa
+
+from tests._support import WorkerThread, wait_until
+
+
+def _started_within(event: threading.Event, enqueue, seconds: float) -> float:
+    begun = time.monotonic()
+    enqueue()
+    assert event.wait(seconds), f"the job did not start within {seconds} s"
+    return time.monotonic() - begun
+
+
+def test_a_notification_wakes_an_idle_worker_at_once(backend):
+    backend.requires("listen_notify")
+    queue = backend.queue()
+    started = threading.Event()
+
+    @queue.task("ping")
+    def ping() -> None:
+        started.set()
+
+    worker = queue.worker(poll_interval=60)
+    with WorkerThread(worker):
+        wait_until(lambda: worker.listening, timeout=10)
+        time.sleep(0.2)  # the first poll is over: only a wake-up can start the job now
+        latency = _started_within(started, lambda: ping.enqueue(backend.engine), 5)
+    print(f"\n    [{backend.name}] pickup with a 60 s poll interval: {latency * 1000:.1f} ms")
+    assert latency < 1.0
+
+
+def test_the_listener_recovers_when_its_connection_is_killed(backend):
+    backend.requires("listen_notify")
+    queue = backend.queue()
+    started = threading.Event()
+
+    @queue.task("ping")
+    def ping() -> None:
+        started.set()
+
+    worker = queue.worker(poll_interval=60)
+    with WorkerThread(worker):
+        wait_until(lambda: worker.listening, timeout=10)
+        with backend.engine.connect() as conn:
+            killed = (
+                conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        assert killed == [True]
+        wait_until(lambda: not worker.listening, timeout=10)
+        wait_until(lambda: worker.listening, timeout=10)
+        time.sleep(0.2)
+        latency = _started_within(started, lambda: ping.enqueue(backend.engine), 5)
+    print(f"\n    [{backend.name}] pickup after the listener reconnected: {latency * 1000:.1f} ms")
+    assert latency < 1.0
