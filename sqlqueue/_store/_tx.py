@@ -79,7 +79,8 @@ class Store:
                 worker_id=worker_id,
                 lease_seconds=lease_seconds,
                 now=now,
-            )
+            ),
+            relaxed=True,
         )
 
     def finish(
