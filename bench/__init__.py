@@ -1,1 +1,1 @@
-"""Benchmarks for sqlqueue; run ``python -m bench.drain --help`` from the repository root."""
+"""sqlqueue's benchmark suite: ``python -m bench --help`` from the repository root."""

@@ -1,141 +1,97 @@
-"""The raw-SQL ceiling for the drain benchmark: claim and complete with hand-written SQL.
+"""A worker process written as raw SQL: the ceiling sqlqueue's worker is measured against.
 
-One process, one connection, no handler, no threads: claim up to 100 due jobs in one
-statement, mark them succeeded in a second, repeat until a claim returns nothing. It uses the
-same table, indexes and driver (``sqlite3`` / psycopg) as sqlqueue, so the gap between the two
-is what sqlqueue's worker machinery costs.
+One process, one connection, no handler, no threads: claim up to ``--batch`` due jobs in one
+statement, mark them succeeded (fenced by worker and attempt) in a second, repeat. With
+``--burst`` it exits when a claim comes back empty (drains); otherwise it sleeps
+``--poll-interval`` after an empty claim, as a polling worker does (pickup latency, idle CPU),
+until SIGTERM. ``--record PATH`` appends ``seq time.time()`` for every claimed job whose payload
+has a ``seq``, taken right after the claim returns: when a handler would start.
 
-Run by ``bench/drain.py`` as ``python -m bench.raw_worker URL``.
+Run by the benchmark as ``python -m bench.raw_worker …`` with ``SQLQUEUE_DATABASE_URL`` set;
+it writes ``ready`` to stderr once connected, just before its first claim.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import signal
 import socket
-import sqlite3
+import sys
+import time
 from collections.abc import Sequence
-from typing import Final
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
 
-import sqlalchemy as sa
+from bench.raw_sql import connect
 
-BATCH: Final = 100
-LEASE_SECONDS: Final = 30
+__all__ = ["READY", "main"]
 
-# SQLite keeps timestamps as text in the layout SQLAlchemy writes (sqlqueue's clock uses it too).
-SQLITE_CLOCK: Final = "%Y-%m-%d %H:%M:%f000"
-SQLITE_CLAIM: Final = """
-UPDATE sqlqueue_jobs
-   SET status = 'running', attempts = attempts + 1, locked_by = :worker,
-       started_at = strftime(:fmt, 'now'), updated_at = strftime(:fmt, 'now'),
-       lease_expires_at = strftime(:fmt, 'now', :lease)
- WHERE id IN (SELECT id FROM sqlqueue_jobs
-               WHERE status IN ('queued', 'failed') AND queue = :queue
-                 AND next_run_at <= strftime(:fmt, 'now')
-               ORDER BY priority, next_run_at, id
-               LIMIT :batch)
-RETURNING id, payload
-"""
-SQLITE_COMPLETE: Final = """
-UPDATE sqlqueue_jobs
-   SET status = 'succeeded', finished_at = strftime(:fmt, 'now'),
-       updated_at = strftime(:fmt, 'now'), lease_expires_at = NULL
- WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'running' AND locked_by = :worker
-"""
-
-POSTGRES_CLAIM: Final = """
-WITH due AS MATERIALIZED (
-    SELECT id FROM sqlqueue_jobs
-     WHERE status IN ('queued', 'failed') AND queue = %(queue)s
-       AND next_run_at <= statement_timestamp()
-     ORDER BY priority, next_run_at, id
-     LIMIT %(batch)s
-       FOR UPDATE SKIP LOCKED)
-UPDATE sqlqueue_jobs AS j
-   SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-       started_at = statement_timestamp(), updated_at = statement_timestamp(),
-       lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s)
-  FROM due WHERE j.id = due.id
-RETURNING j.id, j.payload
-"""
-POSTGRES_COMPLETE: Final = """
-UPDATE sqlqueue_jobs
-   SET status = 'succeeded', finished_at = statement_timestamp(),
-       updated_at = statement_timestamp(), lease_expires_at = NULL
- WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s
-"""
+#: Written to stderr once the worker is connected and about to claim.
+READY = "ready"
+URL_VARIABLE = "SQLQUEUE_DATABASE_URL"
 
 
-def drain_sqlite(path: str, worker: str, queue: str) -> int:
-    """Drain with ``sqlite3``: ``BEGIN IMMEDIATE`` around each statement, as sqlqueue does."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 30000")
-    conn.execute("PRAGMA journal_mode = WAL")
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def serve(url: str, *, batch: int, poll_interval: float, burst: bool, record: TextIO | None) -> int:
+    """Claim and complete until a claim is empty (``burst``) or SIGTERM; return jobs done."""
+    raw = connect(url, autocommit=True)
+    worker = f"raw:{socket.gethostname()}:{os.getpid()}"
     done = 0
+    print(READY, file=sys.stderr, flush=True)
     try:
         while True:
-            conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute(
-                SQLITE_CLAIM,
-                {
-                    "worker": worker,
-                    "fmt": SQLITE_CLOCK,
-                    "lease": f"+{LEASE_SECONDS} seconds",
-                    "queue": queue,
-                    "batch": BATCH,
-                },
-            ).fetchall()
-            conn.execute("COMMIT")
-            if not rows:
-                return done
-            ids = [row[0] for row in rows]
-            for _, payload in rows:
-                json.loads(payload)  # what a handler would receive
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                SQLITE_COMPLETE, {"fmt": SQLITE_CLOCK, "ids": json.dumps(ids), "worker": worker}
-            )
-            conn.execute("COMMIT")
-            done += len(ids)
+            jobs = raw.claim(worker=worker, batch=batch)
+            if not jobs:
+                if burst:
+                    return done
+                time.sleep(poll_interval)
+                continue
+            if record is not None:
+                started = time.time()
+                record.writelines(
+                    f"{payload['seq']} {started!r}\n" for _, _, payload in jobs if "seq" in payload
+                )
+                record.flush()
+            raw.complete(worker=worker, jobs=jobs)
+            done += len(jobs)
     finally:
-        conn.close()
-
-
-def drain_postgres(dsn: str, worker: str, queue: str) -> int:
-    """Drain with psycopg: each statement its own (autocommit) transaction."""
-    import psycopg
-
-    done = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while True:
-            rows = conn.execute(
-                POSTGRES_CLAIM,
-                {"queue": queue, "batch": BATCH, "worker": worker, "lease": LEASE_SECONDS},
-            ).fetchall()
-            if not rows:
-                return done
-            ids = [row[0] for row in rows]
-            conn.execute(POSTGRES_COMPLETE, {"ids": ids, "worker": worker})
-            done += len(ids)
+        raw.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Drain sqlqueue_jobs with raw SQL.")
-    parser.add_argument("url", help="SQLAlchemy URL of the database (sqlite or postgresql)")
-    parser.add_argument("--queue", default="default")
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default=os.environ.get(URL_VARIABLE),
+        help=f"SQLAlchemy URL of the database (default: ${URL_VARIABLE})",
+    )
+    parser.add_argument("--batch", type=int, default=100, help="jobs per claim statement (100)")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds (1.0)")
+    parser.add_argument("--burst", action="store_true", help="exit when nothing is due")
+    parser.add_argument("--record", type=Path, help="append 'seq start-time' lines here")
     args = parser.parse_args(argv)
-    url = sa.make_url(args.url)
-    worker = f"raw:{socket.gethostname()}:{os.getpid()}"
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        drained = drain_sqlite(url.database or "", worker, args.queue)
-    elif backend == "postgresql":
-        dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        drained = drain_postgres(dsn, worker, args.queue)
-    else:
-        parser.error(f"unsupported backend {backend!r}")
-    print(drained)
+    if not args.url:
+        parser.error(f"give the database URL or set {URL_VARIABLE}")
+    signal.signal(signal.SIGTERM, _stop)
+    record = args.record.open("a", encoding="utf-8") if args.record else None
+    try:
+        done = serve(
+            args.url,
+            batch=args.batch,
+            poll_interval=args.poll_interval,
+            burst=args.burst,
+            record=record,
+        )
+    finally:
+        if record is not None:
+            record.close()
+    print(done)
     return 0
 
 

@@ -1,0 +1,268 @@
+"""``python -m bench``: sqlqueue against its raw-SQL ceiling on SQLite and PostgreSQL, one table.
+
+Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -s bench``)::
+
+    python -m bench                          # everything, 3 runs, both backends
+    python -m bench --quick --backends sqlite  # a smoke run
+    python -m bench --json new.json --compare old.json
+    python -m bench --show new.json --compare old.json   # print saved runs, measure nothing
+    python -m bench --memory 1000000 --backends postgresql  # worker RSS over a long drain
+
+Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
+per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bench import memory, report
+from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, Target, environment, git_commit
+from bench.runner import Runner
+from bench.settings import SCENARIOS, Settings
+
+__all__ = ["main"]
+
+#: ``--quick``: small enough for a smoke run (the test suite runs it on SQLite).
+QUICK: dict[str, Any] = {
+    "enqueue_jobs": 200,
+    "bulk_jobs": 2_000,
+    "drain_jobs": 500,
+    "pickup_jobs": 20,
+    "idle_seconds": 1.0,
+}
+DEFAULT_MEMORY_JOBS = 200_000
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _drains(text: str) -> tuple[tuple[int, int], ...]:
+    """``1x1,1x10,2x10`` -> ((1, 1), (1, 10), (2, 10))."""
+    configs = []
+    for part in _names(text):
+        processes, _, concurrency = part.partition("x")
+        configs.append((int(processes), int(concurrency)))
+    if not configs or min(min(pair) for pair in configs) < 1:
+        raise ValueError(text)
+    return tuple(configs)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=(__doc__ or "").split("\n\n", 1)[0],
+        epilog=(__doc__ or "").split("\n\n", 1)[-1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--backends", default=",".join(BACKENDS), help="sqlite,postgresql (both)")
+    add("--runs", type=int, help="runs per figure (3; 1 with --quick)")
+    add("--quick", action="store_true", help="small sizes for a smoke run")
+    add("--json", type=Path, metavar="PATH", help="also write every run here as JSON")
+    add("--compare", type=Path, metavar="OLD", help="print changes against this saved run")
+    add("--show", type=Path, metavar="SAVED", help="print a saved run's table; measure nothing")
+    add("--only", help=f"scenarios to run, of {','.join(SCENARIOS)} (all)")
+    add(
+        "--memory",
+        type=int,
+        nargs="?",
+        const=DEFAULT_MEMORY_JOBS,
+        metavar="N",
+        help=f"instead: drain N jobs in one worker, sampling its RSS ({DEFAULT_MEMORY_JOBS:,})",
+    )
+    add(
+        "--postgres-url",
+        default=DEFAULT_POSTGRES_URL,
+        help="server where scratch databases are created (default: $SQLQUEUE_TEST_POSTGRES_URL "
+        "or postgres@127.0.0.1:5432/test); the role needs CREATEDB",
+    )
+    add("--sqlite-dir", type=Path, help="directory for SQLite files (the system temp dir)")
+    add("--poll-interval", type=float, default=1.0, help="pickup and idle workers' (1.0 s)")
+    add("--idle-seconds", type=float, help="how long idle CPU is watched (10)")
+    add("--drain-jobs", type=int, help="jobs per drain (10,000)")
+    add("--drains", help="sqlqueue drains as PROCESSESxCONCURRENCY (1x1,1x10,2x10)")
+    add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
+    add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
+    return parser
+
+
+def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
+    backends = tuple(_names(args.backends))
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--backends: expected sqlite and/or postgresql, got {args.backends!r}")
+    scenarios = tuple(_names(args.only)) if args.only else SCENARIOS
+    if not scenarios or set(scenarios) - set(SCENARIOS):
+        parser.error(f"--only: expected some of {','.join(SCENARIOS)}, got {args.only!r}")
+    sizes: dict[str, Any] = dict(QUICK) if args.quick else {}
+    if args.drain_jobs is not None:
+        sizes["drain_jobs"] = args.drain_jobs
+    if args.idle_seconds is not None:
+        sizes["idle_seconds"] = args.idle_seconds
+    if args.drains:
+        try:
+            sizes["drains"] = _drains(args.drains)
+        except ValueError:
+            parser.error(f"--drains: expected e.g. 1x1,1x10,2x10, got {args.drains!r}")
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    if runs < 1 or args.poll_interval <= 0 or args.many_processes < 0:
+        parser.error("--runs must be >= 1, --poll-interval > 0, --many-processes >= 0")
+    return Settings(
+        backends=backends,
+        runs=runs,
+        target=Target(postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir),
+        scenarios=scenarios,
+        poll_interval=args.poll_interval,
+        many_processes=args.many_processes,
+        timeout=args.timeout,
+        **sizes,
+    )
+
+
+def _load() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def _header(facts: dict[str, Any], settings: Settings) -> str:
+    lines = [
+        f"sqlqueue {facts['sqlqueue']} ({facts['sqlqueue_commit']}), Python {facts['python']}, "
+        f"SQLAlchemy {facts['sqlalchemy']}, psycopg {facts['psycopg']}, {facts['cpus']} CPUs; "
+        f"median of {settings.runs} run(s) (min-max)"
+    ]
+    durability = facts["durability"]
+    if "sqlite" in durability:
+        d = durability["sqlite"]
+        lines.append(
+            f"SQLite {facts['sqlite_library']} file on {facts['sqlite_filesystem']}: "
+            f"journal_mode={d['journal_mode']}, synchronous={d['synchronous']}, "
+            f"busy_timeout={d['busy_timeout']} ms"
+        )
+    if "postgresql" in durability:
+        d = durability["postgresql"]
+        lines.append(
+            f"PostgreSQL {d['server_version']} on loopback: "
+            f"synchronous_commit={d['synchronous_commit']}, fsync={d['fsync']}, "
+            f"wal_sync_method={d['wal_sync_method']}, full_page_writes={d['full_page_writes']}"
+        )
+    return "\n".join(lines)
+
+
+def _legend(settings: Settings) -> str:
+    return (
+        "raw SQL = the same operation hand-written with the same driver, same run: INSERT … "
+        "RETURNING id + COMMIT; multi-row INSERT (1,000 rows/statement) RETURNING id; drains: "
+        f"claim {settings.raw_batch}/statement + fenced complete, autocommit, same process "
+        "count; pickup and idle: a polling loop at the same poll interval.\n"
+        "sqlqueue/raw: per-run ratio (jobs/s: higher is better; ms and % CPU: lower is "
+        "better). Drains: jobs / (last finished_at - first started_at) on the database clock.\n"
+        "Pickup: time.time() right after the enqueuer's COMMIT returns to time.time() at "
+        f"handler start, both on this machine; {settings.pickup_jobs} jobs "
+        f"{settings.pickup_gap_seconds * 1000:g} ms apart into an idle worker "
+        f"(concurrency {settings.pickup_concurrency})."
+    )
+
+
+def _print_compare(path: Path, results: report.Results) -> None:
+    old, old_facts = report.load(path)
+    print(f"\nchanges against {path} ({old_facts.get('sqlqueue_commit', '?')}, median vs median):")
+    print(report.compare_table(old.rows, results.rows))
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds: workers are stopped, scratch databases dropped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.show:
+        results, facts = report.load(args.show)
+        print(report.table(results.rows))
+        print(
+            f"load average at start {facts.get('load_average_at_start')}, "
+            f"at end {facts.get('load_average_at_end')}"
+        )
+        if args.compare:
+            _print_compare(args.compare, results)
+        return 0
+    settings = _settings(args, parser)
+    facts = environment(list(settings.backends), settings.target)
+    facts["settings"] = {
+        key: value for key, value in dataclasses.asdict(settings).items() if key != "target"
+    }
+    facts["load_average_at_start"] = _load()
+    cpus = os.cpu_count() or 1
+    if facts["load_average_at_start"][0] > cpus:
+        print(
+            f"warning: load average {facts['load_average_at_start'][0]:.1f} on {cpus} CPUs: "
+            "other work is running, expect noisy figures",
+            file=sys.stderr,
+        )
+    if args.memory is not None:
+        return _memory(args.memory, settings, facts, args.json)
+
+    runner = Runner(settings)
+    loads = []
+    started = time.monotonic()
+    for run in range(settings.runs):
+        for backend in settings.backends:
+            runner.measure(run, backend)
+        loads.append(_load())
+    results = runner.finish()
+    facts["load_average_at_end"] = _load()
+    facts["load_average_after_each_run"] = loads
+    facts["sqlqueue_commit_at_end"] = git_commit()
+    facts["seconds"] = round(time.monotonic() - started, 1)
+
+    print()
+    print(_header(facts, settings))
+    print(report.table(results.rows))
+    print(_legend(settings))
+    print(
+        f"load average (1/5/15 min) at start {facts['load_average_at_start']}, "
+        f"at end {facts['load_average_at_end']}; took {facts['seconds']:.0f} s"
+    )
+    if facts["sqlqueue_commit_at_end"] != facts["sqlqueue_commit"]:
+        print(
+            f"warning: the code changed during the run ({facts['sqlqueue_commit']} -> "
+            f"{facts['sqlqueue_commit_at_end']}); workers started later ran the newer code"
+        )
+    if args.json:
+        report.save(args.json, results, facts, {})
+        print(f"wrote {args.json}")
+    if args.compare:
+        _print_compare(args.compare, results)
+    return 0
+
+
+def _memory(jobs: int, settings: Settings, facts: dict[str, Any], path: Path | None) -> int:
+    found = []
+    for backend in settings.backends:
+        result = memory.measure(backend=backend, jobs=jobs, settings=settings)
+        found.append(result)
+        print(memory.describe(result), flush=True)
+    facts["load_average_at_end"] = _load()
+    print(
+        f"load average (1/5/15 min) at start {facts['load_average_at_start']}, "
+        f"at end {facts['load_average_at_end']}"
+    )
+    if path:
+        extra = {"memory": [result.as_dict() for result in found]}
+        report.save(path, report.Results(), facts, extra)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

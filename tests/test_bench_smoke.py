@@ -1,0 +1,66 @@
+"""The benchmark harness itself: a ``--quick`` run on SQLite measures every scenario.
+
+Only that the harness works end to end (real worker processes, the JSON file, ``--show``
+and ``--compare``); the figures themselves are not judged here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_quick_run_on_sqlite_measures_every_scenario(tmp_path: Path) -> None:
+    saved = tmp_path / "bench.json"
+    done = _bench(
+        "--quick",
+        "--backends",
+        "sqlite",
+        "--poll-interval",
+        "0.2",  # the pickup and idle workers' (shorter: quicker to settle)
+        "--idle-seconds",
+        "0.5",
+        "--json",
+        str(saved),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    rows = {row["key"]: row for row in json.loads(saved.read_text())["rows"]}
+    assert set(rows) == {
+        "enqueue.one.200",
+        "enqueue.bulk.2000",
+        "drain.500.p1c1",
+        "drain.500.p1c10",
+        "drain.500.p2c10",
+        "pickup.0.2.p50",
+        "pickup.0.2.p95",
+        "pickup.0.2.p99",
+        "idle.0.2.cpu",
+    }
+    for row in rows.values():
+        assert row["backend"] == "sqlite"
+        assert len(row["sqlqueue"]["runs"]) == len(row["raw"]["runs"]) == 1
+    for key in ("enqueue.one.200", "enqueue.bulk.2000", "drain.500.p1c10"):
+        assert rows[key]["sqlqueue"]["median"] > 0
+        assert rows[key]["sqlqueue_to_raw"]["median"] > 0
+    assert "drain 500, 2 procs x concurrency 10" in done.stdout
+
+    shown = _bench("--show", str(saved), "--compare", str(saved))
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "changes against" in shown.stdout
+    assert "0.0%" in shown.stdout
