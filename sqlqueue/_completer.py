@@ -69,7 +69,7 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            batch, self._pending = self._pending, []
+            batch, self._pending = _one_attempt_per_job(self._pending)
             if not batch:
                 continue
             try:
@@ -90,7 +90,9 @@ class Completer:
             failures_in_a_row = 0
             for outcome in batch:
                 self._on_written(outcome, outcome.job.id in landed)
-            if not self._pending:
+            if self._pending:
+                self._ready.set()
+            else:
                 self._idle.set()
 
     def _write(self, batch: list[Outcome]) -> set[int]:
@@ -100,3 +102,19 @@ class Completer:
             failures=[o.failure for o in batch if o.failure is not None],
             results={o.job.id: o.result for o in batch if o.result is not None},
         )
+
+
+def _one_attempt_per_job(pending: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """Split ``pending`` into a batch with at most one outcome per job, and the rest.
+
+    A worker can hold two attempts of one job: its stalled attempt, whose lease the reaper took,
+    and its own re-claim of the job. A batch matches outcomes to rows (and results) by job id,
+    so in one batch the stale attempt would pass for the landed one and its result overwrite it.
+    """
+    batch: list[Outcome] = []
+    later: list[Outcome] = []
+    seen: set[int] = set()
+    for outcome in pending:
+        (later if outcome.job.id in seen else batch).append(outcome)
+        seen.add(outcome.job.id)
+    return batch, later

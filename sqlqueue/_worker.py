@@ -303,13 +303,18 @@ class Worker:
             outcome = await execute(job, self._tasks.get(job.job_type), self._runtime)
             self._require_completer().add(outcome)
         finally:
-            self._running.pop(job.id, None)
-            self._slots.give_back(job.id)
+            # Only if it is still this attempt's: after a reaper took our stalled attempt's
+            # lease we may have claimed the job again, and that attempt keeps its slot.
+            if self._running.get(job.id) is asyncio.current_task():
+                del self._running[job.id]
+                self._slots.give_back(job.id)
             if self._fill_eagerly or not self._running:
                 self._wake.set()
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
-        self._leased.pop(outcome.job.id, None)
+        leased = self._leased.get(outcome.job.id)
+        if leased is not None and leased.attempt == outcome.job.attempt:  # not a newer attempt
+            del self._leased[outcome.job.id]
         if self._fill_eagerly:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
         log_outcome(outcome, landed)

@@ -1,0 +1,266 @@
+"""What the fault tests count from: tables written by the handlers, the worker hooks and triggers.
+
+- ``fault_ledger``: one row per handler execution ``(job_id, attempt, pid, started, finished)``,
+  appended in its own autocommitted transaction, so a crash never takes it back. ``clock`` is
+  what the worker process believed the time was (it differs from ``started`` only when the
+  clock-skew hook is on). Times are true epoch seconds (:func:`wall_clock`).
+- ``fault_claims``: one row per non-empty claim when the claim-recording hook is on.
+- ``fault_events``: faults a worker hook injected (a connection killed before a commit, …).
+- ``fault_transitions``: an audit trigger on ``sqlqueue_jobs`` records every change of status,
+  attempt count or owner, with the database's time. It is how the tests see "exactly-once
+  state transitions" (a job never leaves ``succeeded``, never has two owners at once).
+
+The triggers and ``fault_pause`` (the claim-window widener, see ``fault_hooks``) differ per
+backend; they are test instruments, kept here as DDL that runs only on its own dialect.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from sqlqueue.dialects import dialect_for
+from tests.apps.fault_clock import wall_clock
+
+__all__ = [
+    "Execution",
+    "Transition",
+    "create_fault_tables",
+    "ledger_engine",
+    "read_claims",
+    "read_events",
+    "read_ledger",
+    "read_transitions",
+    "record_event",
+    "record_finish",
+    "record_start",
+]
+
+_metadata = sa.MetaData()
+
+LEDGER = sa.Table(
+    "fault_ledger",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started", sa.Float, nullable=False),
+    sa.Column("finished", sa.Float, nullable=True),
+    sa.Column("clock", sa.Float, nullable=False),
+)
+
+CLAIMS = sa.Table(
+    "fault_claims",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("claim_limit", sa.Integer, nullable=False),
+    sa.Column("returned", sa.Integer, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
+EVENTS = sa.Table(
+    "fault_events",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("job_id", sa.BigInteger, nullable=True),
+    sa.Column("kind", sa.String(50), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
+TRANSITIONS = sa.Table(
+    "fault_transitions",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("old_status", sa.String(16), nullable=True),
+    sa.Column("new_status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("locked_by", sa.String(255), nullable=True),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
+_AUDITED_CHANGE = (
+    "OLD.status IS NOT NEW.status OR OLD.attempts IS NOT NEW.attempts "
+    "OR OLD.locked_by IS NOT NEW.locked_by"
+)
+_SQLITE_AUDIT = f"""
+CREATE TRIGGER fault_audit AFTER UPDATE ON sqlqueue_jobs
+WHEN {_AUDITED_CHANGE}
+BEGIN
+    INSERT INTO fault_transitions (job_id, old_status, new_status, attempts, locked_by, at)
+    VALUES (NEW.id, OLD.status, NEW.status, NEW.attempts, NEW.locked_by,
+            (julianday('now') - 2440587.5) * 86400.0);
+END
+"""
+_POSTGRES_AUDIT_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION fault_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF {_AUDITED_CHANGE.replace("IS NOT", "IS DISTINCT FROM")} THEN
+        INSERT INTO fault_transitions (job_id, old_status, new_status, attempts, locked_by, at)
+        VALUES (NEW.id, OLD.status, NEW.status, NEW.attempts, NEW.locked_by,
+                extract(epoch FROM clock_timestamp()));
+    END IF;
+    RETURN NULL;
+END $$
+"""
+_POSTGRES_AUDIT_TRIGGER = """
+CREATE TRIGGER fault_audit AFTER UPDATE ON sqlqueue_jobs
+FOR EACH ROW EXECUTE FUNCTION fault_audit()
+"""
+#: The claim-window widener on PostgreSQL (SQLite workers register a Python function).
+_POSTGRES_PAUSE = """
+CREATE OR REPLACE FUNCTION fault_pause(seconds double precision) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN PERFORM pg_sleep(seconds); RETURN true; END $$
+"""
+
+for _ddl, _dialect in (
+    (_SQLITE_AUDIT, "sqlite"),
+    (_POSTGRES_AUDIT_FUNCTION, "postgresql"),
+    (_POSTGRES_AUDIT_TRIGGER, "postgresql"),
+    (_POSTGRES_PAUSE, "postgresql"),
+):
+    sa.event.listen(
+        TRANSITIONS, "after_create", sa.DDL(_ddl.replace("%", "%%")).execute_if(dialect=_dialect)
+    )
+
+
+def create_fault_tables(engine: sa.Engine) -> None:
+    """Create the ledger, claim, event and audit tables (after sqlqueue's migrations)."""
+    _metadata.create_all(engine)
+
+
+@functools.cache
+def ledger_engine() -> sa.Engine:
+    """This process's engine for ledger writes: ``FAULT_LEDGER_URL``, else the queue's URL.
+
+    Its own pool, so a fault aimed at the worker's connections never hits the ledger; a small
+    one (3 connections at most), so 16 worker processes fit PostgreSQL's default 100. Times
+    are read before a connection is taken, so waiting for one does not skew them.
+    """
+    url = os.environ.get("FAULT_LEDGER_URL") or os.environ["SQLQUEUE_DATABASE_URL"]
+    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=1)
+    dialect_for(engine).prepare_engine(engine)  # on SQLite: WAL and a busy timeout
+    return engine
+
+
+def record_start(job_id: int, attempt: int, *, finished: bool = False) -> int:
+    """Append this execution's ledger row; return its id."""
+    now = wall_clock()
+    stmt = (
+        LEDGER.insert()
+        .values(
+            job_id=job_id,
+            attempt=attempt,
+            pid=os.getpid(),
+            started=now,
+            finished=now if finished else None,
+            clock=time.time(),  # the process's own idea of the time (skewed or not)
+        )
+        .returning(LEDGER.c.id)
+    )
+    with ledger_engine().begin() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
+def record_finish(ledger_id: int) -> None:
+    """Mark a ledger row's execution finished."""
+    stmt = LEDGER.update().where(LEDGER.c.id == ledger_id).values(finished=wall_clock())
+    with ledger_engine().begin() as conn:
+        conn.execute(stmt)
+
+
+def record_event(kind: str, job_id: int | None = None) -> None:
+    """Note a fault a hook injected in this process."""
+    stmt = EVENTS.insert().values(pid=os.getpid(), job_id=job_id, kind=kind, at=wall_clock())
+    with ledger_engine().begin() as conn:
+        conn.execute(stmt)
+
+
+def record_claim(limit: int, returned: int) -> None:
+    """Note one claim's limit and how many jobs it returned."""
+    stmt = CLAIMS.insert().values(
+        pid=os.getpid(), claim_limit=limit, returned=returned, at=wall_clock()
+    )
+    with ledger_engine().begin() as conn:
+        conn.execute(stmt)
+
+
+# -- reading (the test's side) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Execution:
+    """One handler execution from the ledger."""
+
+    job_id: int
+    attempt: int
+    pid: int
+    started: float
+    finished: float | None
+    clock: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transition:
+    """One audited change of a job row."""
+
+    job_id: int
+    old_status: str | None
+    new_status: str
+    attempts: int
+    locked_by: str | None
+    at: float
+
+
+def read_ledger(engine: sa.Engine) -> list[Execution]:
+    """Every execution, in the order they started."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(LEDGER).order_by(LEDGER.c.id)).mappings().all()
+    return [
+        Execution(
+            job_id=row["job_id"],
+            attempt=row["attempt"],
+            pid=row["pid"],
+            started=row["started"],
+            finished=row["finished"],
+            clock=row["clock"],
+        )
+        for row in rows
+    ]
+
+
+def read_transitions(engine: sa.Engine) -> list[Transition]:
+    """Every audited job-row change, in commit order per job."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(TRANSITIONS).order_by(TRANSITIONS.c.id)).mappings().all()
+    return [
+        Transition(
+            job_id=row["job_id"],
+            old_status=row["old_status"],
+            new_status=row["new_status"],
+            attempts=row["attempts"],
+            locked_by=row["locked_by"],
+            at=float(row["at"]),
+        )
+        for row in rows
+    ]
+
+
+def read_claims(engine: sa.Engine) -> Sequence[sa.RowMapping]:
+    """Every recorded non-empty claim: ``pid, claim_limit, returned, at``."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(CLAIMS).order_by(CLAIMS.c.id)).mappings().all()
+
+
+def read_events(engine: sa.Engine) -> Sequence[sa.RowMapping]:
+    """Every recorded injected fault: ``pid, job_id, kind, at``."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(EVENTS).order_by(EVENTS.c.id)).mappings().all()
