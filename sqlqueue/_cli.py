@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
         help="queues sharing --concurrency slots (mail,reports), or each with its own slots "
         "(mail=4,reports=1); default: the queues of its tasks",
     )
+    worker_cmd.add_argument(
+        "--database-url", help="serve this database instead of the one the Queue was built with"
+    )
     worker_cmd.add_argument("--concurrency", type=int, default=4)
     worker_cmd.add_argument("--poll-interval", type=float, default=1.0)
     worker_cmd.add_argument("--shutdown-timeout", type=float, default=30.0)
@@ -103,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("sqlqueue: schema is up to date")
             return 0
         queue = load_queue(args.queue)
+        if args.database_url:
+            queue = queue.rebind(args.database_url)
         queues = parse_queues(args.queues) if args.queues else None
         worker = queue.worker(
             queues=queues,

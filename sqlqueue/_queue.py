@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -284,6 +285,21 @@ class Queue:
                 "cancel_where needs at least one of job_type, queue, group_key"
             )
         return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
+
+    def rebind(self, engine: Engine | str) -> Queue:
+        """The same tasks, schedules and settings on another database (the CLI's
+        ``--database-url``)."""
+        other = Queue(
+            engine,
+            lease_seconds=self.lease_seconds,
+            default_queue=self.default_queue,
+            max_payload_bytes=self.max_payload_bytes,
+            max_result_bytes=self.max_result_bytes,
+            unknown_jobs=self.unknown_jobs,
+        )
+        other._tasks = {name: replace(task, owner=other) for name, task in self._tasks.items()}
+        other._periodic = list(self._periodic)
+        return other
 
     # -- workers ------------------------------------------------------------------------------
 

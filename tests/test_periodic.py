@@ -131,3 +131,37 @@ def test_a_worker_runs_its_periodic_jobs(backend):
     with WorkerThread(queue.worker(poll_interval=0.05)):
         assert ran.wait(10)
     wait_until(lambda: count_jobs(backend.engine, status="succeeded") >= 1)
+
+
+def test_the_cli_worker_can_serve_another_database(tmp_path):
+    """``sqlqueue worker app:queue --database-url URL`` runs the app's tasks on that database."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    sqlqueue.migrate(url)
+    queue = sqlqueue.Queue(url)
+    queue.task("tick")(lambda: None)
+    job_id = queue.enqueue(queue.engine, "tick", {})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sqlqueue",
+            "worker",
+            "tests.apps.periodic_app:queue",
+            "--database-url",
+            url,
+            "--burst",
+            "--poll-interval",
+            "0.05",
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert job.status == "succeeded"
