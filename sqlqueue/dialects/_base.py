@@ -232,10 +232,16 @@ class Dialect(abc.ABC):
         return query
 
     @abc.abstractmethod
+    def conflict_insert(self, table: Table) -> Any:
+        """The backend's own INSERT construct, the one that knows ``ON CONFLICT``."""
+
     def insert_ignoring_duplicate_keys(self) -> Insert:
         """An INSERT into ``sqlqueue_jobs`` that skips rows whose idempotency key exists."""
+        stmt: Insert = self.conflict_insert(jobs).on_conflict_do_nothing(
+            index_elements=[jobs.c.idempotency_key]
+        )
+        return stmt
 
-    @abc.abstractmethod
     def upsert(
         self,
         table: Table,
@@ -245,11 +251,18 @@ class Dialect(abc.ABC):
         set_: Mapping[str, Any],
         where: ColumnElement[bool],
     ) -> Insert:
-        """``INSERT … ON CONFLICT (conflict) DO UPDATE SET … WHERE …`` in one atomic statement.
+        """``INSERT … ON CONFLICT (conflict) DO UPDATE SET … WHERE …`` in one atomic statement
+        (PostgreSQL: the conflicting row's lock; SQLite: the write lock).
 
         In ``set_`` and ``where``, ``table.c.column`` means the existing row. Where ``where``
         is false the row is left alone and ``RETURNING`` yields nothing for it.
         """
+        stmt: Insert = (
+            self.conflict_insert(table)
+            .values(**values)
+            .on_conflict_do_update(index_elements=list(conflict), set_=dict(set_), where=where)
+        )
+        return stmt
 
     # -- errors ------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
@@ -16,7 +16,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Insert,
     Integer,
     Interval,
     Select,
@@ -131,25 +130,9 @@ class PostgresDialect(Dialect):
         """``FOR UPDATE SKIP LOCKED``: concurrent maintenance passes take disjoint rows."""
         return query.with_for_update(skip_locked=True)
 
-    def insert_ignoring_duplicate_keys(self) -> Insert:
-        """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
-        return pg_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
-
-    def upsert(
-        self,
-        table: Table,
-        *,
-        values: Mapping[str, Any],
-        conflict: Sequence[str],
-        set_: Mapping[str, Any],
-        where: ColumnElement[bool],
-    ) -> Insert:
-        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …``: the row lock makes it atomic."""
-        return (
-            pg_insert(table)
-            .values(**values)
-            .on_conflict_do_update(index_elements=list(conflict), set_=dict(set_), where=where)
-        )
+    def conflict_insert(self, table: Table) -> Any:
+        """This backend's INSERT construct (``ON CONFLICT`` support)."""
+        return pg_insert(table)
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE

@@ -7,17 +7,15 @@ Claims are an atomic ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING`` u
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import URL, Connection, Engine, Float, Insert, Table, event, func
+from sqlalchemy import URL, Connection, Engine, Float, Table, event, func
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import UnsupportedDatabase
-from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import Dialect
 
@@ -99,25 +97,9 @@ class SQLiteDialect(Dialect):
         days = func.julianday(later) - func.julianday(earlier)
         return func.round(days * 86_400.0, 3, type_=Float())
 
-    def insert_ignoring_duplicate_keys(self) -> Insert:
-        """``INSERT … ON CONFLICT (idempotency_key) DO NOTHING``."""
-        return sqlite_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
-
-    def upsert(
-        self,
-        table: Table,
-        *,
-        values: Mapping[str, Any],
-        conflict: Sequence[str],
-        set_: Mapping[str, Any],
-        where: ColumnElement[bool],
-    ) -> Insert:
-        """``INSERT … ON CONFLICT (…) DO UPDATE … WHERE …``, under the write lock."""
-        return (
-            sqlite_insert(table)
-            .values(**values)
-            .on_conflict_do_update(index_elements=list(conflict), set_=dict(set_), where=where)
-        )
+    def conflict_insert(self, table: Table) -> Any:
+        """This backend's INSERT construct (``ON CONFLICT`` support)."""
+        return sqlite_insert(table)
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return "no such table" in str(error.orig)
