@@ -50,7 +50,8 @@ class Backend:
 
 
 def _postgres_database(worker: str) -> Iterator[str]:
-    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    # No pooled connections: they would go stale across the soak's server restart.
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
