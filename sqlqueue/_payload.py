@@ -29,14 +29,13 @@ def check_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> dict[
             f"the payload must be a mapping of argument names to JSON values, "
             f"got {type(payload).__name__}"
         )
-    _check_value(payload, "payload", 0)
-    encoded = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    size = len(encoded.encode("utf-8"))
-    if size > max_bytes:
-        raise PayloadError(
-            f"the payload is {size} bytes, over the {max_bytes}-byte cap: store ids and "
-            f"options in the job, and large data in your own tables (or raise max_payload_bytes)"
-        )
+    _check_json(
+        payload,
+        "payload",
+        max_bytes,
+        "store ids and options in the job, and large data in your own tables "
+        "(or raise max_payload_bytes)",
+    )
     return dict(payload)
 
 
@@ -44,15 +43,22 @@ def check_result(result: Any, *, max_bytes: int) -> Any:
     """``result`` once checked to be storable JSON (any JSON value) within ``max_bytes``."""
     if result is None:
         return None
-    _check_value(result, "result", 0)
-    encoded = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    _check_json(
+        result,
+        "result",
+        max_bytes,
+        "keep large outputs in your own tables and return their ids (or raise max_result_bytes)",
+    )
+    return result
+
+
+def _check_json(value: Any, what: str, max_bytes: int, advice: str) -> None:
+    """Plain JSON values only, and at most ``max_bytes`` once encoded as UTF-8."""
+    _check_value(value, what, 0)
+    encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     size = len(encoded.encode("utf-8"))
     if size > max_bytes:
-        raise PayloadError(
-            f"the result is {size} bytes, over the {max_bytes}-byte cap: keep large outputs in "
-            "your own tables and return their ids (or raise max_result_bytes)"
-        )
-    return result
+        raise PayloadError(f"the {what} is {size} bytes, over the {max_bytes}-byte cap: {advice}")
 
 
 def _check_value(value: Any, path: str, depth: int) -> None:

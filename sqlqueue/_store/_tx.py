@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -15,7 +14,7 @@ from sqlqueue._store import cancel, deadletter, transitions
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue.dialects import Dialect
 
-__all__ = ["Store", "translated"]
+__all__ = ["Store", "in_write", "translated"]
 
 T = TypeVar("T")
 
@@ -31,6 +30,36 @@ def translated(dialect: Dialect, operation: Callable[[], T]) -> T:
         raise ours from error
 
 
+def in_write(
+    engine: Engine,
+    dialect: Dialect,
+    operation: Callable[[Connection], T],
+    *,
+    relaxed: bool = False,
+    keep: Callable[[T], bool] = lambda _: True,
+) -> T:
+    """Run ``operation`` in one write transaction (SQLite: ``BEGIN IMMEDIATE``), with driver
+    errors translated; commit if ``keep(result)``, else roll back.
+
+    ``relaxed``: the commit need not wait for the disk (PostgreSQL ``synchronous_commit = off``)
+    — for writes whose loss in a database crash at-least-once absorbs (a job runs again).
+    """
+
+    def run() -> T:
+        with engine.connect() as conn:
+            dialect.begin_write(conn)
+            if relaxed:
+                dialect.relax_commit(conn)
+            result = operation(conn)
+            if keep(result):
+                conn.commit()
+            else:
+                conn.rollback()
+            return result
+
+    return translated(dialect, run)
+
+
 class Store:
     """sqlqueue's operations on one engine; each method is one short transaction."""
 
@@ -38,25 +67,9 @@ class Store:
         self.engine = engine
         self.dialect = dialect
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            self.dialect.begin_write(conn)
-            yield conn
-            conn.commit()
-
     def _in_write(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
-        """Run ``operation`` in a write transaction. ``relaxed``: the commit need not wait for
-        the disk (PostgreSQL ``synchronous_commit = off``) — for outcomes and heartbeats, whose
-        loss in a database crash only means a job runs again, which at-least-once allows."""
-
-        def run() -> T:
-            with self._write() as conn:
-                if relaxed:
-                    self.dialect.relax_commit(conn)
-                return operation(conn)
-
-        return translated(self.dialect, run)
+        """See :func:`in_write`: relaxed for claims, outcomes and heartbeats."""
+        return in_write(self.engine, self.dialect, operation, relaxed=relaxed)
 
     def claim(
         self,

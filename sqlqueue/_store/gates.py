@@ -17,7 +17,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 
 from sqlqueue._store import breakers
-from sqlqueue._store._tx import translated
+from sqlqueue._store._tx import in_write, translated
 from sqlqueue._store.breakers import BreakerState
 from sqlqueue._store.rate_limits import read_bucket, take_token
 from sqlqueue.dialects import Dialect
@@ -74,19 +74,7 @@ class GateStore:
         losing one would let an extra attempt through.
         """
 
-        def run() -> T:
-            with self.engine.connect() as conn:
-                self.dialect.begin_write(conn)
-                if relaxed:
-                    self.dialect.relax_commit(conn)
-                result = operation(conn)
-                if keep(result):
-                    conn.commit()
-                else:
-                    conn.rollback()
-                return result
-
-        return translated(self.dialect, run)
+        return in_write(self.engine, self.dialect, operation, relaxed=relaxed, keep=keep)
 
     def pass_gates(
         self,
