@@ -371,16 +371,11 @@ class Worker:
     async def _wait_for_running(
         self, running: Sequence[asyncio.Task[None]], force: asyncio.Task[Any]
     ) -> None:
-        deadline = asyncio.get_running_loop().time() + self.settings.shutdown_timeout
-        pending: set[asyncio.Task[Any]] = set(running)
-        while pending and not force.done():
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                break
-            _, pending = await asyncio.wait(
-                {*pending, force}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            pending.discard(force)
+        """Until every running job is done, a second signal arrives, or the grace is over."""
+        all_done = asyncio.gather(*running, return_exceptions=True)
+        await asyncio.wait(
+            {all_done, force}, timeout=self.settings.shutdown_timeout, return_when="FIRST_COMPLETED"
+        )
 
     async def _release(self, jobs: Sequence[ClaimedJob]) -> None:
         if not jobs:
