@@ -74,7 +74,9 @@ def test_concurrent_claims_hand_each_job_to_one_worker(faults: Faults) -> None:
     assert not history_problems(transitions)
     assert {(job.status, job.attempts) for job in rows.values()} == {("succeeded", 1)}
     assert all(job.attempts <= job.max_attempts for job in rows.values())
-    assert len(per_pid) == processes, "every process claimed: they really raced"
+    # Several processes claimed, so they really raced; on 2 loaded cores one of them can find
+    # the CI-sized queue drained before its first claim, so all of them is not required.
+    assert len(per_pid) >= min(processes, 2), "several processes claimed: they really raced"
 
 
 def test_attempts_above_max_attempts_are_refused_by_the_database(faults: Faults) -> None:
