@@ -87,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd.add_argument("--poll-interval", type=float, default=1.0)
     worker_cmd.add_argument("--shutdown-timeout", type=float, default=30.0)
     worker_cmd.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        help="no PostgreSQL LISTEN wake-ups, poll only (needed behind PgBouncer in transaction "
+        "mode)",
+    )
+    worker_cmd.add_argument(
         "--burst", action="store_true", help="exit once no job is due and none is running"
     )
     return parser
@@ -114,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             poll_interval=args.poll_interval,
             shutdown_timeout=args.shutdown_timeout,
+            listen=args.listen,
         )
         worker.run(burst=args.burst)
         return 0

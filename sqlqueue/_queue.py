@@ -311,12 +311,15 @@ class Queue:
         poll_interval: float = 1.0,
         shutdown_timeout: float = 30.0,
         reaper_interval: float | None = None,
+        listen: bool = True,
     ) -> Worker:
         """A worker for this queue's tasks; call ``.run()`` to start it.
 
         ``queues`` is a list of queue names sharing ``concurrency`` slots (default: the queues
         of this queue's tasks), or a mapping of queue name to its own slots, e.g.
-        ``{"mail": 4, "reports": 1}``, so one queue can never starve another.
+        ``{"mail": 4, "reports": 1}``, so one queue can never starve another. ``listen=False``
+        turns PostgreSQL wake-ups off and polls every ``poll_interval`` only: LISTEN does not
+        work through PgBouncer in transaction mode.
         """
         from sqlqueue._worker import Worker, WorkerSettings
 
@@ -336,5 +339,6 @@ class Queue:
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,
                 reaper_interval=reaper_interval,
+                listen=listen,
             ),
         )

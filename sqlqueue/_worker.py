@@ -177,8 +177,10 @@ class Worker:
             self.queue.dialect,
             lambda queue_name: loop.call_soon_threadsafe(self._woken_for, queue_name),
         )
-        if not burst:
+        if not burst and self.settings.listen:
             listener.start()
+        elif not self.settings.listen:
+            log.info("wake-ups off (listen=False): polling every %g s", self.settings.poll_interval)
         duties = [
             asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),

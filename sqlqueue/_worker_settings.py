@@ -21,6 +21,8 @@ class WorkerSettings:
     poll_interval: float = 1.0
     shutdown_timeout: float = 30.0
     reaper_interval: float | None = None
+    #: LISTEN for wake-ups (PostgreSQL); ``False`` polls only, for PgBouncer in transaction mode.
+    listen: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -33,6 +35,8 @@ class WorkerSettings:
             )
         if self.reaper_interval is not None and self.reaper_interval <= 0:
             raise ConfigurationError(f"reaper_interval must be > 0, got {self.reaper_interval!r}")
+        if not isinstance(self.listen, bool):
+            raise ConfigurationError(f"listen must be True or False, got {self.listen!r}")
         if self.queues is not None and (not self.queues or not all(self.queues)):
             raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
         if self.queues is not None and isinstance(self.queues, str):

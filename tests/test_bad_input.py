@@ -270,6 +270,7 @@ def test_queue_settings_are_checked_at_construction(tmp_path, options, field):
         ({"poll_interval": 0}, "poll_interval"),
         ({"shutdown_timeout": -1}, "shutdown_timeout"),
         ({"queues": []}, "queues"),
+        ({"listen": "no"}, "listen"),
     ],
 )
 def test_worker_settings_are_checked_at_construction(tmp_path, options, field):
