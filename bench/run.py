@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--poll-interval", type=float, default=1.0, help="pickup and idle workers' (1.0 s)")
     add("--idle-seconds", type=float, help="how long idle CPU is watched (10)")
     add("--drain-jobs", type=int, help="jobs per drain (10,000)")
-    add("--drains", help="sqlqueue drains as PROCESSESxCONCURRENCY (1x1,1x10,2x10)")
+    add("--drains", help="sqlqueue drains as PROCESSESxCONCURRENCY (1x1,1x10,2x10,1x100,2x100)")
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
     add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
     return parser

@@ -24,7 +24,7 @@ class Settings:
     bulk_jobs: int = 20_000
     drain_jobs: int = 10_000
     #: (processes, concurrency per process) of each sqlqueue drain.
-    drains: tuple[tuple[int, int], ...] = ((1, 1), (1, 10), (2, 10))
+    drains: tuple[tuple[int, int], ...] = ((1, 1), (1, 10), (2, 10), (1, 100), (2, 100))
     #: Worker processes of the many-workers drain (PostgreSQL only).
     many_processes: int = 8
     many_concurrency: int = 10

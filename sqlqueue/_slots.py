@@ -22,6 +22,9 @@ class Pool:
     queues: tuple[str, ...]
     limit: int
     running: set[int] = field(default_factory=set)
+    #: The last claim found its queues empty: do not claim again before this (event-loop)
+    #: time, unless a wake-up says a job arrived.
+    rest_until: float = 0.0
 
     @property
     def free(self) -> int:
@@ -58,6 +61,11 @@ class Slots:
     def queues(self) -> list[str]:
         """Every queue served."""
         return [name for pool in self.pools for name in pool.queues]
+
+    @property
+    def free(self) -> int:
+        """Free slots of all pools."""
+        return sum(pool.free for pool in self.pools)
 
     def with_free_slots(self) -> Iterator[Pool]:
         """The pools that could take another job now."""

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._completer import Completer
+from sqlqueue._completer import Completer, outcome_fields
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "WorkerSettings"]
 
 log = logging.getLogger("sqlqueue.worker")
+
+#: How long the claim loop waits for more jobs to finish when only a few slots are free.
+_GATHER_SECONDS = 0.001
 
 
 class Worker:
@@ -74,7 +77,7 @@ class Worker:
         self._pending_stop = False
         self._running: dict[int, asyncio.Task[None]] = {}
         self._leased: dict[int, ClaimedJob] = {}
-        self._fill_eagerly = False
+        self._capped = False
         self._db = DatabaseThread()
         self._runtime: Runtime | None = None
         self._contexts: Contexts | None = None
@@ -143,7 +146,7 @@ class Worker:
             self._stop_requested.set()
         self._running = {}
         self._leased = {}
-        self._fill_eagerly = False
+        self._capped = False
         self._db = DatabaseThread()
         threads = HandlerThreads(self._slots.total)
         contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
@@ -162,6 +165,7 @@ class Worker:
             self._db,
             self.worker_id,
             on_written=self._on_written,
+            on_added=self._wake.set,
             retry_delay=reconnect_delay,
         )
         log.info(
@@ -217,43 +221,95 @@ class Worker:
 
     def _woken_for(self, queue_name: str) -> None:
         if queue_name in self._served:
+            for pool in self._slots.pools:
+                if queue_name in pool.queues:
+                    pool.rest_until = 0.0
             self._wake.set()
 
     # -- claiming -----------------------------------------------------------------------------
 
     async def _claim_loop(self, burst: bool) -> None:
+        """Each round: write the outcomes finished since the last round and claim jobs for the
+        free slots, in one transaction; sleep when there is neither (until a job finishes, a
+        wake-up arrives or a resting pool's poll interval is over)."""
+        completer = self._require_completer()
         failures = 0
         while not self._stop_requested.is_set():
-            claimed_any = False
-            self._fill_eagerly = False
-            for pool in list(self._slots.with_free_slots()):
-                if len(self._leased) >= 2 * self._slots.total:
-                    break
-                free = pool.free
-                try:
-                    claimed = await self._db.call(partial(self._claim, pool.queues, free))
-                    failures = 0
-                except DatabaseError as error:
-                    failures += 1
-                    delay = reconnect_delay(failures)
-                    log.error("cannot claim jobs: %s; retrying in %.1f s", error, delay)
-                    await self._sleep(delay)
-                    break
-                if self._stop_requested.is_set():
-                    await self._release(claimed)
-                    return
-                for job in claimed:
+            await self._gather()
+            wanted = self._wanted_claims()
+            batch = completer.take()
+            if not batch and not wanted:
+                if burst and not self._running and completer.idle and failures == 0:
+                    if not await self._anything_due():
+                        return
+                    continue
+                await self._sleep(self._until_next_claim())
+                continue
+            claims = [(pool.queues, count) for pool, count in wanted]
+            try:
+                landed, claimed = await self._db.call(partial(self._cycle, batch, claims))
+                failures = 0
+            except DatabaseError as error:
+                completer.put_back(batch)
+                failures += 1
+                delay = reconnect_delay(failures)
+                log.error("cannot claim jobs: %s; retrying in %.1f s", error, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+                continue
+            completer.settle(batch, landed)
+            if self._stop_requested.is_set():
+                await self._release([job for jobs in claimed for job in jobs])
+                return
+            rest_until = asyncio.get_running_loop().time() + self.settings.poll_interval
+            for (pool, count), jobs in zip(wanted, claimed, strict=True):
+                for job in jobs:
                     self._start(job, pool)
-                claimed_any = claimed_any or bool(claimed)
-                self._fill_eagerly = self._fill_eagerly or len(claimed) == free
-            if self._fill_eagerly and any(self._slots.with_free_slots()):
-                continue
-            if burst and not claimed_any and not self._running and failures == 0:
-                await self._require_completer().wait_idle()
-                if not await self._anything_due():
-                    return
-                continue
-            await self._sleep(self.settings.poll_interval)
+                if len(jobs) < count:
+                    pool.rest_until = rest_until
+
+    async def _gather(self) -> None:
+        """Slots just freed while others still run: let more finish first (for at most
+        ``_GATHER_SECONDS``), so one commit carries a batch rather than a job — short jobs end
+        microseconds apart."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _GATHER_SECONDS
+        while self._running and 0 < self._slots.free < self._slots.total:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._stop_requested.is_set():
+                return
+            self._wake.clear()
+            await self._sleep(remaining)
+
+    def _wanted_claims(self) -> list[tuple[Pool, int]]:
+        """How many jobs to claim for which pool now: its free slots, unless it is resting."""
+        self._capped = len(self._leased) >= 2 * self._slots.total  # outcome writes lag behind
+        if self._stop_requested.is_set() or self._capped:
+            return []
+        now = asyncio.get_running_loop().time()
+        return [
+            (pool, pool.free) for pool in self._slots.with_free_slots() if pool.rest_until <= now
+        ]
+
+    def _until_next_claim(self) -> float:
+        """Seconds until a resting pool with free slots may claim again (at most a poll)."""
+        now = asyncio.get_running_loop().time()
+        waits = [pool.rest_until - now for pool in self._slots.with_free_slots()]
+        return max(0.0, min(waits, default=self.settings.poll_interval))
+
+    def _cycle(
+        self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
+    ) -> tuple[set[int], list[list[ClaimedJob]]]:
+        succeeded, failures, results = outcome_fields(batch)
+        return self._store.cycle(
+            worker_id=self.worker_id,
+            succeeded=succeeded,
+            failures=failures,
+            results=results,
+            claims=claims,
+            job_types=self._job_types,
+            lease_seconds=self.queue.lease_seconds,
+        )
 
     def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
         return self._store.claim(
@@ -274,6 +330,7 @@ class Worker:
                 for job in claimed:
                     self._start(job, pool)
                 if claimed:
+                    pool.rest_until = 0.0
                     return True
         except DatabaseError:
             return True  # not known to be empty: the claim loop deals with the outage
@@ -310,14 +367,13 @@ class Worker:
             if self._running.get(job.id) is asyncio.current_task():
                 del self._running[job.id]
                 self._slots.give_back(job.id)
-            if self._fill_eagerly or not self._running:
-                self._wake.set()
+            self._wake.set()  # a slot is free
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
         leased = self._leased.get(outcome.job.id)
         if leased is not None and leased.attempt == outcome.job.attempt:  # not a newer attempt
             del self._leased[outcome.job.id]
-        if self._fill_eagerly:
+        if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
         log_outcome(outcome, landed)
 
@@ -353,6 +409,7 @@ class Worker:
     # -- shutdown -----------------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
+        self._require_completer().take_over()
         running = list(self._running.values())
         if running:
             force = asyncio.create_task(self._force.wait())

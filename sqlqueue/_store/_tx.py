@@ -41,15 +41,13 @@ def in_write(
     """Run ``operation`` in one write transaction (SQLite: ``BEGIN IMMEDIATE``), with driver
     errors translated; commit if ``keep(result)``, else roll back.
 
-    ``relaxed``: the commit need not wait for the disk (PostgreSQL ``synchronous_commit = off``)
-    — for writes whose loss in a database crash at-least-once absorbs (a job runs again).
+    ``relaxed``: the commit need not wait for the disk (PostgreSQL ``synchronous_commit =
+    off``, SQLite ``synchronous = NORMAL``) — for writes whose loss in a database crash
+    at-least-once absorbs (a job runs again).
     """
 
     def run() -> T:
-        with engine.connect() as conn:
-            dialect.begin_write(conn)
-            if relaxed:
-                dialect.relax_commit(conn)
+        with engine.connect() as conn, dialect.write_transaction(conn, relaxed=relaxed):
             result = operation(conn)
             if keep(result):
                 conn.commit()
@@ -96,6 +94,61 @@ class Store:
             relaxed=True,
         )
 
+    def cycle(
+        self,
+        *,
+        worker_id: str,
+        succeeded: Sequence[tuple[int, int]],
+        failures: Sequence[Failure],
+        results: Mapping[int, Any] | None,
+        claims: Sequence[tuple[Sequence[str], int]],
+        job_types: Sequence[str] | None,
+        lease_seconds: float,
+    ) -> tuple[set[int], list[list[ClaimedJob]]]:
+        """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
+        jobs for each ``(queues, n)`` of ``claims``, all in one transaction (one commit where
+        there were two). Returns the ids whose outcome landed and the jobs of each claim.
+
+        Outcomes go first, so a finished job of a group frees its group's next job for the
+        claims of the same transaction."""
+
+        def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
+            landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, None)
+            claimed = [
+                transitions.claim(
+                    conn,
+                    self.dialect,
+                    queues=queues,
+                    job_types=job_types,
+                    limit=limit,
+                    worker_id=worker_id,
+                    lease_seconds=lease_seconds,
+                )
+                for queues, limit in claims
+            ]
+            return landed, claimed
+
+        return self._in_write(write, relaxed=True)
+
+    def _write_outcomes(
+        self,
+        conn: Connection,
+        worker_id: str,
+        succeeded: Sequence[tuple[int, int]],
+        failures: Sequence[Failure],
+        results: Mapping[int, Any] | None,
+        now: datetime | None,
+    ) -> set[int]:
+        landed = set()
+        if succeeded:
+            landed = transitions.complete(
+                conn, self.dialect, worker_id=worker_id, fences=succeeded, results=results, now=now
+            )
+        for failure in failures:
+            if transitions.fail(conn, self.dialect, worker_id=worker_id, failure=failure, now=now):
+                landed.add(failure.job_id)
+        return landed
+
     def finish(
         self,
         *,
@@ -107,18 +160,10 @@ class Store:
     ) -> set[int]:
         """Write outcomes in one transaction; return the ids whose lease was still ours."""
 
-        def write(conn: Connection) -> set[int]:
-            landed = transitions.complete(
-                conn, self.dialect, worker_id=worker_id, fences=succeeded, results=results, now=now
-            )
-            for failure in failures:
-                if transitions.fail(
-                    conn, self.dialect, worker_id=worker_id, failure=failure, now=now
-                ):
-                    landed.add(failure.job_id)
-            return landed
-
-        return self._in_write(write, relaxed=True)
+        return self._in_write(
+            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now),
+            relaxed=True,
+        )
 
     def record_progress(
         self,

@@ -7,11 +7,11 @@ reaper or another worker has already written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Update, case, select, tuple_, update
+from sqlalchemy import Connection, String, Update, bindparam, case, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
@@ -28,16 +28,16 @@ __all__ = [
     "release",
 ]
 
+T = TypeVar("T")
+
 #: Reaped jobs are retried at once: their worker is gone, not the job's fault.
 LEASE_EXPIRED_KIND = "LeaseExpired"
 
 
-def _leased_by(worker_id: str, fences: Sequence[tuple[int, int]]) -> list[ColumnElement[bool]]:
-    return [
-        jobs.c.status == "running",
-        jobs.c.locked_by == worker_id,
-        tuple_(jobs.c.id, jobs.c.attempts).in_(list(fences)),
-    ]
+def _leased_by(
+    dialect: Dialect, worker_id: str, fences: Sequence[tuple[int, int]]
+) -> list[ColumnElement[bool]]:
+    return dialect.holds_lease(worker_id, [job_id for job_id, _ in fences], list(fences))
 
 
 def claim(
@@ -52,15 +52,25 @@ def claim(
     now: datetime | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first."""
-    stmt = dialect.claim_statement(
-        queues=queues,
-        job_types=job_types,
-        limit=limit,
-        worker_id=worker_id,
-        lease_seconds=lease_seconds,
-        now=now,
-    )
-    claimed = [claimed_from_row(row) for row in conn.execute(stmt).mappings()]
+    if now is None:
+        key = (
+            "claim",
+            type(dialect),
+            tuple(queues),
+            None if job_types is None else tuple(job_types),
+        )
+        stmt = _cached(
+            key,
+            lambda: dialect.claim_statement(
+                queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=None
+            ),
+        )
+    else:
+        stmt = dialect.claim_statement(
+            queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
+        )
+    params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
+    claimed = [claimed_from_row(row) for row in conn.execute(stmt, params).mappings()]
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 
@@ -83,22 +93,46 @@ def complete(
     plain = [fence for fence in fences if results.get(fence[0]) is None]
     landed: set[int] = set()
     if plain:
-        landed |= set(conn.execute(_complete_statement(dialect, worker_id, plain, now)).scalars())
+        stmt = _complete_statement(dialect, now, with_result=False)
+        params = {"worker_id": worker_id, "ids": [job_id for job_id, _ in plain], "fences": plain}
+        landed |= set(conn.execute(stmt, params).scalars())
     for fence in fences:
         if results.get(fence[0]) is not None:
-            stmt = _complete_statement(dialect, worker_id, [fence], now, result=results[fence[0]])
-            landed |= set(conn.execute(stmt).scalars())
+            stmt = _complete_statement(dialect, now, with_result=True)
+            params = {
+                "worker_id": worker_id,
+                "ids": [fence[0]],
+                "fences": [fence],
+                "result": results[fence[0]],
+            }
+            landed |= set(conn.execute(stmt, params).scalars())
     return landed
 
 
-def _complete_statement(
-    dialect: Dialect,
-    worker_id: str,
-    fences: Sequence[tuple[int, int]],
-    now: datetime | None,
-    *,
-    result: Any = None,
-) -> Update:
+#: Statements built once per backend (and queue set) instead of on every call: building a
+#: statement and its cache key costs more than a small claim or completion itself.
+_STATEMENTS: dict[Hashable, Any] = {}
+_MAX_STATEMENTS = 256
+
+
+def _cached(key: Hashable, build: Callable[[], T]) -> T:
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        if len(_STATEMENTS) >= _MAX_STATEMENTS:
+            _STATEMENTS.clear()
+        stmt = _STATEMENTS[key] = build()
+    return cast(T, stmt)
+
+
+def _complete_statement(dialect: Dialect, now: datetime | None, *, with_result: bool) -> Update:
+    """The fenced move to ``succeeded`` for ``:fences`` of ``:worker_id`` (and ``:result``)."""
+    if now is None:
+        key = ("complete", type(dialect), with_result)
+        return _cached(key, lambda: _build_complete(dialect, None, with_result))
+    return _build_complete(dialect, now, with_result)
+
+
+def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -> Update:
     current = dialect.now(now)
     values: dict[str, Any] = {
         "status": "succeeded",
@@ -106,9 +140,20 @@ def _complete_statement(
         "updated_at": current,
         "lease_expires_at": None,
     }
-    if result is not None:
-        values["result"] = result
-    return update(jobs).where(*_leased_by(worker_id, fences)).values(**values).returning(jobs.c.id)
+    if with_result:
+        values["result"] = bindparam("result", type_=jobs.c.result.type)
+    return (
+        update(jobs)
+        .where(
+            *dialect.holds_lease(
+                bindparam("worker_id", type_=String()),
+                bindparam("ids", expanding=True),
+                bindparam("fences", expanding=True),
+            )
+        )
+        .values(**values)
+        .returning(jobs.c.id)
+    )
 
 
 def record_progress(
@@ -125,7 +170,7 @@ def record_progress(
     for fence, progress in reports:
         stmt = (
             update(jobs)
-            .where(*_leased_by(worker_id, [fence]))
+            .where(*_leased_by(dialect, worker_id, [fence]))
             .values(
                 progress=dict(progress),
                 lease_expires_at=dialect.now_plus(lease_seconds, now),
@@ -170,7 +215,7 @@ def fail(
         values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
     stmt = (
         update(jobs)
-        .where(*_leased_by(worker_id, [(failure.job_id, failure.attempt)]))
+        .where(*_leased_by(dialect, worker_id, [(failure.job_id, failure.attempt)]))
         .values(**values)
         .returning(jobs.c.id)
     )
@@ -191,7 +236,7 @@ def release(
     current = dialect.now(now)
     stmt = (
         update(jobs)
-        .where(*_leased_by(worker_id, fences))
+        .where(*_leased_by(dialect, worker_id, fences))
         .values(
             status="queued",
             attempts=jobs.c.attempts - 1,
@@ -220,7 +265,7 @@ def extend_leases(
         return {}
     stmt = (
         update(jobs)
-        .where(*_leased_by(worker_id, fences))
+        .where(*_leased_by(dialect, worker_id, fences))
         .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
         .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )

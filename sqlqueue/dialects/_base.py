@@ -20,7 +20,9 @@ from sqlalchemy import (
     Engine,
     Float,
     Insert,
+    Integer,
     Select,
+    String,
     Table,
     Update,
     bindparam,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -63,6 +66,12 @@ CLAIM_RETURNING = (
     jobs.c.started_at,
     jobs.c.lease_expires_at,
 )
+
+
+#: The claim statement's parameters, bound at each execution (see ``Dialect.claim_statement``).
+_CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
+_WORKER_ID: ColumnElement[str] = bindparam("worker_id", type_=String())
+_LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
 
 
 def _earlier_in_group() -> ColumnElement[bool]:
@@ -114,6 +123,18 @@ class Dialect(abc.ABC):
         """Start a transaction that will write (SQLite takes the write lock up front)."""
         conn.begin()
 
+    @contextmanager
+    def write_transaction(self, conn: Connection, *, relaxed: bool = False) -> Iterator[None]:
+        """A write transaction on ``conn`` for the block, which commits or rolls it back.
+
+        ``relaxed``: the commit need not wait for the disk — for writes whose loss in a crash
+        at-least-once absorbs (a job runs again).
+        """
+        self.begin_write(conn)
+        if relaxed:
+            self.relax_commit(conn)
+        yield
+
     def async_url(self, url: URL) -> URL:
         """The URL of the same database through this backend's asyncio driver."""
         return url
@@ -162,21 +183,22 @@ class Dialect(abc.ABC):
         *,
         queues: Sequence[str],
         job_types: Sequence[str] | None,
-        limit: int,
-        worker_id: str,
         lease_seconds: float,
         now: datetime | None,
     ) -> Update:
-        """Lease up to ``limit`` due jobs in one statement and return them (portable form)."""
-        due = self._due_jobs(queues=queues, job_types=job_types, limit=limit, now=now)
-        return self._lease(due.scalar_subquery(), worker_id, lease_seconds, now, in_subquery=True)
+        """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
+        them (portable form). The parameters are bound at execution, so one statement serves
+        every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
+        with an injected ``now``, whose lease end is a constant."""
+        due = self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+        return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
     def _due_jobs(
         self,
         *,
         queues: Sequence[str],
         job_types: Sequence[str] | None,
-        limit: int,
+        limit: ColumnElement[int],
         now: datetime | None,
     ) -> Select[Any]:
         query = (
@@ -199,15 +221,10 @@ class Dialect(abc.ABC):
         return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
 
     def _lease(
-        self,
-        chosen: Any,
-        worker_id: str,
-        lease_seconds: float,
-        now: datetime | None,
-        *,
-        in_subquery: bool,
+        self, chosen: Any, lease_seconds: float, now: datetime | None, *, in_subquery: bool
     ) -> Update:
         current = self.now(now)
+        lease = self.now_plus(_LEASE_SECONDS if now is None else lease_seconds, now)
         condition = jobs.c.id.in_(chosen) if in_subquery else jobs.c.id == chosen
         return (
             update(jobs)
@@ -215,13 +232,24 @@ class Dialect(abc.ABC):
             .values(
                 status="running",
                 attempts=jobs.c.attempts + 1,
-                locked_by=worker_id,
+                locked_by=_WORKER_ID,
                 started_at=current,
                 updated_at=current,
-                lease_expires_at=self.now_plus(lease_seconds, now),
+                lease_expires_at=lease,
             )
             .returning(*CLAIM_RETURNING)
         )
+
+    def holds_lease(self, worker_id: Any, ids: Any, fences: Any) -> list[ColumnElement[bool]]:
+        """WHERE conditions of a fenced transition: the row is one of ``fences`` (``(id,
+        attempt)`` pairs; ``ids`` are their ids) and still ``running`` under ``worker_id``'s
+        lease. Each argument is a value or a bound parameter."""
+        return [
+            jobs.c.status == "running",
+            jobs.c.locked_by == worker_id,
+            jobs.c.id.in_(ids),
+            tuple_(jobs.c.id, jobs.c.attempts).in_(fences),
+        ]
 
     def lock_row(self, query: Select[Any]) -> Select[Any]:
         """Lock the selected row until the transaction ends (SQLite's write lock already does)."""

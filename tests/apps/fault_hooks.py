@@ -69,20 +69,37 @@ def _widen_claim_window(seconds: float) -> None:
     sa.event.listen(sa.pool.Pool, "connect", register)
 
 
+def _record(claims: list[tuple[int, int]]) -> None:
+    """Ledger each landed claim's limit and size (after its commit: a ledger write inside the
+    claim's transaction would wait for SQLite's write lock that transaction holds)."""
+    for limit, returned in claims:
+        if returned:
+            try:
+                record_claim(limit, returned)
+            except Exception:  # the claim landed: a missing record fails the test instead
+                traceback.print_exc()
+
+
 def _record_claims() -> None:
-    def make(original: Any) -> Any:
+    def make_claim(original: Any) -> Any:
         def claim(self: Any, **options: Any) -> Any:
             claimed = original(self, **options)
-            if claimed:
-                try:
-                    record_claim(options["limit"], len(claimed))
-                except Exception:  # the claim landed: a missing record fails the test instead
-                    traceback.print_exc()
+            _record([(options["limit"], len(claimed))])
             return claimed
 
         return claim
 
-    _wrap(_tx.Store, "claim", make)
+    def make_cycle(original: Any) -> Any:
+        def cycle(self: Any, **options: Any) -> Any:
+            landed, claimed = original(self, **options)
+            limits = [limit for _, limit in options["claims"]]
+            _record([(limit, len(jobs)) for limit, jobs in zip(limits, claimed, strict=True)])
+            return landed, claimed
+
+        return cycle
+
+    _wrap(_tx.Store, "claim", make_claim)
+    _wrap(_tx.Store, "cycle", make_cycle)
 
 
 def _silence_heartbeats() -> None:
