@@ -197,9 +197,12 @@ async def _call(
 
     ticket = runtime.threads.submit(run_in_thread)
     try:
-        outcome: tuple[Any, bool, bool] = await asyncio.wait_for(
-            asyncio.shield(ticket.future), timeout
-        )
+        # Awaited directly: a cancelled or timed-out wait cancels the ticket's future, and the
+        # thread's late result is dropped (see HandlerThreads); abandon() handles the thread.
+        if timeout is None:
+            outcome: tuple[Any, bool, bool] = await ticket.future
+        else:
+            outcome = await asyncio.wait_for(ticket.future, timeout)
         return outcome
     except TimeoutError:
         runtime.threads.abandon(ticket)

@@ -9,6 +9,7 @@ Python code such as a CPU loop, not a blocking C call), and lets it exit when it
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import logging
 import queue
@@ -44,6 +45,13 @@ class HandlerThreads:
         self._inbox: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
         self._count = 0
         self._count_lock = threading.Lock()
+        # Finished calls wait here for the event loop, which settles them all in one callback:
+        # one wake-up of the loop per burst of completions rather than one per call.
+        self._finished: collections.deque[tuple[asyncio.Future[Any], tuple[bool, Any]]] = (
+            collections.deque()
+        )
+        self._settle_scheduled = False
+        self._settle_lock = threading.Lock()
         for _ in range(size):
             self._spawn()
 
@@ -107,25 +115,29 @@ class HandlerThreads:
         with ticket.lock:
             ticket.running = False
             abandoned = ticket.abandoned
-        _resolve(ticket.future, outcome)
+        self._finished.append((ticket.future, outcome))
+        with self._settle_lock:
+            schedule = not self._settle_scheduled
+            self._settle_scheduled = True
+        if schedule:
+            try:
+                ticket.future.get_loop().call_soon_threadsafe(self._settle_finished)
+            except RuntimeError:
+                log.debug("event loop closed before a handler thread finished")
         return not abandoned
 
-
-def _resolve(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
-    ok, value = outcome
-
-    def settle() -> None:
-        if future.done():
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-    try:
-        future.get_loop().call_soon_threadsafe(settle)
-    except RuntimeError:
-        log.debug("event loop closed before a handler thread finished")
+    def _settle_finished(self) -> None:
+        """On the event loop: hand every finished call's outcome to its future."""
+        with self._settle_lock:
+            self._settle_scheduled = False
+        while self._finished:
+            future, (ok, value) = self._finished.popleft()
+            if future.done():  # abandoned (cancelled) meanwhile: nobody waits for it
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
 
 def _raise_in_thread(thread_id: int, exception: type[BaseException]) -> None:
