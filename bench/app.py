@@ -1,4 +1,5 @@
-"""The application the benchmark's sqlqueue workers serve: a no-op task and a stamping task.
+"""The application the benchmark's sqlqueue workers serve: no-op tasks (sync and async) and a
+stamping task.
 
 Workers load it with ``python -m sqlqueue worker bench.app:queue``; the database comes from
 ``SQLQUEUE_DATABASE_URL``, which the benchmark sets for each fresh database. ``stamp`` jobs
@@ -14,7 +15,7 @@ import time
 from typing import TextIO
 
 import sqlqueue
-from bench.names import NOOP, RECORD_VARIABLE, STAMP
+from bench.names import NOOP, NOOP_ASYNC, RECORD_VARIABLE, STAMP
 
 __all__ = ["queue"]
 
@@ -30,6 +31,11 @@ _record: TextIO | None = None
 @queue.task(NOOP)
 def noop(**_payload: object) -> None:
     """Do nothing: the benchmark measures the queue, not the work."""
+
+
+@queue.task(NOOP_ASYNC)
+async def noop_async(**_payload: object) -> None:
+    """Do nothing on the event loop: the queue's cost without a thread hop per job."""
 
 
 @queue.task(STAMP)

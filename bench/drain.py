@@ -181,9 +181,11 @@ def _commands(
     return [command] * process_count
 
 
-def _enqueue_backlog(queue: sqlqueue.Queue, conn: sa.Connection, jobs: int) -> None:
+def _enqueue_backlog(
+    queue: sqlqueue.Queue, conn: sa.Connection, jobs: int, job_type: str = NOOP
+) -> None:
     requests = [
-        sqlqueue.JobRequest(job_type=NOOP, payload={"n": n}, external=True) for n in range(jobs)
+        sqlqueue.JobRequest(job_type=job_type, payload={"n": n}, external=True) for n in range(jobs)
     ]
     queue.enqueue_many(conn, requests)
 
@@ -196,8 +198,10 @@ def measure(
     concurrency: int,
     jobs: int,
     settings: Settings,
+    job_type: str = NOOP,
 ) -> Drain:
-    """Drain ``jobs`` pre-queued no-op jobs with ``process_count`` workers of ``engine``."""
+    """Drain ``jobs`` pre-queued no-op jobs with ``process_count`` workers of ``engine``
+    (``job_type``: the sync or the async no-op; the raw worker runs no handler at all)."""
     with (
         fresh_database(backend, settings.target) as url,
         tempfile.TemporaryDirectory(prefix="sqlqueue-bench-logs-") as logs,
@@ -211,7 +215,7 @@ def measure(
         try:
             with queue.engine.connect() as conn:
                 _hold_queue(conn, backend)
-                _enqueue_backlog(queue, conn, jobs)
+                _enqueue_backlog(queue, conn, jobs, job_type)
                 for number, command in enumerate(
                     _commands(engine, process_count, concurrency, settings)
                 ):

@@ -39,6 +39,7 @@ QUICK: dict[str, Any] = {
     "drain_jobs": 500,
     "pickup_jobs": 20,
     "idle_seconds": 1.0,
+    "async_drains": ((1, 10),),
 }
 DEFAULT_MEMORY_JOBS = 200_000
 
@@ -92,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--idle-seconds", type=float, help="how long idle CPU is watched (10)")
     add("--drain-jobs", type=int, help="jobs per drain (10,000)")
     add("--drains", help="sqlqueue drains as PROCESSESxCONCURRENCY (1x1,1x10,2x10,1x100,2x100)")
+    add(
+        "--async-drains",
+        help="drains with an async no-op handler, as --drains (1x100,2x100; 'none': none)",
+    )
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
     add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
     return parser
@@ -114,6 +119,13 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sett
             sizes["drains"] = _drains(args.drains)
         except ValueError:
             parser.error(f"--drains: expected e.g. 1x1,1x10,2x10, got {args.drains!r}")
+    if args.async_drains:
+        try:
+            sizes["async_drains"] = (
+                () if args.async_drains == "none" else _drains(args.async_drains)
+            )
+        except ValueError:
+            parser.error(f"--async-drains: expected e.g. 1x100 or none, got {args.async_drains!r}")
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     if runs < 1 or args.poll_interval <= 0 or args.many_processes < 0:
         parser.error("--runs must be >= 1, --poll-interval > 0, --many-processes >= 0")
@@ -145,14 +157,17 @@ def _header(facts: dict[str, Any], settings: Settings) -> str:
         lines.append(
             f"SQLite {facts['sqlite_library']} file on {facts['sqlite_filesystem']}: "
             f"journal_mode={d['journal_mode']}, synchronous={d['synchronous']}, "
-            f"busy_timeout={d['busy_timeout']} ms"
+            f"busy_timeout={d['busy_timeout']} ms (sqlqueue's worker commits at "
+            "synchronous=NORMAL, per transaction; raw at the file's level)"
         )
     if "postgresql" in durability:
         d = durability["postgresql"]
         lines.append(
             f"PostgreSQL {d['server_version']} on loopback: "
             f"synchronous_commit={d['synchronous_commit']}, fsync={d['fsync']}, "
-            f"wal_sync_method={d['wal_sync_method']}, full_page_writes={d['full_page_writes']}"
+            f"wal_sync_method={d['wal_sync_method']}, full_page_writes={d['full_page_writes']} "
+            "(sqlqueue's worker commits with SET LOCAL synchronous_commit=off; raw at the "
+            "server's level)"
         )
     return "\n".join(lines)
 

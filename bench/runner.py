@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from bench import drain, enqueue, idle, pickup
 from bench.databases import fresh_database
+from bench.names import NOOP, NOOP_ASYNC
 from bench.report import Results
 from bench.settings import Settings
 
@@ -61,6 +62,8 @@ class Runner:
             self._bulk(run, backend)
         if "drain" in s.scenarios:
             self._drains(run, backend, s.drains, s.raw_batch)
+            if s.async_drains:
+                self._drains(run, backend, s.async_drains, s.raw_batch, job_type=NOOP_ASYNC)
         if "many" in s.scenarios and backend == "postgresql" and s.many_processes:
             self._drains(run, backend, ((s.many_processes, s.many_concurrency),), s.raw_batch)
         if "pickup" in s.scenarios:
@@ -113,7 +116,13 @@ class Runner:
         row.notes[:] = ["raw = COPY FROM STDIN, no ids back"]
 
     def _drains(
-        self, run: int, backend: str, configs: Sequence[tuple[int, int]], raw_batch: int
+        self,
+        run: int,
+        backend: str,
+        configs: Sequence[tuple[int, int]],
+        raw_batch: int,
+        *,
+        job_type: str = NOOP,
     ) -> None:
         jobs = self.settings.drain_jobs
         raw_by_processes: dict[int, drain.Drain] = {}
@@ -130,8 +139,10 @@ class Runner:
                 concurrency=concurrency,
                 jobs=jobs,
                 settings=self.settings,
+                job_type=job_type,
             )
-            label = f"drain {processes}x{concurrency}" if engine == "sqlqueue" else "drain"
+            handler = " async" if job_type == NOOP_ASYNC else ""
+            label = f"drain {processes}x{concurrency}{handler}" if engine == "sqlqueue" else "drain"
             _progress(
                 run,
                 self.settings,
@@ -148,10 +159,14 @@ class Runner:
             raw = raw_by_processes[processes]
             key = f"drain.{jobs}.p{processes}c{concurrency}"
             procs = "proc" if processes == 1 else "procs"
+            described = f"drain {jobs:,}, {processes} {procs} x concurrency {concurrency}"
+            if job_type == NOOP_ASYNC:
+                key += ".async"
+                described += ", async"
             row = self.results.row(
                 backend,
                 key,
-                f"drain {jobs:,}, {processes} {procs} x concurrency {concurrency}",
+                described,
                 "jobs/s",
                 higher_is_better=True,
             )

@@ -25,6 +25,8 @@ class Settings:
     drain_jobs: int = 10_000
     #: (processes, concurrency per process) of each sqlqueue drain.
     drains: tuple[tuple[int, int], ...] = ((1, 1), (1, 10), (2, 10), (1, 100), (2, 100))
+    #: The same, with an async no-op handler (no thread hop per job).
+    async_drains: tuple[tuple[int, int], ...] = ((1, 100), (2, 100))
     #: Worker processes of the many-workers drain (PostgreSQL only).
     many_processes: int = 8
     many_concurrency: int = 10
