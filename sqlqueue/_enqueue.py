@@ -6,6 +6,7 @@ caller's transaction usable. The INSERTs themselves live in the store.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,13 +17,21 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
-from sqlqueue._payload import check_payload
+from sqlqueue._jobrow import JobRow
+from sqlqueue._payload import encode_payload
 from sqlqueue._store._tx import translated
 from sqlqueue._store.inserts import insert_rows
-from sqlqueue._task import JobRequest, Task
+from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
 from sqlqueue.dialects import Dialect
 
-__all__ = ["EnqueueSettings", "Executable", "enqueue_jobs", "to_connection"]
+__all__ = [
+    "EnqueueSettings",
+    "Executable",
+    "check_job",
+    "enqueue_jobs",
+    "to_connection",
+    "write_rows",
+]
 
 #: What ``enqueue`` writes through: the caller's connection or ORM session (or an engine,
 #: which then gets a transaction of its own).
@@ -58,61 +67,85 @@ def to_connection(target: Executable) -> Iterator[Connection]:
         )
 
 
-def build_row(settings: EnqueueSettings, request: JobRequest) -> dict[str, Any]:
+def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
     """Check one request and turn it into insert parameters; raise before any SQL is sent."""
-    task = settings.tasks.get(request.job_type)
-    if task is None and not request.external:
+    return check_job(  # positionally: this runs once per job of an ``enqueue_many``
+        settings,
+        request.job_type,
+        request.payload,
+        request.idempotency_key,
+        request.group_key,
+        request.delay,
+        request.run_at,
+        request.priority,
+        request.queue,
+        request.max_attempts,
+        request.external,
+    )
+
+
+def check_job(
+    settings: EnqueueSettings,
+    job_type: str,
+    payload: Mapping[str, Any] | None,
+    idempotency_key: str | None = None,
+    group_key: str | None = None,
+    delay: float | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    external: bool = False,
+) -> JobRow:
+    """:func:`build_row` from the request's fields (``Queue.enqueue`` builds no request)."""
+    task = settings.tasks.get(job_type)
+    if task is None and not external:
         known = ", ".join(sorted(settings.tasks)) or "none"
         raise UnknownJobType(
-            f"no task named {request.job_type!r} on this queue (known: {known}); pass "
+            f"no task named {job_type!r} on this queue (known: {known}); pass "
             "external=True if another service's workers handle it"
         )
-    if not isinstance(request.job_type, str) or not 0 < len(request.job_type) <= 200:
-        raise EnqueueError(
-            f"job_type must be a string of 1..200 characters, got {request.job_type!r}"
-        )
-    payload = check_payload(request.payload, max_bytes=settings.max_payload_bytes)
-    if request.delay is not None and request.run_at is not None:
-        raise EnqueueError("give either delay or run_at, not both")
-    if request.delay is not None and request.delay < 0:
-        raise EnqueueError(f"delay must be >= 0 seconds, got {request.delay!r}")
-    if request.run_at is not None and (
-        not isinstance(request.run_at, datetime) or request.run_at.tzinfo is None
-    ):
-        raise EnqueueError(f"run_at must be a timezone-aware datetime, got {request.run_at!r}")
-    max_attempts = _pick(request.max_attempts, task.max_attempts if task else None, 8)
+    if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
+        raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
+    encoded = encode_payload(payload, max_bytes=settings.max_payload_bytes)
+    if delay is not None:
+        if run_at is not None:
+            raise EnqueueError("give either delay or run_at, not both")
+        if delay < 0:
+            raise EnqueueError(f"delay must be >= 0 seconds, got {delay!r}")
+        if not math.isfinite(delay):
+            raise EnqueueError(f"delay must be a finite number of seconds, got {delay!r}")
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise EnqueueError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+    if max_attempts is None:
+        max_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
     if max_attempts < 1:
         raise EnqueueError(f"max_attempts must be >= 1, got {max_attempts!r}")
-    priority = _pick(request.priority, task.priority if task else None, 0)
+    if priority is None:
+        priority = task.priority if task else 0
     if not -_MAX_PRIORITY <= priority <= _MAX_PRIORITY:
         raise EnqueueError(f"priority must be within ±{_MAX_PRIORITY}, got {priority!r}")
-    queue = request.queue or (task.queue if task else settings.default_queue)
-    key = request.idempotency_key
-    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 255):
-        raise EnqueueError(f"idempotency_key must be a string of 1..255 characters, got {key!r}")
-    group = request.group_key
-    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 255):
-        raise EnqueueError(f"group_key must be a string of 1..255 characters, got {group!r}")
+    if not queue:
+        queue = task.queue if task else settings.default_queue
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255
+    ):
+        raise EnqueueError(
+            f"idempotency_key must be a string of 1..255 characters, got {idempotency_key!r}"
+        )
+    if group_key is not None and (not isinstance(group_key, str) or not 0 < len(group_key) <= 255):
+        raise EnqueueError(f"group_key must be a string of 1..255 characters, got {group_key!r}")
     return {
-        "job_type": request.job_type,
+        "job_type": job_type,
         "queue": queue,
         "priority": priority,
-        "payload": payload,
-        "status": "queued",
-        "attempts": 0,
+        "payload": encoded,
         "max_attempts": max_attempts,
-        "errors": [],
-        "idempotency_key": key,
-        "group_key": group,
-        "_run_at": request.run_at,
-        "_delay": float(request.delay or 0.0),
+        "idempotency_key": idempotency_key,
+        "group_key": group_key,
+        "_run_at": run_at,
+        "_delay": float(delay or 0.0),
     }
-
-
-def _pick(value: int | None, task_default: int | None, default: int) -> int:
-    if value is not None:
-        return value
-    return task_default if task_default is not None else default
 
 
 def enqueue_jobs(
@@ -123,12 +156,18 @@ def enqueue_jobs(
     A request whose idempotency key already exists (committed, or earlier in this batch)
     gets the existing job's id and writes nothing.
     """
-    rows = [build_row(settings, request) for request in requests]
+    return write_rows(settings.dialect, target, [build_row(settings, r) for r in requests])
+
+
+def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list[int]:
+    """Insert checked ``rows`` in the caller's transaction; one id per row, in order."""
     if not rows:
         return []
+    if isinstance(target, Connection):  # the common case, without a context manager
+        return translated(dialect, lambda: insert_rows(dialect, target, rows))
 
     def write() -> list[int]:
         with to_connection(target) as conn:
-            return insert_rows(settings.dialect, conn, rows)
+            return insert_rows(dialect, conn, rows)
 
-    return translated(settings.dialect, write)
+    return translated(dialect, write)

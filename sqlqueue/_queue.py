@@ -11,11 +11,12 @@ from sqlalchemy import Engine, create_engine
 
 from sqlqueue._backoff import Backoff
 from sqlqueue._circuit import CircuitBreaker
-from sqlqueue._enqueue import EnqueueSettings, Executable, enqueue_jobs
+from sqlqueue._enqueue import EnqueueSettings, Executable, check_job, enqueue_jobs, write_rows
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
+from sqlqueue._pool import check_connections_at_checkout
 from sqlqueue._ratelimit import RateLimit
 from sqlqueue._store._tx import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
@@ -50,10 +51,9 @@ class Queue:
         unknown_jobs: UnknownJobPolicy = "dead",
         async_engine: Any = None,
     ) -> None:
+        built_here = isinstance(engine, str)
         if isinstance(engine, str):
-            # Pre-ping: a pooled connection the server dropped while idle is replaced at
-            # checkout instead of failing the next claim or completion and starting a backoff.
-            engine = create_engine(engine, pool_pre_ping=True)
+            engine = create_engine(engine)
         if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
             raise ConfigurationError(
                 "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
@@ -79,6 +79,11 @@ class Queue:
         self.engine = engine
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.prepare_engine(engine)
+        if built_here and self.dialect.supports_many_hosts:
+            # A pooled connection the server dropped while idle is replaced at checkout instead
+            # of failing the next claim or completion and starting a backoff (see _pool.py).
+            # A database file has no server to drop connections: SQLite needs no checks.
+            check_connections_at_checkout(engine, self.dialect)
         self.store = Store(engine, self.dialect)
         self.lease_seconds = float(lease_seconds)
         self.default_queue = default_queue
@@ -217,9 +222,11 @@ class Queue:
         nothing. Jobs sharing a ``group_key`` run one at a time, in enqueue order.
         ``external=True`` allows a job type this queue has no task for.
         """
-        request = JobRequest(
-            job_type=job_type,
-            payload=payload if payload is not None else {},
+        settings = self._settings
+        row = check_job(
+            settings,
+            job_type,
+            payload,
             idempotency_key=idempotency_key,
             group_key=group_key,
             delay=delay,
@@ -229,7 +236,7 @@ class Queue:
             max_attempts=max_attempts,
             external=external,
         )
-        return enqueue_jobs(self._settings, conn, [request])[0]
+        return write_rows(settings.dialect, conn, [row])[0]
 
     async def enqueue_async(
         self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any

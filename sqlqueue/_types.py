@@ -14,13 +14,29 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Id", "JsonDocument", "UtcDateTime"]
+__all__ = ["EncodedJson", "Id", "JsonDocument", "UtcDateTime"]
 
 #: 64-bit ids on PostgreSQL; SQLite only auto-increments a plain ``INTEGER PRIMARY KEY``.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
 #: JSON documents: ``jsonb`` on PostgreSQL, SQLite's JSON text elsewhere.
 JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+class EncodedJson(TypeDecorator[str]):
+    """A :data:`JsonDocument` bound from JSON text sqlqueue has already encoded.
+
+    Payload checks encode the payload once to measure it; binding that text as it is spares the
+    JSON type a second encoding. PostgreSQL still casts the parameter (``::JSONB``), so the
+    server parses and validates it; SQLite stores the text. Only for bind parameters of
+    statements that write JSON columns: the column type itself stays :data:`JsonDocument`.
+    """
+
+    impl = JsonDocument
+    cache_ok = True
+
+    def bind_processor(self, dialect: SADialect) -> None:
+        return None
 
 
 class UtcDateTime(TypeDecorator[datetime]):

@@ -3,93 +3,168 @@
 Idempotency is the database's job: a unique index on ``idempotency_key`` and
 ``INSERT … ON CONFLICT DO NOTHING``, then a read of the winner's id. Nothing is checked first
 and inserted second, so concurrent enqueuers cannot both win.
+
+The statements are built once per dialect and reused: SQLAlchemy then finds their compiled
+form by the cache key it memoised on the statement, instead of building the construct and its
+key again for every job. A batch goes to the dialect's bulk path when it has one (PostgreSQL
+COPY, SQLite one statement per batch); otherwise to multi-row INSERTs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, bindparam, func, insert, select
+from sqlalchemy import Connection, Float, Insert, Select, bindparam, func, insert, select
 
 from sqlqueue._errors import EnqueueError
+from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import jobs
-from sqlqueue._types import UtcDateTime
+from sqlqueue._store._direct import DirectStatement, can_run_directly
+from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue.dialects import Dialect
 
 __all__ = ["insert_rows"]
 
+#: Keys per lookup of existing jobs (SQLite allows 32,766 bound values per statement).
+_KEYS_PER_LOOKUP = 1000
 
-def _timestamps(dialect: Dialect) -> dict[str, Any]:
+
+@dataclass(frozen=True)
+class _Statements:
+    """The enqueue statements of one dialect; the rows' values are bound at execution."""
+
+    one: Insert  # one row without a key: RETURNING its id
+    one_keyed: Insert  # one row with a key: RETURNING its id, or nothing if the key exists
+    one_direct: DirectStatement  # ``one`` and ``one_keyed`` straight to the driver
+    one_keyed_direct: DirectStatement
+    many: Insert  # rows without keys: RETURNING ids in parameter order
+    many_keyed: Insert  # rows with distinct keys: RETURNING id and key of those inserted
+    existing: Select[Any]  # ids of the jobs holding some keys
+
+
+#: Built on first use; dialects are stateless, so one set serves every instance of a class.
+_STATEMENTS: dict[type[Dialect], _Statements] = {}
+
+
+def _statements(dialect: Dialect) -> _Statements:
+    found = _STATEMENTS.get(type(dialect))
+    if found is None:
+        found = _STATEMENTS[type(dialect)] = _build_statements(dialect)
+    return found
+
+
+def _build_statements(dialect: Dialect) -> _Statements:
     clock = dialect.clock()
-    due = func.coalesce(
-        bindparam("_run_at", type_=UtcDateTime()),
-        dialect.clock_plus(bindparam("_delay", type_=Float())),
-        type_=UtcDateTime(),
+    values: dict[str, Any] = {
+        "payload": bindparam("payload", type_=EncodedJson()),
+        "status": "queued",
+        "attempts": 0,
+        "errors": bindparam("sqlqueue_no_errors", "[]", type_=EncodedJson()),
+        "created_at": clock,
+        "updated_at": clock,
+        "next_run_at": func.coalesce(
+            bindparam("_run_at", type_=UtcDateTime()),
+            dialect.clock_plus(bindparam("_delay", type_=Float())),
+            type_=UtcDateTime(),
+        ),
+    }
+    wake = dialect.wake_columns()
+    plain = insert(jobs).values(**values)
+    keyed = dialect.insert_ignoring_duplicate_keys().values(**values)
+    one = plain.returning(jobs.c.id, *wake)
+    one_keyed = keyed.returning(jobs.c.id, *wake)
+    return _Statements(
+        one=one,
+        one_keyed=one_keyed,
+        one_direct=DirectStatement(one, JobRow.__required_keys__),
+        one_keyed_direct=DirectStatement(one_keyed, JobRow.__required_keys__),
+        many=plain.returning(jobs.c.id, *wake, sort_by_parameter_order=True),
+        many_keyed=keyed.returning(jobs.c.id, jobs.c.idempotency_key, *wake),
+        existing=select(jobs.c.idempotency_key, jobs.c.id).where(
+            jobs.c.idempotency_key.in_(bindparam("keys", expanding=True))
+        ),
     )
-    return {"created_at": clock, "updated_at": clock, "next_run_at": due}
 
 
-def insert_rows(dialect: Dialect, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert checked rows on ``conn``; return one id per row (the existing id for a known key)."""
+def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> list[int]:
+    """Insert checked rows on ``conn``; return one id per row (the existing id for a known key,
+    the first row's id for a key repeated in the batch)."""
+    if len(rows) == 1:
+        return [_insert_one(dialect, conn, rows[0])]
+    # Each key is written once, by its first row; ``slots`` maps every row to the written one.
+    written: list[JobRow] = []
+    slots: list[int] = []
+    first_with_key: dict[str, int] = {}
+    for row in rows:
+        key = row["idempotency_key"]
+        if key is None:
+            slots.append(len(written))
+            written.append(row)
+        else:
+            slot = first_with_key.setdefault(key, len(written))
+            if slot == len(written):
+                written.append(row)
+            slots.append(slot)
+    ids = dialect.bulk_insert_jobs(conn, written)
+    if ids is None:
+        ids = _insert_many(dialect, conn, written)
+    taken = [
+        row["idempotency_key"] for row, job_id in zip(written, ids, strict=True) if job_id is None
+    ]
+    if taken:
+        existing = _existing_ids(dialect, conn, [key for key in taken if key is not None])
+        ids = [
+            existing[str(row["idempotency_key"])] if job_id is None else job_id
+            for row, job_id in zip(written, ids, strict=True)
+        ]
+    return [_require(ids[slot]) for slot in slots]
+
+
+def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
+    statements = _statements(dialect)
+    key = row["idempotency_key"]
+    if can_run_directly(conn):
+        direct = statements.one_direct if key is None else statements.one_keyed_direct
+        inserted = direct.first_row(conn, row)
+    else:
+        inserted = conn.execute(
+            statements.one if key is None else statements.one_keyed, row
+        ).first()
+    if inserted is not None:
+        return int(inserted[0])
+    if key is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
+        raise EnqueueError("the database returned no id for an inserted job")
+    return _existing_ids(dialect, conn, [key])[key]
+
+
+def _insert_many(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list[int | None]:
+    """Multi-row INSERTs (SQLAlchemy sends up to 1,000 rows per statement): one id per row, or
+    ``None`` where the row's key already exists. Keys in ``rows`` are distinct."""
+    statements = _statements(dialect)
     ids: list[int | None] = [None] * len(rows)
     plain = [i for i, row in enumerate(rows) if row["idempotency_key"] is None]
     keyed = [i for i, row in enumerate(rows) if row["idempotency_key"] is not None]
-    if len(rows) == 1:
-        ids[0] = _insert_one(dialect, conn, rows[0])
-    else:
-        if plain:
-            stmt = (
-                insert(jobs)
-                .values(**_timestamps(dialect))
-                .returning(jobs.c.id, *dialect.wake_columns(), sort_by_parameter_order=True)
-            )
-            result = conn.execute(stmt, [rows[i] for i in plain])
-            for index, job_id in zip(plain, result.scalars().all(), strict=True):
-                ids[index] = job_id
-        if keyed:
-            _insert_keyed(dialect, conn, rows, keyed, ids)
-    return [_require(job_id) for job_id in ids]
+    if plain:
+        result = conn.execute(statements.many, [rows[i] for i in plain])
+        for index, job_id in zip(plain, result.scalars().all(), strict=True):
+            ids[index] = int(job_id)
+    if keyed:
+        result = conn.execute(statements.many_keyed, [rows[i] for i in keyed])
+        by_key = {str(found[1]): int(found[0]) for found in result.all()}
+        for index in keyed:
+            ids[index] = by_key.get(str(rows[index]["idempotency_key"]))
+    return ids
 
 
-def _insert_one(dialect: Dialect, conn: Connection, row: dict[str, Any]) -> int:
-    key = row["idempotency_key"]
-    if key is None:
-        stmt = insert(jobs).values(**_timestamps(dialect))
-        return int(conn.execute(stmt.returning(jobs.c.id, *dialect.wake_columns()), row).one()[0])
-    keyed = dialect.insert_ignoring_duplicate_keys().values(**_timestamps(dialect))
-    inserted = conn.execute(keyed.returning(jobs.c.id, *dialect.wake_columns()), row).first()
-    if inserted is not None:
-        return int(inserted[0])
-    return _existing_ids(conn, [key])[key]
-
-
-def _insert_keyed(
-    dialect: Dialect,
-    conn: Connection,
-    rows: list[dict[str, Any]],
-    keyed: list[int],
-    ids: list[int | None],
-) -> None:
-    first_with_key: dict[str, int] = {}
-    for index in keyed:
-        first_with_key.setdefault(rows[index]["idempotency_key"], index)
-    stmt = (
-        dialect.insert_ignoring_duplicate_keys()
-        .values(**_timestamps(dialect))
-        .returning(jobs.c.id, jobs.c.idempotency_key, *dialect.wake_columns())
-    )
-    result = conn.execute(stmt, [rows[i] for i in first_with_key.values()])
-    by_key = {row[1]: int(row[0]) for row in result.all()}
-    missing = [key for key in first_with_key if key not in by_key]
-    if missing:
-        by_key.update(_existing_ids(conn, missing))
-    for index in keyed:
-        ids[index] = by_key[rows[index]["idempotency_key"]]
-
-
-def _existing_ids(conn: Connection, keys: list[str]) -> dict[str, int]:
-    query = select(jobs.c.idempotency_key, jobs.c.id).where(jobs.c.idempotency_key.in_(keys))
-    found = {str(key): int(job_id) for key, job_id in conn.execute(query).all()}
+def _existing_ids(dialect: Dialect, conn: Connection, keys: list[str]) -> dict[str, int]:
+    query = _statements(dialect).existing
+    found: dict[str, int] = {}
+    for start in range(0, len(keys), _KEYS_PER_LOOKUP):
+        chunk = keys[start : start + _KEYS_PER_LOOKUP]
+        for key, job_id in conn.execute(query, {"keys": chunk}).all():
+            found[str(key)] = int(job_id)
     absent = [key for key in keys if key not in found]
     if absent:
         raise EnqueueError(

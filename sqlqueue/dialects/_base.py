@@ -318,6 +318,21 @@ class Dialect(abc.ABC):
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         return f"cannot reach the database: {str(error.orig).strip()}"
 
+    # -- enqueue in bulk and pooled connections (added for issue 4) -------------------------
+
+    def bulk_insert_jobs(
+        self, conn: Connection, rows: Sequence[Mapping[str, Any]]
+    ) -> list[int | None] | None:
+        """Insert checked job rows (``sqlqueue._jobrow.JobRow``, distinct keys) by the backend's
+        fastest path; return one id per row, ``None`` where a job with the row's key exists.
+        ``None`` overall: no such path for these rows, use multi-row INSERTs."""
+        return None
+
+    def connection_dropped(self, dbapi_connection: Any) -> bool:
+        """Whether an idle pooled connection is known dead without a round trip (the server
+        closed it); ``False`` when unsure."""
+        return False
+
 
 def _missing_schema_message(error: sa_exc.DBAPIError) -> str:
     return (

@@ -160,3 +160,45 @@ class PostgresDialect(Dialect):
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         text = " ".join(str(error.orig).split())
         return f"cannot reach PostgreSQL: {text}"
+
+    # -- enqueue in bulk and pooled connections (added for issue 4) -------------------------
+
+    def bulk_insert_jobs(self, conn: Connection, rows: Sequence[Any]) -> list[int | None] | None:
+        """COPY, from ``COPY_MIN_ROWS`` rows on psycopg 3 (see ``dialects/_pg_copy.py``)."""
+        from sqlqueue.dialects._pg_copy import copy_jobs
+
+        return copy_jobs(conn, rows)
+
+    def connection_dropped(self, dbapi_connection: Any) -> bool:
+        """The server closed this idle psycopg 3 connection (terminated backend, restart): its
+        socket has something to read — the server's farewell, then end-of-file — and reading
+        that fails. A local poll, no round trip; an idle healthy connection has nothing to
+        read (or a notice, which reading consumes)."""
+        import select as select_module
+
+        from psycopg.pq import ConnStatus
+
+        pgconn = getattr(dbapi_connection, "pgconn", None)
+        if pgconn is None:
+            return False
+        if pgconn.status != ConnStatus.OK:
+            return True
+
+        def readable() -> bool:
+            try:
+                if hasattr(select_module, "poll"):  # no FD_SETSIZE limit, unlike select()
+                    poller = select_module.poll()
+                    poller.register(pgconn.socket, select_module.POLLIN)
+                    return bool(poller.poll(0))
+                return bool(select_module.select([pgconn.socket], [], [], 0)[0])
+            except (OSError, ValueError):  # cannot tell
+                return False
+
+        for _ in range(3):  # the farewell message and the end-of-file arrive separately
+            if not readable():
+                break
+            try:
+                pgconn.consume_input()
+            except Exception:  # the read failed: the server is gone
+                return True
+        return bool(pgconn.status != ConnStatus.OK)

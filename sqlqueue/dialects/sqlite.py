@@ -158,3 +158,12 @@ class SQLiteDialect(Dialect):
                 f"{BUSY_TIMEOUT_MS // 1000} s ({text})"
             )
         return f"cannot open the SQLite database: {text}"
+
+    # -- enqueue in bulk (added for issue 4) ---------------------------------------------------
+
+    def bulk_insert_jobs(self, conn: Connection, rows: Any) -> list[int | None] | None:
+        """One statement per 5,000 rows, the rows bound as one JSON array
+        (see ``dialects/_sqlite_bulk.py``)."""
+        from sqlqueue.dialects._sqlite_bulk import insert_jobs_from_json
+
+        return insert_jobs_from_json(self, conn, rows)

@@ -1,0 +1,27 @@
+"""The checked values of one job to insert: what enqueue hands the store and the dialects."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TypedDict
+
+__all__ = ["JobRow"]
+
+
+class JobRow(TypedDict):
+    """One job ready to insert; every value has been checked, nothing needs the database.
+
+    The keys are the INSERT's bind names: column names, plus ``_run_at`` and ``_delay``, from
+    which the statement computes ``next_run_at`` on the database clock. ``payload`` is the
+    payload already encoded as JSON text (encoded once, when its size was checked).
+    """
+
+    job_type: str
+    queue: str
+    priority: int
+    payload: str
+    max_attempts: int
+    idempotency_key: str | None
+    group_key: str | None
+    _run_at: datetime | None
+    _delay: float
