@@ -384,3 +384,22 @@ def test_a_listening_worker_holds_two_connections_on_postgresql(
     assert worker.stop(timeout=15) == 0, worker.describe()
     direct.dispose()
     report(capsys, "directly on PostgreSQL, an idle listening worker holds 2 connections")
+
+
+def test_a_prepared_statement_clash_names_the_setting_to_change(database_url: str) -> None:
+    """What a user whose pooler loses psycopg's prepared statements sees: the server's error and
+    the setting that fixes it, not "cannot reach PostgreSQL"."""
+    queue = sqlqueue.Queue(database_url)
+    try:
+        with queue.engine.connect() as conn:
+            try:
+                conn.exec_driver_sql("EXECUTE _pg3_0")  # as after a pooler switched sessions
+            except sa.exc.DBAPIError as error:
+                translated = queue.dialect.translate_error(error)
+            else:  # pragma: no cover - the statement cannot exist
+                pytest.fail("EXECUTE of a statement never prepared succeeded")
+    finally:
+        queue.engine.dispose()
+    assert type(translated) is sqlqueue.DatabaseError
+    assert 'prepared statement "_pg3_0" does not exist' in str(translated)
+    assert 'connect_args={"prepare_threshold": None}' in str(translated)

@@ -301,6 +301,9 @@ class Dialect(abc.ABC):
         if isinstance(error, sa_exc.DBAPIError):
             if self._is_missing_table(error):
                 return SchemaNotMigrated(_missing_schema_message(error))
+            advice = self._setup_advice(error)
+            if advice is not None:
+                return DatabaseError(advice)
             if error.connection_invalidated or self._is_unavailable(error):
                 return DatabaseUnavailable(self._unavailable_message(error))
             return DatabaseError(f"{type(error.orig).__name__}: {str(error.orig).strip()}")
@@ -310,6 +313,10 @@ class Dialect(abc.ABC):
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return False
+
+    def _setup_advice(self, error: sa_exc.DBAPIError) -> str | None:
+        """A message naming the setting to change, for errors a misconfiguration causes."""
+        return None
 
     def _is_unavailable(self, error: sa_exc.DBAPIError) -> bool:
         """Whether the error means "cannot reach the database now" (worth retrying later)."""

@@ -40,6 +40,8 @@ from sqlqueue.dialects._base import _CLAIM_LIMIT, WAKE_CHANNEL, Dialect
 __all__ = ["PostgresDialect"]
 
 _UNDEFINED_TABLE = "42P01"
+#: invalid_sql_statement_name, duplicate_prepared_statement.
+_PREPARED_STATEMENT_CLASH = frozenset({"26000", "42P05"})
 #: Arbitrary but fixed: the advisory lock key sqlqueue's migrations serialise on.
 _MIGRATION_LOCK_KEY = 0x5371_7565_7565
 
@@ -156,6 +158,19 @@ class PostgresDialect(Dialect):
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+
+    def _setup_advice(self, error: sa_exc.DBAPIError) -> str | None:
+        """psycopg's server-side prepared statements missing or doubled: the connection goes
+        through a pooler in transaction mode (PgBouncer < 1.21, or without
+        max_prepared_statements), which hands each transaction another server session."""
+        if getattr(error.orig, "sqlstate", None) not in _PREPARED_STATEMENT_CLASH:
+            return None
+        text = " ".join(str(error.orig).split())
+        return (
+            f"{text}: the connection goes through a pooler in transaction mode (PgBouncer?); "
+            'build the engine with connect_args={"prepare_threshold": None}, or enable '
+            "max_prepared_statements (PgBouncer >= 1.21)"
+        )
 
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         text = " ".join(str(error.orig).split())
