@@ -79,20 +79,19 @@ class Store:
         lease_seconds: float,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Lease up to ``limit`` due jobs (see :func:`transitions.claim`)."""
-        return self._in_write(
-            lambda conn: transitions.claim(
-                conn,
-                self.dialect,
-                queues=queues,
-                job_types=job_types,
-                limit=limit,
-                worker_id=worker_id,
-                lease_seconds=lease_seconds,
-                now=now,
-            ),
-            relaxed=True,
+        """Lease up to ``limit`` due jobs (see :func:`transitions.claim`): a :meth:`cycle` with
+        no outcomes to write."""
+        _, [claimed] = self.cycle(
+            worker_id=worker_id,
+            succeeded=(),
+            failures=(),
+            results=None,
+            claims=[(queues, limit)],
+            job_types=job_types,
+            lease_seconds=lease_seconds,
+            now=now,
         )
+        return claimed
 
     def cycle(
         self,
@@ -104,6 +103,7 @@ class Store:
         claims: Sequence[tuple[Sequence[str], int]],
         job_types: Sequence[str] | None,
         lease_seconds: float,
+        now: datetime | None = None,
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
         jobs for each ``(queues, n)`` of ``claims``, all in one transaction (one commit where
@@ -113,7 +113,7 @@ class Store:
         claims of the same transaction."""
 
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
-            landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, None)
+            landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, now)
             claimed = [
                 transitions.claim(
                     conn,
@@ -123,6 +123,7 @@ class Store:
                     limit=limit,
                     worker_id=worker_id,
                     lease_seconds=lease_seconds,
+                    now=now,
                 )
                 for queues, limit in claims
             ]

@@ -81,13 +81,7 @@ def _record(claims: list[tuple[int, int]]) -> None:
 
 
 def _record_claims() -> None:
-    def make_claim(original: Any) -> Any:
-        def claim(self: Any, **options: Any) -> Any:
-            claimed = original(self, **options)
-            _record([(options["limit"], len(claimed))])
-            return claimed
-
-        return claim
+    """Every claim goes through ``Store.cycle`` (``Store.claim`` is a cycle without outcomes)."""
 
     def make_cycle(original: Any) -> Any:
         def cycle(self: Any, **options: Any) -> Any:
@@ -98,7 +92,6 @@ def _record_claims() -> None:
 
         return cycle
 
-    _wrap(_tx.Store, "claim", make_claim)
     _wrap(_tx.Store, "cycle", make_cycle)
 
 
