@@ -122,6 +122,8 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
 
 def _check_arguments(task: Task, job: ClaimedJob) -> None:
     context = task.context_parameter
+    if task.payload_fits(job.payload) and (context is None or context not in job.payload):
+        return
     try:
         if context is not None and context in job.payload:
             raise TypeError(f"{context!r} is the handler's JobContext, not a payload field")

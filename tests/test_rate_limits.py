@@ -200,9 +200,11 @@ def test_a_key_function_that_fails_kills_the_job_with_a_clear_error(backend):
 
 WORKERS = 3
 JOBS_PER_KEY = 16
-#: Handler start times lag the token's database time by a few milliseconds (thread hand-off,
-#: the ledger's own commit); this much lag is forgiven when counting starts in a window.
-START_LAG = 0.1
+#: Handler start times lag the token's database time (thread hand-off, the ledger's own commit;
+#: on SQLite the three processes also take turns at one write lock): this much lag is forgiven
+#: when counting starts in a window. 0.1 s once failed on a loaded machine (3 starts within
+#: 27 ms after two tokens granted together); still, 16 starts need >= 2.55 s at 5/s.
+START_LAG = 0.25
 
 
 @pytest.fixture
