@@ -37,7 +37,7 @@ LEASE_EXPIRED_KIND = "LeaseExpired"
 def _leased_by(
     dialect: Dialect, worker_id: str, fences: Sequence[tuple[int, int]]
 ) -> list[ColumnElement[bool]]:
-    return dialect.holds_lease(worker_id, [job_id for job_id, _ in fences], list(fences))
+    return dialect.holds_lease(worker_id, list(fences))
 
 
 def claim(
@@ -70,7 +70,7 @@ def claim(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
-    claimed = [claimed_from_row(row) for row in conn.execute(stmt, params).mappings()]
+    claimed = [claimed_from_row(row) for row in conn.execute(stmt, params).mappings().all()]
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 
@@ -94,16 +94,15 @@ def complete(
     landed: set[int] = set()
     if plain:
         stmt = _complete_statement(dialect, now, with_result=False)
-        params = {"worker_id": worker_id, "ids": [job_id for job_id, _ in plain], "fences": plain}
+        params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
         landed |= set(conn.execute(stmt, params).scalars())
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
             params = {
                 "worker_id": worker_id,
-                "ids": [fence[0]],
-                "fences": [fence],
                 "result": results[fence[0]],
+                **dialect.fence_parameters([fence]),
             }
             landed |= set(conn.execute(stmt, params).scalars())
     return landed
@@ -144,13 +143,7 @@ def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -
         values["result"] = bindparam("result", type_=jobs.c.result.type)
     return (
         update(jobs)
-        .where(
-            *dialect.holds_lease(
-                bindparam("worker_id", type_=String()),
-                bindparam("ids", expanding=True),
-                bindparam("fences", expanding=True),
-            )
-        )
+        .where(*dialect.holds_lease(bindparam("worker_id", type_=String())))
         .values(**values)
         .returning(jobs.c.id)
     )

@@ -240,16 +240,27 @@ class Dialect(abc.ABC):
             .returning(*CLAIM_RETURNING)
         )
 
-    def holds_lease(self, worker_id: Any, ids: Any, fences: Any) -> list[ColumnElement[bool]]:
+    def holds_lease(
+        self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None
+    ) -> list[ColumnElement[bool]]:
         """WHERE conditions of a fenced transition: the row is one of ``fences`` (``(id,
-        attempt)`` pairs; ``ids`` are their ids) and still ``running`` under ``worker_id``'s
-        lease. Each argument is a value or a bound parameter."""
+        attempt)`` pairs) and still ``running`` under ``worker_id``'s lease (a value or a bound
+        parameter). ``fences=None``: bound at execution, from :meth:`fence_parameters`."""
+        if fences is None:
+            ids: Any = bindparam("fence_ids", expanding=True)
+            pairs: Any = bindparam("fences", expanding=True)
+        else:
+            ids, pairs = [job_id for job_id, _ in fences], list(fences)
         return [
             jobs.c.status == "running",
             jobs.c.locked_by == worker_id,
-            jobs.c.id.in_(ids),
-            tuple_(jobs.c.id, jobs.c.attempts).in_(fences),
+            jobs.c.id.in_(ids),  # the primary key: index lookups
+            tuple_(jobs.c.id, jobs.c.attempts).in_(pairs),
         ]
+
+    def fence_parameters(self, fences: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The execution parameters of ``holds_lease(…, fences=None)`` for ``fences``."""
+        return {"fence_ids": [job_id for job_id, _ in fences], "fences": list(fences)}
 
     def lock_row(self, query: Select[Any]) -> Select[Any]:
         """Lock the selected row until the transaction ends (SQLite's write lock already does)."""

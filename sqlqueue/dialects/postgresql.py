@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     URL,
+    BigInteger,
     Connection,
     Engine,
     Float,
@@ -21,6 +22,8 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    any_,
+    bindparam,
     cast,
     extract,
     func,
@@ -30,6 +33,7 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -40,6 +44,8 @@ from sqlqueue.dialects._base import _CLAIM_LIMIT, WAKE_CHANNEL, Dialect
 __all__ = ["PostgresDialect"]
 
 _UNDEFINED_TABLE = "42P01"
+_ID_ARRAY = ARRAY(BigInteger())
+_ATTEMPT_ARRAY = ARRAY(Integer())
 #: invalid_sql_statement_name, duplicate_prepared_statement.
 _PREPARED_STATEMENT_CLASH = frozenset({"26000", "42P05"})
 #: Arbitrary but fixed: the advisory lock key sqlqueue's migrations serialise on.
@@ -124,25 +130,48 @@ class PostgresDialect(Dialect):
         )
         return self._lease(due.c.id, lease_seconds, now, in_subquery=False)
 
-    def holds_lease(self, worker_id: Any, ids: Any, fences: Any) -> list[ColumnElement[bool]]:
+    def holds_lease(
+        self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None
+    ) -> list[ColumnElement[bool]]:
         """The fence checked on rows found by primary key and locked first (in id order, so
         concurrent transitions cannot deadlock). Checked on the table itself, the ``status``
         test matched the partial lease index, whose dead entries (one per claim and heartbeat
-        until vacuum) made a ten-row completion scan thousands of index entries (~2 ms)."""
+        until vacuum) made a ten-row completion scan thousands of index entries (~2 ms).
+
+        The fences travel as two arrays, so the statement's text is the same for any number
+        of them (psycopg parses a long statement anew each time: 1.2 ms for 100 fences)."""
+        if fences is None:
+            ids: Any = bindparam("fence_ids", type_=_ID_ARRAY)
+            attempts: Any = bindparam("fence_attempts", type_=_ATTEMPT_ARRAY)
+        else:
+            ids = bindparam(None, [job_id for job_id, _ in fences], type_=_ID_ARRAY)
+            attempts = bindparam(None, [attempt for _, attempt in fences], type_=_ATTEMPT_ARRAY)
         locked = (
             select(jobs.c.id, jobs.c.status, jobs.c.locked_by, jobs.c.attempts)
-            .where(jobs.c.id.in_(ids))
+            .where(jobs.c.id == any_(ids))
             .order_by(jobs.c.id)
             .with_for_update()
             .cte("sqlqueue_fenced")
             .prefix_with("MATERIALIZED")
         )
+        pairs = (
+            func.unnest(ids, attempts)
+            .table_valued("id", "attempt")
+            .render_derived(name="sqlqueue_fence")
+        )
         return [
             jobs.c.id == locked.c.id,
             locked.c.status == "running",
             locked.c.locked_by == worker_id,
-            tuple_(locked.c.id, locked.c.attempts).in_(fences),
+            tuple_(locked.c.id, locked.c.attempts).in_(select(pairs.c.id, pairs.c.attempt)),
         ]
+
+    def fence_parameters(self, fences: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The two arrays of ``holds_lease(…, fences=None)``."""
+        return {
+            "fence_ids": [job_id for job_id, _ in fences],
+            "fence_attempts": [attempt for _, attempt in fences],
+        }
 
     def lock_row(self, query: Select[Any]) -> Select[Any]:
         """``FOR UPDATE``: two operators requeueing the same job take turns."""
