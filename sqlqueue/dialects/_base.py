@@ -61,7 +61,6 @@ CLAIM_RETURNING = (
     jobs.c.attempts,
     jobs.c.max_attempts,
     jobs.c.errors,
-    jobs.c.next_run_at,
     jobs.c.created_at,
     jobs.c.started_at,
     jobs.c.lease_expires_at,
