@@ -289,7 +289,7 @@ def _handler_traceback(error: BaseException) -> str:
         if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_INTERNAL_DIRS):
             break
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
+    return storable("".join(traceback.format_exception(type(error), error, tb)))
 
 
 def _kind(error: BaseException) -> str:
@@ -306,4 +306,17 @@ def _describe(error: BaseException) -> str:
     text = str(error)
     kind = _kind(error)
     message = f"{kind}: {text}" if text else kind
-    return message[:_MAX_ERROR_CHARS]
+    return storable(message[:_MAX_ERROR_CHARS])
+
+
+def storable(text: str) -> str:
+    """``text`` as every backend can store it: NUL (PostgreSQL refuses it in text and JSON) and
+    lone surrogates (not UTF-8: a path decoded with ``surrogateescape``) become escapes. An
+    error message that cannot be written would otherwise fail its outcome's write for ever."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

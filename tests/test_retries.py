@@ -221,3 +221,29 @@ def test_requeue_refuses_what_is_not_a_single_dead_job(backend):
         queue.requeue(bad, by="carol", reason="again")
     with pytest.raises(sqlqueue.ConfigurationError, match="by= "):
         queue.requeue(bad, by="", reason="")
+
+
+def test_an_error_message_no_database_can_store_is_escaped_and_the_worker_goes_on(backend):
+    """A NUL or a lone surrogate (a path decoded with surrogateescape) in an exception: the
+    failure lands with the characters escaped, and the jobs after it still run."""
+    queue = backend.queue()
+    ran: list[int] = []
+
+    @queue.task("unstorable", max_attempts=1)
+    def unstorable() -> None:
+        raise OSError("cannot open '/tmp/\udcffname\x00': bad bytes")
+
+    @queue.task("fine")
+    def fine(n: int) -> None:
+        ran.append(n)
+
+    with backend.engine.begin() as conn:
+        bad = unstorable.enqueue(conn)
+        for n in range(3):
+            fine.enqueue(conn, n=n)
+    drain(queue)
+    job = queue.get_job(bad)
+    assert job is not None and job.status == "dead"
+    assert job.last_error == "OSError: cannot open '/tmp/\\udcffname\\x00': bad bytes"
+    assert "\\udcffname\\x00" in str(job.errors[-1].details["traceback"])
+    assert sorted(ran) == [0, 1, 2]
