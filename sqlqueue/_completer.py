@@ -60,7 +60,8 @@ class Completer:
             return
         self._pending.append(outcome)
         self._idle.clear()
-        self._ready.set()
+        if self._alone:
+            self._ready.set()
         self._on_added()
 
     def take(self) -> list[Outcome]:

@@ -236,8 +236,9 @@ class Worker:
         failures = 0
         while not self._stop_requested.is_set():
             await self._gather()
-            wanted = self._wanted_claims()
             batch = completer.take()
+            self._unrest(batch)
+            wanted = self._wanted_claims()
             if not batch and not wanted:
                 if burst and not self._running and completer.idle and failures == 0:
                     if not await self._anything_due():
@@ -257,6 +258,9 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), delay)
                 continue
+            except BaseException:
+                completer.put_back(batch)  # kept for the completer's own writes at shutdown
+                raise
             completer.settle(batch, landed)
             if self._stop_requested.is_set():
                 await self._release([job for jobs in claimed for job in jobs])
@@ -280,6 +284,15 @@ class Worker:
                 return
             self._wake.clear()
             await self._sleep(remaining)
+
+    def _unrest(self, batch: list[Outcome]) -> None:
+        """A finished job may make others claimable at once (the next job of its group, a
+        freed rate-limit token): its queue's pool claims in the same round, resting or not."""
+        if batch:
+            finished = {outcome.job.queue for outcome in batch}
+            for pool in self._slots.pools:
+                if not finished.isdisjoint(pool.queues):
+                    pool.rest_until = 0.0
 
     def _wanted_claims(self) -> list[tuple[Pool, int]]:
         """How many jobs to claim for which pool now: its free slots, unless it is resting."""
@@ -333,7 +346,9 @@ class Worker:
                     pool.rest_until = 0.0
                     return True
         except DatabaseError:
-            return True  # not known to be empty: the claim loop deals with the outage
+            for pool in self._slots.pools:  # not known to be empty: the claim loop's next
+                pool.rest_until = 0.0  # round meets the outage and backs off
+            return True
         return False
 
     async def _sleep(self, seconds: float) -> None:
