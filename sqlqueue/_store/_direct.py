@@ -35,14 +35,18 @@ _ENGINE_LOG = logging.getLogger("sqlalchemy.engine")
 def can_run_directly(conn: Connection) -> bool:
     """Whether a statement on ``conn`` may skip SQLAlchemy's execution path unnoticed."""
     dispatch = conn.dispatch
+    dialect_dispatch = conn.dialect.dispatch
     return not (
         dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
         or dispatch.before_execute
         or dispatch.after_execute
-        or conn.dialect.dispatch.handle_error
+        or dialect_dispatch.handle_error
+        or dialect_dispatch.do_execute
+        or dialect_dispatch.do_setinputsizes
         or conn.engine.echo
         or _ENGINE_LOG.isEnabledFor(logging.INFO)
+        or conn.engine.logger.isEnabledFor(logging.INFO)  # e.g. sqlalchemy.engine.Engine
         or conn.get_execution_options().get("schema_translate_map")
     )
 
@@ -96,9 +100,17 @@ class DirectStatement:
                 parameters,
                 error,
                 conn.dialect.loaded_dbapi.Error,
+                hide_parameters=conn.engine.hide_parameters,
                 connection_invalidated=gone,
                 dialect=conn.dialect,
             ) from error
+        except Exception:
+            raise
+        except BaseException:
+            # Interrupted mid-statement (KeyboardInterrupt, a cancelled task): the connection's
+            # state is unknown, so it must not go back to the pool (SQLAlchemy does the same).
+            conn.invalidate()
+            raise
         finally:
             cursor.close()
 

@@ -42,6 +42,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.schema import CreateTable
 
 from sqlqueue._schema import jobs
+from sqlqueue._store._direct import can_run_directly
 from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue.dialects._base import WAKE_CHANNEL
 
@@ -169,11 +170,14 @@ def copy_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int |
 
 
 def _can_copy(conn: Connection) -> bool:
+    """psycopg 3's sync connection, and nothing listening for the statements COPY bypasses."""
     try:
         import psycopg
     except ImportError:  # pragma: no cover - another PostgreSQL driver
         return False
-    return isinstance(conn.connection.driver_connection, psycopg.Connection)
+    return isinstance(conn.connection.driver_connection, psycopg.Connection) and (
+        can_run_directly(conn)
+    )
 
 
 def _due(row: Mapping[str, Any], now: datetime) -> datetime:
