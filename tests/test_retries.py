@@ -243,7 +243,8 @@ def test_an_error_message_no_database_can_store_is_escaped_and_the_worker_goes_o
             fine.enqueue(conn, n=n)
     drain(queue)
     job = queue.get_job(bad)
-    assert job is not None and job.status == "dead"
+    assert job is not None
+    assert job.status == "dead"
     assert job.last_error == "OSError: cannot open '/tmp/\\udcffname\\x00': bad bytes"
     assert "\\udcffname\\x00" in str(job.errors[-1].details["traceback"])
     assert sorted(ran) == [0, 1, 2]
