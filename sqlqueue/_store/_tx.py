@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from sqlqueue._job import Job
+from sqlqueue._schema import jobs
 from sqlqueue._store import cancel, deadletter, transitions
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue.dialects import Dialect
@@ -140,6 +141,18 @@ class Store:
         results: Mapping[int, Any] | None,
         now: datetime | None,
     ) -> set[int]:
+        results = results or {}
+        with_result = sum(results.get(job_id) is not None for job_id, _ in succeeded)
+        plain = len(succeeded) > with_result
+        if plain + with_result + len(failures) > 1 and self.dialect.supports_skip_locked:
+            # Several statements lock these rows one after another: lock them all first, in id
+            # order, so two workers' rounds can never wait on each other crosswise (deadlock).
+            ids = sorted({job_id for job_id, _ in succeeded} | {f.job_id for f in failures})
+            conn.execute(
+                self.dialect.lock_row(
+                    select(jobs.c.id).where(jobs.c.id.in_(ids)).order_by(jobs.c.id)
+                )
+            ).all()
         landed = set()
         if succeeded:
             landed = transitions.complete(
