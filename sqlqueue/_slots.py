@@ -7,7 +7,7 @@ never take the slots that a password-reset email needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlqueue._errors import ConfigurationError
@@ -70,6 +70,24 @@ class Slots:
     def with_free_slots(self) -> Iterator[Pool]:
         """The pools that could take another job now."""
         return (pool for pool in self.pools if pool.free > 0)
+
+    # -- when to claim: a pool whose last claim came back short rests until its poll is due --
+
+    def claimable(self, now: float) -> list[tuple[Pool, int]]:
+        """``(pool, free slots)`` of each pool that may claim at loop time ``now``."""
+        return [(pool, pool.free) for pool in self.with_free_slots() if pool.rest_until <= now]
+
+    def next_claim_in(self, now: float, longest: float) -> float:
+        """Seconds until a resting pool with free slots may claim again (at most ``longest``)."""
+        waits = [pool.rest_until - now for pool in self.with_free_slots()]
+        return max(0.0, min(waits, default=longest))
+
+    def wake(self, queues: Iterable[str] | None = None) -> None:
+        """Jobs may be due in ``queues`` (all when ``None``): their pools stop resting."""
+        names = None if queues is None else set(queues)
+        for pool in self.pools:
+            if names is None or not names.isdisjoint(pool.queues):
+                pool.rest_until = 0.0
 
     def take(self, pool: Pool, job_id: int) -> None:
         """``job_id`` now runs in a slot of ``pool``."""

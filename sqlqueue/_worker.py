@@ -189,15 +189,15 @@ class Worker:
             asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
             asyncio.create_task(
-                self._every(self._heartbeat_interval, self._beat, "heartbeat"),
+                every(self._heartbeat_interval, self._beat, "heartbeat"),
                 name="sqlqueue-heartbeat",
             ),
             asyncio.create_task(
-                self._every(self._reaper_interval, self._reap_once, "reaper pass"),
+                every(self._reaper_interval, self._reap_once, "reaper pass"),
                 name="sqlqueue-reaper",
             ),
             asyncio.create_task(
-                self._every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
+                every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
                 name="sqlqueue-scheduler",
             ),
         ]
@@ -221,9 +221,7 @@ class Worker:
 
     def _woken_for(self, queue_name: str) -> None:
         if queue_name in self._served:
-            for pool in self._slots.pools:
-                if queue_name in pool.queues:
-                    pool.rest_until = 0.0
+            self._slots.wake([queue_name])
             self._wake.set()
 
     # -- claiming -----------------------------------------------------------------------------
@@ -237,14 +235,17 @@ class Worker:
         while not self._stop_requested.is_set():
             await self._gather()
             batch = completer.take()
-            self._unrest(batch)
+            # A finished job may make others claimable at once (its group's next job, a freed
+            # rate-limit token): its queue's pool claims in this round, resting or not.
+            self._slots.wake(outcome.job.queue for outcome in batch)
             wanted = self._wanted_claims()
             if not batch and not wanted:
                 if burst and not self._running and completer.idle and failures == 0:
                     if not await self._anything_due():
                         return
                     continue
-                await self._sleep(self._until_next_claim())
+                now = asyncio.get_running_loop().time()
+                await self._sleep(self._slots.next_claim_in(now, self.settings.poll_interval))
                 continue
             claims = [(pool.queues, count) for pool, count in wanted]
             try:
@@ -285,30 +286,12 @@ class Worker:
             self._wake.clear()
             await self._sleep(remaining)
 
-    def _unrest(self, batch: list[Outcome]) -> None:
-        """A finished job may make others claimable at once (the next job of its group, a
-        freed rate-limit token): its queue's pool claims in the same round, resting or not."""
-        if batch:
-            finished = {outcome.job.queue for outcome in batch}
-            for pool in self._slots.pools:
-                if not finished.isdisjoint(pool.queues):
-                    pool.rest_until = 0.0
-
     def _wanted_claims(self) -> list[tuple[Pool, int]]:
         """How many jobs to claim for which pool now: its free slots, unless it is resting."""
         self._capped = len(self._leased) >= 2 * self._slots.total  # outcome writes lag behind
         if self._stop_requested.is_set() or self._capped:
             return []
-        now = asyncio.get_running_loop().time()
-        return [
-            (pool, pool.free) for pool in self._slots.with_free_slots() if pool.rest_until <= now
-        ]
-
-    def _until_next_claim(self) -> float:
-        """Seconds until a resting pool with free slots may claim again (at most a poll)."""
-        now = asyncio.get_running_loop().time()
-        waits = [pool.rest_until - now for pool in self._slots.with_free_slots()]
-        return max(0.0, min(waits, default=self.settings.poll_interval))
+        return self._slots.claimable(asyncio.get_running_loop().time())
 
     def _cycle(
         self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
@@ -324,30 +307,22 @@ class Worker:
             lease_seconds=self.queue.lease_seconds,
         )
 
-    def _claim(self, queues: Sequence[str], limit: int) -> list[ClaimedJob]:
-        return self._store.claim(
-            queues=queues,
-            job_types=self._job_types,
-            limit=limit,
-            worker_id=self.worker_id,
-            lease_seconds=self.queue.lease_seconds,
-        )
-
     async def _anything_due(self) -> bool:
         """Burst mode's last look: recover expired leases, then claim once more (a retry may
         have become due meanwhile)."""
+        wanted = list(self._slots.with_free_slots())
         try:
             await self._db.call(self._reaper.run_once)
-            for pool in self._slots.with_free_slots():
-                claimed = await self._db.call(partial(self._claim, pool.queues, pool.free))
-                for job in claimed:
-                    self._start(job, pool)
-                if claimed:
-                    pool.rest_until = 0.0
-                    return True
+            claims = [(pool.queues, pool.free) for pool in wanted]
+            _, claimed = await self._db.call(partial(self._cycle, [], claims))
         except DatabaseError:
-            for pool in self._slots.pools:  # not known to be empty: the claim loop's next
-                pool.rest_until = 0.0  # round meets the outage and backs off
+            self._slots.wake()  # not known to be empty: the next round meets the outage
+            return True  # and backs off
+        for pool, jobs in zip(wanted, claimed, strict=True):
+            for job in jobs:
+                self._start(job, pool)
+        if any(claimed):
+            self._slots.wake()
             return True
         return False
 
@@ -410,17 +385,6 @@ class Worker:
         if self.queue.periodic_schedules:
             await self._db.call(self._scheduler.run_once)
 
-    async def _every(
-        self, interval: float, duty: Callable[[], Awaitable[object]], name: str
-    ) -> None:
-        """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
-        while True:
-            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
-            try:
-                await duty()
-            except DatabaseError as error:
-                log.warning("%s failed: %s", name, error)
-
     # -- shutdown -----------------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
@@ -470,3 +434,13 @@ class Worker:
             len(released),
             sorted(released),
         )
+
+
+async def every(interval: float, duty: Callable[[], Awaitable[object]], name: str) -> None:
+    """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
+    while True:
+        await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+        try:
+            await duty()
+        except DatabaseError as error:
+            log.warning("%s failed: %s", name, error)
