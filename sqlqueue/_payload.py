@@ -25,8 +25,9 @@ __all__ = [
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 #: Deeper payloads are almost always a mistake (a graph, not ids and options).
 MAX_DEPTH = 32
-#: Compact JSON, UTF-8 text as it is, no NaN: the form payloads are measured and stored in.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+#: Compact JSON, UTF-8 text as it is, no NaN: the form payloads are measured and stored in
+#: (the SQLite bulk path binds its JSON documents with it too).
+JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _unencodable(value: Any) -> Any:
@@ -34,11 +35,11 @@ def _unencodable(value: Any) -> Any:
 
 
 def _fast_encoder() -> Callable[[Any], str]:
-    """``_ENCODER.encode`` for values already walked by :func:`_plain` (acyclic, bounded), by
+    """``JSON_ENCODER.encode`` for values already walked by :func:`_plain` (acyclic, bounded), by
     the C encoder it wraps, made once instead of per call: half the cost per payload."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - a Python without the C accelerator
-        return _ENCODER.encode
+        return JSON_ENCODER.encode
     chunks = make(
         None, _unencodable, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
@@ -76,7 +77,7 @@ def encode_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> str:
                 if 0 <= size <= max_bytes:
                     return text
     check_payload(payload, max_bytes=max_bytes)
-    return _ENCODER.encode(payload)
+    return JSON_ENCODER.encode(payload)
 
 
 def check_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> dict[str, Any]:
@@ -114,7 +115,7 @@ def check_result(result: Any, *, max_bytes: int) -> Any:
 def _check_json(value: Any, what: str, max_bytes: int, advice: str) -> None:
     """Plain JSON values only, and at most ``max_bytes`` once encoded as UTF-8."""
     _check_value(value, what, 0)
-    size = len(_ENCODER.encode(value).encode("utf-8"))
+    size = len(JSON_ENCODER.encode(value).encode("utf-8"))
     if size > max_bytes:
         raise PayloadError(f"the {what} is {size} bytes, over the {max_bytes}-byte cap: {advice}")
 

@@ -15,7 +15,6 @@ not "largest plus one") is refused rather than guessed at.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -23,6 +22,7 @@ from sqlalchemy import Connection, Float, Integer, String, bindparam, func, lite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from sqlqueue._errors import EnqueueError
+from sqlqueue._payload import JSON_ENCODER
 from sqlqueue._schema import jobs
 from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue.dialects._base import Dialect
@@ -43,7 +43,7 @@ _FIELDS: Final = (
     "_run_at",
     "_delay",
 )
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ENCODER: Final = JSON_ENCODER
 
 _STATEMENTS: dict[tuple[type[Dialect], bool], Any] = {}
 
