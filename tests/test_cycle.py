@@ -3,6 +3,8 @@ transaction, on every backend."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlqueue._store.rows import Failure
 
 
@@ -69,3 +71,69 @@ def test_a_stale_outcome_does_not_land_and_does_not_stop_the_claims(backend):
     landed, _ = _cycle(queue, "w1", failures=[failure], limit=0)
     assert landed == {job.id}
     assert queue.get_job(job.id).status == "failed"
+
+
+def test_a_claimed_job_carries_exactly_what_its_row_holds(backend):
+    """SQLite reads a claim's JSON and timestamps from their stored text (each distinct
+    timestamp parsed once): the jobs must still equal what the row reads back as."""
+    queue = backend.queue(lease_seconds=30)
+
+    @queue.task("work")
+    def work(**_payload: object) -> None:
+        pass
+
+    payload = {"name": "Zoë ✓", "ids": [1, 2, 3], "nested": {"ok": True, "none": None, "f": 1.5}}
+    with backend.engine.begin() as conn:
+        first = queue.enqueue(conn, "work", payload)
+        second = queue.enqueue(conn, "work", {})
+    _, [claimed] = _cycle(queue, "w1", limit=1)
+    [job] = claimed
+    failure = Failure(
+        job_id=job.id,
+        attempt=job.attempt,
+        dead=False,
+        retry_in=0.0,
+        last_error="boom",
+        errors=[{"attempt": 1, "at": job.started_at.isoformat(), "error": "boom", "kind": "E"}],
+    )
+    _, [again] = _cycle(queue, "w1", failures=[failure], limit=2)
+    by_id = {job.id: job for job in again}
+    assert set(by_id) == {first, second}
+    for job_id in (first, second):
+        job, row = by_id[job_id], queue.get_job(job_id)
+        assert (job.payload, job.attempt) == (row.payload, row.attempts)
+        assert job.max_attempts == row.max_attempts
+        assert (job.created_at, job.started_at, job.lease_expires_at) == (
+            row.created_at,
+            row.started_at,
+            row.lease_expires_at,
+        )
+        for moment in (job.created_at, job.started_at, job.lease_expires_at):
+            assert moment.utcoffset() == timedelta(0)
+        assert job.lease_expires_at - job.started_at == timedelta(seconds=30)
+    assert by_id[first].payload == payload
+    assert by_id[first].attempt == 2
+    assert [entry["error"] for entry in by_id[first].errors] == ["boom"]
+    assert by_id[second].errors == ()
+
+
+def test_a_relaxed_round_leaves_the_connection_at_its_own_durability(backend):
+    """The worker's rounds commit without waiting for the disk (SQLite ``synchronous =
+    NORMAL``, PostgreSQL ``synchronous_commit = off``) for their own transaction only: the
+    pooled connection goes back to whatever level it had, here set stricter than the default."""
+    queue, _grouped, plain = _queue_with_jobs(backend)
+    if backend.name == "sqlite":
+        read, strict = "PRAGMA synchronous", "PRAGMA synchronous = EXTRA"
+        expected = 3
+    else:
+        read, strict = "SHOW synchronous_commit", "SET synchronous_commit = remote_apply"
+        expected = "remote_apply"
+    with backend.engine.connect() as conn:
+        conn.exec_driver_sql(strict)
+        conn.commit()
+    _, [claimed] = _cycle(queue, "w1", limit=2)
+    landed, _ = _cycle(queue, "w1", succeeded=[job.fence for job in claimed])
+    assert landed == {job.id for job in claimed}
+    assert backend.engine.pool.checkedin() == 1  # the one connection every step above used
+    with backend.engine.connect() as conn:
+        assert conn.exec_driver_sql(read).scalar_one() == expected

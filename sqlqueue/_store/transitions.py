@@ -15,7 +15,7 @@ from sqlalchemy import Connection, String, Update, bindparam, case, select, upda
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob, Failure, claimed_from_row, error_entry
+from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -70,7 +70,7 @@ def claim(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
-    claimed = [claimed_from_row(row) for row in conn.execute(stmt, params).mappings().all()]
+    claimed = dialect.claimed_jobs(conn.execute(stmt, params).all())
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 
