@@ -121,10 +121,10 @@ def test_a_relaxed_round_leaves_the_connection_at_its_own_durability(backend):
     """The worker's rounds commit without waiting for the disk (SQLite ``synchronous =
     NORMAL``, PostgreSQL ``synchronous_commit = off``) for their own transaction only: the
     pooled connection goes back to whatever level it had, here set stricter than the default."""
-    queue, _grouped, plain = _queue_with_jobs(backend)
+    queue, _grouped, _plain = _queue_with_jobs(backend)
+    expected: object
     if backend.name == "sqlite":
-        read, strict = "PRAGMA synchronous", "PRAGMA synchronous = EXTRA"
-        expected = 3
+        read, strict, expected = "PRAGMA synchronous", "PRAGMA synchronous = EXTRA", 3
     else:
         read, strict = "SHOW synchronous_commit", "SET synchronous_commit = remote_apply"
         expected = "remote_apply"

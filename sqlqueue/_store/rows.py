@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import RowMapping
 
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 
-__all__ = ["ClaimedJob", "Failure", "error_entry", "row_to_job"]
+__all__ = ["ClaimedJob", "Failure", "as_utc", "claims_from_rows", "error_entry", "row_to_job"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,18 +122,49 @@ def row_to_job(row: RowMapping) -> Job:
     )
 
 
-def claimed_from_row(row: RowMapping) -> ClaimedJob:
-    """A claim's RETURNING row as a :class:`ClaimedJob`."""
-    return ClaimedJob(
-        id=row["id"],
-        job_type=row["job_type"],
-        queue=row["queue"],
-        priority=row["priority"],
-        payload=row["payload"],
-        attempt=row["attempts"],
-        max_attempts=row["max_attempts"],
-        errors=tuple(row["errors"] or ()),
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        lease_expires_at=row["lease_expires_at"],
-    )
+def as_utc(value: datetime) -> datetime:
+    """An aware UTC datetime from a driver's value (naive values are UTC already)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def claims_from_rows(
+    rows: Iterable[Sequence[Any]],
+    *,
+    moment: Callable[[Any], datetime] = as_utc,
+    document: Callable[[Any], Any] = lambda value: value,
+) -> list[ClaimedJob]:
+    """A claim's rows, in ``CLAIM_RETURNING`` order, as claimed jobs.
+
+    ``moment`` turns a timestamp as the driver returns it into an aware UTC datetime; it runs
+    once per distinct value, since a claim's ``started_at`` and ``lease_expires_at`` come from
+    one statement clock and jobs enqueued together share ``created_at`` (per value, it was a
+    third of the Python time of a 100-job round trip). ``document`` decodes JSON the driver
+    returned as text; an empty error history (a first attempt's) is not decoded at all."""
+    moments: dict[Any, datetime] = {}
+
+    def once(value: Any) -> datetime:
+        found = moments.get(value)
+        if found is None:
+            found = moments[value] = moment(value)
+        return found
+
+    claimed = []
+    for row in rows:
+        (job_id, job_type, queue, priority, payload, attempts, max_attempts, errors,
+         created_at, started_at, lease_expires_at) = row  # fmt: skip
+        claimed.append(
+            ClaimedJob(
+                id=job_id,
+                job_type=job_type,
+                queue=queue,
+                priority=priority,
+                payload=document(payload),
+                attempt=attempts,
+                max_attempts=max_attempts,
+                errors=() if not errors or errors == "[]" else tuple(document(errors)),
+                created_at=once(created_at),
+                started_at=once(started_at),
+                lease_expires_at=once(lease_expires_at),
+            )
+        )
+    return claimed

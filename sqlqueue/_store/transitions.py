@@ -95,7 +95,7 @@ def complete(
     if plain:
         stmt = _complete_statement(dialect, now, with_result=False)
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
-        landed |= set(conn.execute(stmt, params).scalars())
+        landed |= set(conn.execute(stmt, params).scalars().all())
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -104,7 +104,7 @@ def complete(
                 "result": results[fence[0]],
                 **dialect.fence_parameters([fence]),
             }
-            landed |= set(conn.execute(stmt, params).scalars())
+            landed |= set(conn.execute(stmt, params).scalars().all())
     return landed
 
 

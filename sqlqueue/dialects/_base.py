@@ -9,6 +9,7 @@ override only what differs.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     URL,
     Connection,
+    DateTime,
     Engine,
     Float,
     Insert,
@@ -25,14 +27,17 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     Update,
     bindparam,
+    cast,
     exists,
     literal,
     literal_column,
     or_,
     select,
     tuple_,
+    type_coerce,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -46,7 +51,7 @@ from sqlqueue._errors import (
     UnsupportedDatabase,
 )
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob, claimed_from_row
+from sqlqueue._store.rows import ClaimedJob, claims_from_rows
 from sqlqueue._types import UtcDateTime
 
 __all__ = ["CLAIM_RETURNING", "WAKE_CHANNEL", "Dialect"]
@@ -69,6 +74,9 @@ CLAIM_RETURNING = (
     jobs.c.lease_expires_at,
 )
 
+#: The columns of :data:`CLAIM_RETURNING` that hold JSON, and those that are timestamps.
+_CLAIM_JSON = frozenset({"payload", "errors"})
+_CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
 
 #: The claim statement's parameters, bound at each execution (see ``Dialect.claim_statement``).
 _CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
@@ -254,12 +262,22 @@ class Dialect(abc.ABC):
         )
 
     def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
-        """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order."""
-        return CLAIM_RETURNING
+        """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for
+        :meth:`claimed_jobs` to read: JSON as text (decoded from ``str``, where drivers decode
+        bytes, an empty error history not at all), timestamps as the driver reads them (made
+        UTC once per distinct value, where the column type would convert each)."""
+        return tuple(self._claim_column(column) for column in CLAIM_RETURNING)
+
+    def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        if column.name in _CLAIM_JSON:
+            return cast(column, Text()).label(column.name)
+        if column.name in _CLAIM_TIMESTAMPS:
+            return type_coerce(column, DateTime(timezone=True)).label(column.name)
+        return column
 
     def claimed_jobs(self, rows: Sequence[Row[Any]]) -> list[ClaimedJob]:
         """A claim's rows (see :meth:`claim_returning`) as the jobs handed to the worker."""
-        return [claimed_from_row(row._mapping) for row in rows]
+        return claims_from_rows(rows, document=json.loads)
 
     def holds_lease(
         self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None

@@ -22,14 +22,12 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
-    any_,
     bindparam,
     cast,
     extract,
     func,
     literal_column,
     select,
-    tuple_,
     type_coerce,
 )
 from sqlalchemy import exc as sa_exc
@@ -139,31 +137,34 @@ class PostgresDialect(Dialect):
         until vacuum) made a ten-row completion scan thousands of index entries (~2 ms).
 
         The fences travel as two arrays, so the statement's text is the same for any number
-        of them (psycopg parses a long statement anew each time: 1.2 ms for 100 fences)."""
+        of them (psycopg parses a long statement anew each time: 1.2 ms for 100 fences). They
+        are joined to the rows by id, each row carrying its fence's attempt: an ``(id,
+        attempts) IN (unnest …)`` test planned as a nested loop over every pair (100 fences:
+        0.6 ms of a 2 ms completion)."""
         if fences is None:
             ids: Any = bindparam("fence_ids", type_=_ID_ARRAY)
             attempts: Any = bindparam("fence_attempts", type_=_ATTEMPT_ARRAY)
         else:
             ids = bindparam(None, [job_id for job_id, _ in fences], type_=_ID_ARRAY)
             attempts = bindparam(None, [attempt for _, attempt in fences], type_=_ATTEMPT_ARRAY)
-        locked = (
-            select(jobs.c.id, jobs.c.status, jobs.c.locked_by, jobs.c.attempts)
-            .where(jobs.c.id == any_(ids))
-            .order_by(jobs.c.id)
-            .with_for_update()
-            .cte("sqlqueue_fenced")
-            .prefix_with("MATERIALIZED")
-        )
         pairs = (
             func.unnest(ids, attempts)
             .table_valued("id", "attempt")
             .render_derived(name="sqlqueue_fence")
         )
+        locked = (
+            select(jobs.c.id, jobs.c.status, jobs.c.locked_by, jobs.c.attempts, pairs.c.attempt)
+            .join_from(jobs, pairs, jobs.c.id == pairs.c.id)
+            .order_by(jobs.c.id)
+            .with_for_update(of=jobs)
+            .cte("sqlqueue_fenced")
+            .prefix_with("MATERIALIZED")
+        )
         return [
             jobs.c.id == locked.c.id,
             locked.c.status == "running",
             locked.c.locked_by == worker_id,
-            tuple_(locked.c.id, locked.c.attempts).in_(select(pairs.c.id, pairs.c.attempt)),
+            locked.c.attempts == locked.c.attempt,
         ]
 
     def fence_parameters(self, fences: Sequence[tuple[int, int]]) -> dict[str, Any]:

@@ -21,11 +21,13 @@ from sqlalchemy import (
     Row,
     String,
     Table,
+    Text,
     bindparam,
     event,
     func,
     select,
     tuple_,
+    type_coerce,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -33,11 +35,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._store.rows import ClaimedJob, as_utc, claims_from_rows
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import Dialect
-from sqlqueue.dialects._sqlite_claims import claim_columns
-from sqlqueue.dialects._sqlite_claims import claimed_jobs as claimed_from_text
 
 __all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_version"]
 
@@ -115,6 +115,15 @@ def _restore_level(conn: Connection, level: int) -> None:
         _pragma(conn, f"PRAGMA synchronous = {int(level)}")
     except sa_exc.SQLAlchemyError:
         conn.invalidate()  # never return a relaxed connection to the pool
+
+
+#: Claim columns that are timestamps, read as their stored text (``SQLiteDialect._claim_column``).
+_CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
+
+
+def _stored_moment(text: str) -> datetime:
+    """A stored timestamp (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC) as an aware datetime."""
+    return as_utc(datetime.fromisoformat(text))
 
 
 def _fence_document(fences: Sequence[tuple[int, int]]) -> str:
@@ -200,14 +209,16 @@ class SQLiteDialect(Dialect):
         """The JSON array of ``holds_lease(…, fences=None)``."""
         return {"fences": _fence_document(fences)}
 
-    def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
-        """The claim's JSON and timestamp columns come back as their stored text, parsed by
-        :meth:`claimed_jobs` (see ``dialects/_sqlite_claims.py``)."""
-        return claim_columns(super().claim_returning())
+    def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """Timestamps come back as their stored text too: through the column type, each was a
+        regular-expression parse (three per job)."""
+        if column.name in _CLAIM_TIMESTAMPS:
+            return type_coerce(column, Text()).label(column.name)
+        return super()._claim_column(column)
 
     def claimed_jobs(self, rows: Sequence[Row[Any]]) -> list[ClaimedJob]:
-        """Parse :meth:`claim_returning`'s text, each distinct timestamp once."""
-        return claimed_from_text(rows)
+        """Read :meth:`claim_returning`'s text, each distinct timestamp parsed once."""
+        return claims_from_rows(rows, moment=_stored_moment, document=json.loads)
 
     def conflict_insert(self, table: Table) -> Any:
         """This backend's INSERT construct (``ON CONFLICT`` support)."""
