@@ -70,7 +70,9 @@ def to_connection(target: Executable) -> Iterator[Connection]:
 def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
     """Check one request and turn it into insert parameters; raise before any SQL is sent."""
     return check_job(  # positionally: this runs once per job of an ``enqueue_many``
-        settings,
+        settings.tasks,
+        settings.default_queue,
+        settings.max_payload_bytes,
         request.job_type,
         request.payload,
         request.idempotency_key,
@@ -85,7 +87,9 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
 
 
 def check_job(
-    settings: EnqueueSettings,
+    tasks: Mapping[str, Task],
+    default_queue: str,
+    max_payload_bytes: int,
     job_type: str,
     payload: Mapping[str, Any] | None,
     idempotency_key: str | None = None,
@@ -97,17 +101,18 @@ def check_job(
     max_attempts: int | None = None,
     external: bool = False,
 ) -> JobRow:
-    """:func:`build_row` from the request's fields (``Queue.enqueue`` builds no request)."""
-    task = settings.tasks.get(job_type)
+    """:func:`build_row` from the request's fields and the queue's settings, given one by one:
+    ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job."""
+    task = tasks.get(job_type)
     if task is None and not external:
-        known = ", ".join(sorted(settings.tasks)) or "none"
+        known = ", ".join(sorted(tasks)) or "none"
         raise UnknownJobType(
             f"no task named {job_type!r} on this queue (known: {known}); pass "
             "external=True if another service's workers handle it"
         )
     if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
         raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
-    encoded = encode_payload(payload, max_bytes=settings.max_payload_bytes)
+    encoded = encode_payload(payload, max_bytes=max_payload_bytes)
     if delay is not None:
         if run_at is not None:
             raise EnqueueError("give either delay or run_at, not both")
@@ -126,7 +131,7 @@ def check_job(
     if not -_MAX_PRIORITY <= priority <= _MAX_PRIORITY:
         raise EnqueueError(f"priority must be within ±{_MAX_PRIORITY}, got {priority!r}")
     if not queue:
-        queue = task.queue if task else settings.default_queue
+        queue = task.queue if task else default_queue
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255
     ):

@@ -222,21 +222,22 @@ class Queue:
         nothing. Jobs sharing a ``group_key`` run one at a time, in enqueue order.
         ``external=True`` allows a job type this queue has no task for.
         """
-        settings = self._settings
-        row = check_job(
-            settings,
+        row = check_job(  # the settings one by one: no EnqueueSettings per job
+            self._tasks,
+            self.default_queue,
+            self.max_payload_bytes,
             job_type,
             payload,
-            idempotency_key=idempotency_key,
-            group_key=group_key,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
-            max_attempts=max_attempts,
-            external=external,
+            idempotency_key,
+            group_key,
+            delay,
+            run_at,
+            priority,
+            queue,
+            max_attempts,
+            external,
         )
-        return write_rows(settings.dialect, conn, [row])[0]
+        return write_rows(self.dialect, conn, [row])[0]
 
     async def enqueue_async(
         self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 import sqlqueue
 from sqlqueue._schema import jobs
+from sqlqueue._store._direct import DirectStatement
 from tests._support import count_jobs, db_now, drain
 
 users = sa.Table(
@@ -230,3 +231,74 @@ def test_enqueue_needs_a_connection_session_or_engine(backend, target):
         sqlqueue.ConfigurationError, match="pass a SQLAlchemy Connection or Session"
     ):
         queue.enqueue(target, "welcome", {"user_id": 1})
+
+
+def _enqueue_each_kind(queue, conn, run_at):
+    """One job of each shape a one-job enqueue takes: due now or later, with a key or not."""
+    return [
+        queue.enqueue(conn, "welcome", {"user_id": 1}),
+        queue.enqueue(conn, "welcome", {"user_id": 2}, delay=0),
+        queue.enqueue(conn, "welcome", {"user_id": 3}, idempotency_key="now", group_key="g"),
+        queue.enqueue(conn, "welcome", {"user_id": 4}, delay=90.5, priority=-7),
+        queue.enqueue(conn, "welcome", {"user_id": 5}, run_at=run_at, idempotency_key="at"),
+    ]
+
+
+def _stored(engine, ids):
+    """Jobs ``ids`` as stored, with each due time relative to the job's creation."""
+    with engine.connect() as conn:
+        rows = {row.id: row for row in conn.execute(sa.select(jobs).where(jobs.c.id.in_(ids)))}
+    return [
+        (
+            row.job_type,
+            row.queue,
+            row.priority,
+            row.payload,
+            row.status,
+            row.attempts,
+            row.max_attempts,
+            row.errors,
+            row.idempotency_key,
+            row.group_key,
+            row.updated_at == row.created_at,
+            row.next_run_at - row.created_at,
+        )
+        for row in (rows[job_id] for job_id in ids)
+    ]
+
+
+def test_one_job_enqueue_writes_the_same_rows_with_or_without_listeners(backend, monkeypatch):
+    """With nothing listening, a one-job enqueue goes straight to the driver; a listener on the
+    connection itself sends it through SQLAlchemy. Both write the same rows, and a job due now
+    (no delay, or a delay of 0) is due at its creation time."""
+    queue, _ = _queue_with_welcome(backend)
+    run_at = db_now(backend.engine) + timedelta(days=1)
+    direct_runs: list[str] = []
+    first_row = DirectStatement.first_row
+
+    def counted(self, conn, values):
+        direct_runs.append(values["job_type"])
+        return first_row(self, conn, values)
+
+    monkeypatch.setattr(DirectStatement, "first_row", counted)
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append(statement)
+
+    with backend.engine.begin() as conn:
+        direct_ids = _enqueue_each_kind(queue, conn, run_at)
+    assert len(direct_runs) == 5
+    direct = _stored(backend.engine, direct_ids)
+    assert queue.get_job(direct_ids[4]).next_run_at == run_at
+    with backend.engine.begin() as conn:
+        conn.execute(sa.delete(jobs))  # frees the idempotency keys
+        sa.event.listen(conn, "before_cursor_execute", record)  # this connection only
+        listened_ids = _enqueue_each_kind(queue, conn, run_at)
+    assert len(direct_runs) == 5
+    assert sum("INSERT INTO sqlqueue_jobs" in statement for statement in seen) == 5
+    listened = _stored(backend.engine, listened_ids)
+    assert queue.get_job(listened_ids[4]).next_run_at == run_at
+    assert [row[:-1] for row in listened] == [row[:-1] for row in direct]
+    for rows in (direct, listened):
+        assert [row[-1] for row in rows[:4]] == [timedelta(0)] * 3 + [timedelta(seconds=90.5)]

@@ -17,8 +17,10 @@ are translated at the dialect boundary as every other statement's are.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -53,15 +55,28 @@ def can_run_directly(conn: Connection) -> bool:
 
 @dataclass(frozen=True)
 class _Compiled:
-    """The statement's SQL for one dialect and where each parameter's value comes from."""
+    """The statement's SQL for one dialect and how to build its parameters from a row."""
 
     sql: str
     positional: bool
     names: tuple[str, ...]
-    #: Every parameter's value: the constants already processed, ``None`` where a row's goes.
-    template: tuple[Any, ...]
-    #: Where the row's values go: position, key and the type's bind processor, if any.
-    slots: tuple[tuple[int, str, Callable[[Any], Any] | None], ...]
+    #: The constants' values, already processed, by parameter name.
+    constants: dict[str, Any]
+    #: The row's values that need their type's bind processor, by key.
+    processed: tuple[tuple[str, Callable[[Any], Any]], ...]
+    #: Every parameter's value, in ``names`` order, from the row merged with ``constants``.
+    pick: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+    def parameters(self, values: Mapping[str, Any]) -> Any:
+        """The driver's parameters (a tuple, or a dict by name) for the row ``values``.
+
+        One merge and one ``itemgetter`` instead of a loop over the parameters: the loop was
+        a measurable share of a one-job enqueue."""
+        merged = {**values, **self.constants}  # the constants win, as bound at compile time
+        for key, process in self.processed:
+            merged[key] = process(merged[key])
+        picked = self.pick(merged)
+        return picked if self.positional else dict(zip(self.names, picked, strict=True))
 
 
 class DirectStatement:
@@ -71,18 +86,14 @@ class DirectStatement:
         self.statement = statement
         self.keys = tuple(keys)
         self._compiled: WeakKeyDictionary[SADialect, _Compiled] = WeakKeyDictionary()
+        #: The dialect compiled for last and its form: one identity check per call instead of a
+        #: weak-key lookup (which makes a weak reference each time).
+        self._last: tuple[weakref.ref[SADialect], _Compiled] | None = None
 
     def first_row(self, conn: Connection, values: Mapping[str, Any]) -> Any:
         """Run on ``conn`` (see :func:`can_run_directly`); the first row returned, or ``None``."""
-        compiled = self._compiled.get(conn.dialect)
-        if compiled is None:
-            compiled = self._compiled[conn.dialect] = self._compile(conn.dialect)
-        row = list(compiled.template)
-        for index, key, process in compiled.slots:
-            row[index] = values[key] if process is None else process(values[key])
-        parameters: Any = (
-            tuple(row) if compiled.positional else dict(zip(compiled.names, row, strict=True))
-        )
+        compiled = self._compiled_for(conn.dialect)
+        parameters = compiled.parameters(values)
         if not conn.in_transaction():
             conn.begin()  # what SQLAlchemy's autobegin would do on the first statement
         dbapi_connection = conn.connection.dbapi_connection
@@ -114,27 +125,46 @@ class DirectStatement:
         finally:
             cursor.close()
 
+    def _compiled_for(self, dialect: SADialect) -> _Compiled:
+        last = self._last
+        if last is not None and last[0]() is dialect:
+            return last[1]
+        compiled = self._compiled.get(dialect)
+        if compiled is None:
+            compiled = self._compiled[dialect] = self._compile(dialect)
+        self._last = (weakref.ref(dialect), compiled)
+        return compiled
+
     def _compile(self, dialect: SADialect) -> _Compiled:
         compiled: Any = self.statement.compile(dialect=dialect, column_keys=list(self.keys))
         if compiled.literal_execute_params or compiled.post_compile_params:
             raise TypeError("a direct statement cannot have parameters rendered at execution")
         by_name = {name: bind for bind, name in compiled.bind_names.items()}
         names = tuple(compiled.positiontup if compiled.positional else by_name)
-        template: list[Any] = []
-        slots: list[tuple[int, str, Callable[[Any], Any] | None]] = []
-        for index, name in enumerate(names):
+        constants: dict[str, Any] = {}
+        processed: list[tuple[str, Callable[[Any], Any]]] = []
+        for name in dict.fromkeys(names):
             bind = by_name[name]
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if name in self.keys:
-                template.append(None)
-                slots.append((index, name, process))
+                if process is not None:
+                    processed.append((name, process))
             else:
                 value = bind.effective_value
-                template.append(value if process is None else process(value))
+                constants[name] = value if process is None else process(value)
         return _Compiled(
             sql=compiled.string,
             positional=bool(compiled.positional),
             names=names,
-            template=tuple(template),
-            slots=tuple(slots),
+            constants=constants,
+            processed=tuple(processed),
+            pick=_picker(names),
         )
+
+
+def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values at ``names`` of a mapping, always as a tuple (``itemgetter`` of one name
+    returns the bare value, and of none is an error)."""
+    if len(names) > 1:
+        return itemgetter(*names)
+    return lambda mapping: tuple(mapping[name] for name in names)
