@@ -27,9 +27,9 @@ from sqlqueue._store import transitions
 from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
-from sqlqueue._threads import HandlerThreads
+from sqlqueue._threads import HandlerThreads, Ticket
 
-__all__ = ["Outcome", "Runtime", "classify", "execute"]
+__all__ = ["Outcome", "Runtime", "classify", "execute", "start_plain"]
 
 _MAX_TRACEBACK_CHARS = 8_000
 _MAX_ERROR_CHARS = 2_000
@@ -96,7 +96,8 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
                 "worker that has it, then requeue this job"
             )
         _check_arguments(task, job)
-        admission = await _gates.admit(task, job, runtime)  # or Snooze: deferred, not failed
+        if task.rate_limit is not None or task.circuit_breaker is not None:
+            admission = await _gates.admit(task, job, runtime)  # or Snooze: deferred
         context = runtime.make_context(job) if task.context_parameter else None
         try:
             result, recorded, landed = await _call(task, job, runtime, context)
@@ -107,9 +108,11 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         raise
     except BaseException as error:
         outcome = classify(job, task, error, time.monotonic() - started)
-        await _gates.report(admission, runtime, error)
+        if admission is not None:
+            await _gates.report(admission, runtime, error)
         return outcome
-    await _gates.report(admission, runtime, None)
+    if admission is not None:
+        await _gates.report(admission, runtime, None)
     return Outcome(
         job=job,
         failure=None,
@@ -118,6 +121,38 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         recorded=recorded,
         landed=landed,
     )
+
+
+def start_plain(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Ticket | None:
+    """Start a sync handler that has nothing around it (no gate, no job context, no timeout)
+    without an asyncio task of its own; ``None`` for any other job (run it with
+    :func:`execute`).
+
+    The handler thread decides the outcome itself and the ticket's future carries it: the
+    event loop then pays no task step per job to await the thread, which cost a plain sync
+    job about as much again as the rest of its bookkeeping. Cancelling the future abandons
+    the call (:meth:`HandlerThreads.abandon`)."""
+    if (
+        task is None
+        or task.is_async
+        or task.timeout is not None
+        or task.context_parameter is not None
+        or task.rate_limit is not None
+        or task.circuit_breaker is not None
+        or not task.payload_fits(job.payload)  # execute() explains the mismatch
+    ):
+        return None
+    started = time.monotonic()
+    kwargs = dict(job.payload)
+
+    def attempt() -> Outcome:
+        try:
+            result = _checked_result(task.handler(**kwargs), runtime)
+        except BaseException as error:  # as execute() does: every error is an outcome
+            return classify(job, task, error, time.monotonic() - started)
+        return Outcome(job=job, failure=None, elapsed=time.monotonic() - started, result=result)
+
+    return runtime.threads.submit(attempt)
 
 
 def _check_arguments(task: Task, job: ClaimedJob) -> None:
@@ -171,7 +206,12 @@ async def _call(
     if task.is_async:
         try:
             result = _checked_result(
-                await asyncio.wait_for(task.handler(**kwargs), timeout), runtime
+                await (
+                    task.handler(**kwargs)
+                    if timeout is None
+                    else asyncio.wait_for(task.handler(**kwargs), timeout)
+                ),
+                runtime,
             )
         except TimeoutError:
             await _abort(context)

@@ -24,7 +24,7 @@ from sqlqueue._completer import Completer, outcome_fields
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Outcome, Runtime, execute
+from sqlqueue._executor import Outcome, Runtime, execute, start_plain
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
@@ -32,7 +32,7 @@ from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
 from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.rows import ClaimedJob
-from sqlqueue._threads import HandlerThreads
+from sqlqueue._threads import HandlerThreads, Ticket
 from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
 
 if TYPE_CHECKING:
@@ -75,7 +75,8 @@ class Worker:
         self._force = asyncio.Event()
         self._wake = asyncio.Event()
         self._pending_stop = False
-        self._running: dict[int, asyncio.Task[None]] = {}
+        #: Each running job's task (or, for a plain sync handler, its thread ticket's future).
+        self._running: dict[int, asyncio.Future[Any]] = {}
         self._leased: dict[int, ClaimedJob] = {}
         self._capped = False
         self._db = DatabaseThread()
@@ -335,11 +336,26 @@ class Worker:
     # -- running jobs -------------------------------------------------------------------------
 
     def _start(self, job: ClaimedJob, pool: Pool) -> None:
+        assert self._runtime is not None
         self._slots.take(pool, job.id)
         self._leased[job.id] = job
-        self._running[job.id] = asyncio.create_task(
-            self._process(job), name=f"sqlqueue-job-{job.id}"
-        )
+        ticket = start_plain(job, self._tasks.get(job.job_type), self._runtime)
+        if ticket is None:
+            self._running[job.id] = asyncio.create_task(
+                self._process(job), name=f"sqlqueue-job-{job.id}"
+            )
+            return
+        self._running[job.id] = ticket.future
+        ticket.future.add_done_callback(partial(self._plain_done, job, ticket))
+
+    def _plain_done(self, job: ClaimedJob, ticket: Ticket, future: asyncio.Future[Any]) -> None:
+        """A job started by :func:`start_plain` ended: record its outcome, free its slot."""
+        assert self._runtime is not None
+        if future.cancelled():  # shutdown gave up on it: stop the call, release the job
+            self._runtime.threads.abandon(ticket)
+        else:
+            self._require_completer().add(future.result())
+        self._finished(job, future)
 
     def _require_completer(self) -> Completer:
         if self._completer is None:  # pragma: no cover - serve() sets it before any job runs
@@ -352,12 +368,17 @@ class Worker:
             outcome = await execute(job, self._tasks.get(job.job_type), self._runtime)
             self._require_completer().add(outcome)
         finally:
-            # Only if it is still this attempt's: after a reaper took our stalled attempt's
-            # lease we may have claimed the job again, and that attempt keeps its slot.
-            if self._running.get(job.id) is asyncio.current_task():
-                del self._running[job.id]
-                self._slots.give_back(job.id)
-            self._wake.set()  # a slot is free
+            current = asyncio.current_task()
+            assert current is not None
+            self._finished(job, current)
+
+    def _finished(self, job: ClaimedJob, running: asyncio.Future[Any]) -> None:
+        # Only if it is still this attempt's: after a reaper took our stalled attempt's lease
+        # we may have claimed the job again, and that attempt keeps its slot.
+        if self._running.get(job.id) is running:
+            del self._running[job.id]
+            self._slots.give_back(job.id)
+        self._wake.set()  # a slot is free
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
         leased = self._leased.get(outcome.job.id)
@@ -395,8 +416,8 @@ class Worker:
             await self._wait_for_running(running, force)
             force.cancel()
         unfinished = [self._leased[job_id] for job_id in self._running if job_id in self._leased]
-        for task in list(self._running.values()):
-            task.cancel()
+        for running_job in list(self._running.values()):
+            running_job.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
         try:
             await asyncio.wait_for(
@@ -407,7 +428,7 @@ class Worker:
         await self._release(unfinished)
 
     async def _wait_for_running(
-        self, running: Sequence[asyncio.Task[None]], force: asyncio.Task[Any]
+        self, running: Sequence[asyncio.Future[Any]], force: asyncio.Task[Any]
     ) -> None:
         """Until every running job is done, a second signal arrives, or the grace is over."""
         all_done = asyncio.gather(*running, return_exceptions=True)
