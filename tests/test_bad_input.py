@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue.dialects.sqlite import check_sqlite_version
+from sqlqueue.dialects.sqlite import check_sqlite_json, check_sqlite_version
 from tests._support import count_jobs, drain, wait_until
 
 
@@ -247,6 +247,26 @@ def test_old_sqlite_is_refused_with_the_reason():
     ):
         check_sqlite_version((3, 31, 1))
     check_sqlite_version(sqlite3.sqlite_version_info)
+
+
+def test_a_sqlite_without_json_functions_is_refused_with_the_reason():
+    """Before 3.38 the JSON functions were a build option; completions need json_each. An
+    authorizer that refuses it stands in for such a build."""
+
+    def without_json(database: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(database)
+        conn.set_authorizer(
+            lambda action, arg1, arg2, *_: (
+                sqlite3.SQLITE_DENY
+                if action == sqlite3.SQLITE_READ and arg1 == "json_each"
+                else sqlite3.SQLITE_OK
+            )
+        )
+        return conn
+
+    with pytest.raises(sqlqueue.UnsupportedDatabase, match=r"lacks the JSON functions.*JSON1"):
+        check_sqlite_json(without_json)
+    check_sqlite_json()
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ from sqlqueue._store.rows import ClaimedJob, as_utc, claims_from_rows
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import Dialect
 
-__all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_version"]
+__all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_json", "check_sqlite_version"]
 
 MIN_SQLITE_VERSION = (3, 35, 0)
 #: Same text layout SQLAlchemy stores datetimes in, so the clock compares with stored values.
@@ -68,6 +68,22 @@ def check_sqlite_version(version: tuple[int, ...]) -> None:
             f"SQLite {have} has no RETURNING; sqlqueue needs SQLite >= 3.35 "
             "(upgrade Python, or install pysqlite3-binary and point SQLAlchemy at it)"
         )
+
+
+def check_sqlite_json(connect: Any = sqlite3.connect) -> None:
+    """Refuse a SQLite built without its JSON functions (optional before 3.38), which the
+    worker's completions and bulk enqueue use, saying so instead of failing mid-drain."""
+    probe = connect(":memory:")
+    try:
+        probe.execute("SELECT count(*) FROM json_each('[1]')").fetchone()
+    except sqlite3.DatabaseError as error:
+        raise UnsupportedDatabase(
+            f"this SQLite ({sqlite3.sqlite_version}) lacks the JSON functions sqlqueue needs "
+            f"({error}); use a build with JSON1 (SQLite >= 3.38 has it built in), e.g. "
+            "install pysqlite3-binary and point SQLAlchemy at it"
+        ) from None
+    finally:
+        probe.close()
 
 
 def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
@@ -141,6 +157,7 @@ class SQLiteDialect(Dialect):
     def prepare_engine(self, engine: Engine) -> None:
         """Check the library version and put every new connection in WAL with a busy timeout."""
         check_sqlite_version(sqlite3.sqlite_version_info)
+        check_sqlite_json()
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
 
