@@ -7,6 +7,7 @@ retries at a given delay or goes to dead. :func:`classify` is the one function t
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import traceback
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from sqlqueue import _gates
+from sqlqueue._backoff import as_backoff
 from sqlqueue._context import JobContext
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import JobTimeout, PayloadError, PermanentError, Retry, Snooze
@@ -30,6 +32,8 @@ from sqlqueue._task import Task
 from sqlqueue._threads import HandlerThreads, Ticket
 
 __all__ = ["Outcome", "Runtime", "classify", "execute", "start_plain"]
+
+log = logging.getLogger("sqlqueue.worker")
 
 _MAX_TRACEBACK_CHARS = 8_000
 _MAX_ERROR_CHARS = 2_000
@@ -139,6 +143,7 @@ def start_plain(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Ticket 
         or task.context_parameter is not None
         or task.rate_limit is not None
         or task.circuit_breaker is not None
+        or type(job.payload) is not dict  # a row written by hand: execute() reports it
         or not task.payload_fits(job.payload)  # execute() explains the mismatch
     ):
         return None
@@ -156,6 +161,11 @@ def start_plain(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Ticket 
 
 
 def _check_arguments(task: Task, job: ClaimedJob) -> None:
+    if not isinstance(job.payload, dict):  # written around sqlqueue (raw SQL, another service)
+        raise _PayloadMismatch(
+            f"the payload is not a JSON object but {type(job.payload).__name__} "
+            f"{storable(repr(job.payload))[:200]}: handlers take keyword arguments"
+        )
     context = task.context_parameter
     if task.payload_fits(job.payload) and (context is None or context not in job.payload):
         return
@@ -289,10 +299,10 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
     elif isinstance(error, JobTimeout):
         permanent, delay = False, None
     else:
-        permanent = task is not None and not task.retryable(error)
+        permanent = task is not None and not _retryable(task, error)
         delay = None
     if delay is None:
-        delay = task.backoff.delay(job.attempt) if task is not None else 0.0
+        delay = _backoff_delay(task, job)
     message = _describe(error)
     details: dict[str, Any] = {"elapsed_seconds": round(elapsed, 6)}
     if not isinstance(error, Retry | _NoHandler | _PayloadMismatch | _BadResult | JobTimeout):
@@ -313,6 +323,27 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         errors=[*job.errors, entry],
     )
     return Outcome(job=job, failure=failure, elapsed=elapsed)
+
+
+def _backoff_delay(task: Task | None, job: ClaimedJob) -> float:
+    """The task's backoff for this attempt; a backoff that raises retries at the default
+    policy's delay instead (an outcome must always be decidable, or the job stays leased)."""
+    if task is None:
+        return 0.0
+    try:
+        return float(task.backoff.delay(job.attempt))
+    except Exception:
+        log.exception("the backoff of %s raised; using the default backoff", task.name)
+        return as_backoff(None).delay(job.attempt)
+
+
+def _retryable(task: Task, error: BaseException) -> bool:
+    """The task's ``retry_on`` verdict (an error in the check itself means: retry)."""
+    try:
+        return task.retryable(error)
+    except Exception:
+        log.exception("checking retry_on of %s raised; retrying", task.name)
+        return True
 
 
 _INTERNAL_DIRS = (
@@ -343,7 +374,10 @@ def _kind(error: BaseException) -> str:
 
 
 def _describe(error: BaseException) -> str:
-    text = str(error)
+    try:
+        text = str(error)
+    except Exception:  # an exception whose __str__ fails still needs an outcome
+        text = f"<unprintable {type(error).__name__}>"
     kind = _kind(error)
     message = f"{kind}: {text}" if text else kind
     return storable(message[:_MAX_ERROR_CHARS])

@@ -24,7 +24,7 @@ from sqlqueue._completer import Completer, outcome_fields
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Outcome, Runtime, execute, start_plain
+from sqlqueue._executor import Outcome, Runtime, classify, execute, start_plain
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
@@ -339,7 +339,12 @@ class Worker:
         assert self._runtime is not None
         self._slots.take(pool, job.id)
         self._leased[job.id] = job
-        ticket = start_plain(job, self._tasks.get(job.job_type), self._runtime)
+        task = self._tasks.get(job.job_type)
+        try:
+            ticket = start_plain(job, task, self._runtime)
+        except Exception:  # never leave a taken slot without a job: the full path reports
+            log.exception("could not start job %d on a handler thread directly", job.id)
+            ticket = None
         if ticket is None:
             self._running[job.id] = asyncio.create_task(
                 self._process(job), name=f"sqlqueue-job-{job.id}"
@@ -351,11 +356,16 @@ class Worker:
     def _plain_done(self, job: ClaimedJob, ticket: Ticket, future: asyncio.Future[Any]) -> None:
         """A job started by :func:`start_plain` ended: record its outcome, free its slot."""
         assert self._runtime is not None
-        if future.cancelled():  # shutdown gave up on it: stop the call, release the job
-            self._runtime.threads.abandon(ticket)
-        else:
-            self._require_completer().add(future.result())
-        self._finished(job, future)
+        try:
+            if future.cancelled():  # shutdown gave up on it: stop the call, release the job
+                self._runtime.threads.abandon(ticket)
+            elif (error := future.exception()) is not None:  # deciding the outcome failed
+                outcome = classify(job, self._tasks.get(job.job_type), error, 0.0)
+                self._require_completer().add(outcome)
+            else:
+                self._require_completer().add(future.result())
+        finally:
+            self._finished(job, future)
 
     def _require_completer(self) -> Completer:
         if self._completer is None:  # pragma: no cover - serve() sets it before any job runs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sqlite3
@@ -265,7 +266,7 @@ def test_a_sqlite_without_json_functions_is_refused_with_the_reason():
         return conn
 
     with pytest.raises(sqlqueue.UnsupportedDatabase, match=r"lacks the JSON functions.*JSON1"):
-        check_sqlite_json(without_json)
+        check_sqlite_json(sqlite3, connect=without_json)
     check_sqlite_json()
 
 
@@ -319,3 +320,110 @@ def test_task_options_are_checked_at_registration(tmp_path):
     with pytest.raises(sqlqueue.ConfigurationError, match="already registered"):
         queue.task("d")(lambda: None)
     time.sleep(0)
+
+
+def _drain_within(queue: sqlqueue.Queue, seconds: float = 60.0) -> None:
+    """Drain in a thread: a worker that crashed or hangs fails the test instead of hanging it."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            drain(queue)
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the burst worker never finished: a job kept its slot"
+    assert errors == [], f"the worker crashed: {errors!r}"
+
+
+def test_rows_written_around_sqlqueue_are_reported_not_fatal(backend):
+    """Another service or a hand-written UPDATE may leave a payload that is not an object, or
+    an error history of JSON null: the job says what is wrong (or simply runs), the worker
+    goes on with the rest."""
+    queue = backend.queue()
+    ran: list[int] = []
+
+    @queue.task("work")
+    def work(n: int) -> None:
+        ran.append(n)
+
+    with backend.engine.begin() as conn:
+        listed, nulled, plain = (queue.enqueue(conn, "work", {"n": n}) for n in range(3))
+    as_json = "CAST(:value AS JSONB)" if backend.name == "postgresql" else ":value"
+    with backend.engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE sqlqueue_jobs SET payload = {as_json} WHERE id = :id"),
+            {"value": "[1, 2]", "id": listed},
+        )
+        conn.execute(
+            sa.text(f"UPDATE sqlqueue_jobs SET errors = {as_json} WHERE id = :id"),
+            {"value": "null", "id": nulled},
+        )
+    _drain_within(queue)
+    job = queue.get_job(listed)
+    assert job.status == "dead"
+    assert "the payload is not a JSON object but list [1, 2]" in job.last_error
+    assert queue.get_job(nulled).status == "succeeded"
+    assert queue.get_job(plain).status == "succeeded"
+    assert sorted(ran) == [1, 2]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class _BrokenBackoff:
+    def delay(self, attempt: int) -> float:
+        raise ZeroDivisionError("a buggy backoff")
+
+
+def test_an_error_that_cannot_be_described_still_ends_its_attempt(backend):
+    """An exception whose ``str()`` fails, or a custom backoff that raises, must still turn
+    into an outcome: otherwise the job keeps its slot and lease for as long as the worker
+    lives."""
+    queue = backend.queue()
+
+    @queue.task("unprintable", max_attempts=1)
+    def unprintable() -> None:
+        raise _Unprintable()
+
+    @queue.task("bad_backoff", max_attempts=2, backoff=_BrokenBackoff())
+    def bad_backoff() -> None:
+        raise ValueError("try again")
+
+    with backend.engine.begin() as conn:
+        first = queue.enqueue(conn, "unprintable")
+        second = queue.enqueue(conn, "bad_backoff")
+    _drain_within(queue)
+    job = queue.get_job(first)
+    assert (job.status, job.last_error) == ("dead", "_Unprintable: <unprintable _Unprintable>")
+    job = queue.get_job(second)
+    assert (job.status, job.attempts) == ("failed", 1)  # retried later, on the default backoff
+    assert job.next_run_at > job.errors[-1].at
+
+
+def test_claims_decode_json_with_the_engines_deserializer(backend):
+    """``create_engine(json_deserializer=…)`` is how an app reads JSON numbers as Decimal; the
+    handler sees what ``get_job`` sees."""
+    engine = sa.create_engine(
+        backend.url, json_deserializer=lambda text: json.loads(text, parse_float=Decimal)
+    )
+    try:
+        queue = sqlqueue.Queue(engine)
+        seen: list[object] = []
+
+        @queue.task("price")
+        def price(amount: object) -> None:
+            seen.append(amount)
+
+        with engine.begin() as conn:
+            job_id = queue.enqueue(conn, "price", {"amount": 9.95})
+        drain(queue)
+        assert seen == [Decimal("9.95")]
+        assert queue.get_job(job_id).payload == {"amount": Decimal("9.95")}
+    finally:
+        engine.dispose()

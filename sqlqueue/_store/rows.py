@@ -11,7 +11,30 @@ from sqlalchemy import RowMapping
 
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 
-__all__ = ["ClaimedJob", "Failure", "as_utc", "claims_from_rows", "error_entry", "row_to_job"]
+__all__ = [
+    "CLAIM_COLUMNS",
+    "ClaimedJob",
+    "Failure",
+    "as_utc",
+    "claims_from_rows",
+    "error_entry",
+    "row_to_job",
+]
+
+#: What a claim returns, in this order (``claims_from_rows`` reads the rows by position).
+CLAIM_COLUMNS = (
+    "id",
+    "job_type",
+    "queue",
+    "priority",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "errors",
+    "created_at",
+    "started_at",
+    "lease_expires_at",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +145,9 @@ def row_to_job(row: RowMapping) -> Job:
     )
 
 
+_NO_ERRORS = ("[]", "null")
+
+
 def as_utc(value: datetime) -> datetime:
     """An aware UTC datetime from a driver's value (naive values are UTC already)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -133,13 +159,14 @@ def claims_from_rows(
     moment: Callable[[Any], datetime] = as_utc,
     document: Callable[[Any], Any] = lambda value: value,
 ) -> list[ClaimedJob]:
-    """A claim's rows, in ``CLAIM_RETURNING`` order, as claimed jobs.
+    """A claim's rows, in :data:`CLAIM_COLUMNS` order, as claimed jobs.
 
     ``moment`` turns a timestamp as the driver returns it into an aware UTC datetime; it runs
     once per distinct value, since a claim's ``started_at`` and ``lease_expires_at`` come from
     one statement clock and jobs enqueued together share ``created_at`` (per value, it was a
     third of the Python time of a 100-job round trip). ``document`` decodes JSON the driver
-    returned as text; an empty error history (a first attempt's) is not decoded at all."""
+    returned as text; an empty error history (a first attempt's) is not decoded at all, and a
+    JSON ``null`` written by hand reads as an empty one, as it always did."""
     moments: dict[Any, datetime] = {}
 
     def once(value: Any) -> datetime:
@@ -161,7 +188,7 @@ def claims_from_rows(
                 payload=document(payload),
                 attempt=attempts,
                 max_attempts=max_attempts,
-                errors=() if not errors or errors == "[]" else tuple(document(errors)),
+                errors=() if not errors or errors in _NO_ERRORS else tuple(document(errors) or ()),
                 created_at=once(created_at),
                 started_at=once(started_at),
                 lease_expires_at=once(lease_expires_at),

@@ -7,6 +7,7 @@ reaper or another worker has already written.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -70,7 +71,7 @@ def claim(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
-    claimed = dialect.claimed_jobs(conn.execute(stmt, params).all())
+    claimed = dialect.claimed_jobs(conn.execute(stmt, params).all(), _json_decoder(conn))
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 
@@ -106,6 +107,12 @@ def complete(
             }
             landed |= set(conn.execute(stmt, params).scalars().all())
     return landed
+
+
+def _json_decoder(conn: Connection) -> Callable[[str], Any]:
+    """The engine's ``create_engine(json_deserializer=…)``, which the JSON column type would
+    have used for a claim's payload, else ``json.loads``."""
+    return getattr(conn.dialect, "_json_deserializer", None) or json.loads
 
 
 #: Statements built once per backend (and queue set) instead of on every call: building a

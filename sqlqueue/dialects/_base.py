@@ -51,7 +51,7 @@ from sqlqueue._errors import (
     UnsupportedDatabase,
 )
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob, claims_from_rows
+from sqlqueue._store.rows import CLAIM_COLUMNS, ClaimedJob, claims_from_rows
 from sqlqueue._types import UtcDateTime
 
 __all__ = ["CLAIM_RETURNING", "WAKE_CHANNEL", "Dialect"]
@@ -59,20 +59,8 @@ __all__ = ["CLAIM_RETURNING", "WAKE_CHANNEL", "Dialect"]
 #: The notification channel that wakes sleeping workers; the payload is the queue name.
 WAKE_CHANNEL = "sqlqueue"
 
-#: Columns a claim hands to the worker.
-CLAIM_RETURNING = (
-    jobs.c.id,
-    jobs.c.job_type,
-    jobs.c.queue,
-    jobs.c.priority,
-    jobs.c.payload,
-    jobs.c.attempts,
-    jobs.c.max_attempts,
-    jobs.c.errors,
-    jobs.c.created_at,
-    jobs.c.started_at,
-    jobs.c.lease_expires_at,
-)
+#: Columns a claim hands to the worker, in the order ``claims_from_rows`` reads them.
+CLAIM_RETURNING = tuple(jobs.c[name] for name in CLAIM_COLUMNS)
 
 #: The columns of :data:`CLAIM_RETURNING` that hold JSON, and those that are timestamps.
 _CLAIM_JSON = frozenset({"payload", "errors"})
@@ -275,9 +263,12 @@ class Dialect(abc.ABC):
             return type_coerce(column, DateTime(timezone=True)).label(column.name)
         return column
 
-    def claimed_jobs(self, rows: Sequence[Row[Any]]) -> list[ClaimedJob]:
-        """A claim's rows (see :meth:`claim_returning`) as the jobs handed to the worker."""
-        return claims_from_rows(rows, document=json.loads)
+    def claimed_jobs(
+        self, rows: Sequence[Row[Any]], decode: Callable[[str], Any] = json.loads
+    ) -> list[ClaimedJob]:
+        """A claim's rows (see :meth:`claim_returning`) as the jobs handed to the worker; JSON
+        is decoded with ``decode`` (the engine's ``json_deserializer``, if it has one)."""
+        return claims_from_rows(rows, document=decode)
 
     def holds_lease(
         self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
@@ -70,15 +70,16 @@ def check_sqlite_version(version: tuple[int, ...]) -> None:
         )
 
 
-def check_sqlite_json(connect: Any = sqlite3.connect) -> None:
+def check_sqlite_json(driver: Any = sqlite3, connect: Any = None) -> None:
     """Refuse a SQLite built without its JSON functions (optional before 3.38), which the
-    worker's completions and bulk enqueue use, saying so instead of failing mid-drain."""
-    probe = connect(":memory:")
+    worker's completions and bulk enqueue use, saying so instead of failing mid-drain.
+    ``driver`` is the DB-API module the engine uses (``sqlite3``, or e.g. ``pysqlite3``)."""
+    probe = (connect or driver.connect)(":memory:")
     try:
         probe.execute("SELECT count(*) FROM json_each('[1]')").fetchone()
-    except sqlite3.DatabaseError as error:
+    except driver.DatabaseError as error:
         raise UnsupportedDatabase(
-            f"this SQLite ({sqlite3.sqlite_version}) lacks the JSON functions sqlqueue needs "
+            f"this SQLite ({driver.sqlite_version}) lacks the JSON functions sqlqueue needs "
             f"({error}); use a build with JSON1 (SQLite >= 3.38 has it built in), e.g. "
             "install pysqlite3-binary and point SQLAlchemy at it"
         ) from None
@@ -95,6 +96,15 @@ def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _driver_module(engine: Engine) -> Any:
+    """The SQLite DB-API module behind ``engine``: its own for the synchronous drivers (the
+    standard library's ``sqlite3``, or ``pysqlite3``), the standard library's under aiosqlite."""
+    dbapi = getattr(engine.dialect, "dbapi", None)
+    if engine.dialect.driver != "aiosqlite" and hasattr(dbapi, "sqlite_version_info"):
+        return dbapi
+    return sqlite3
+
+
 def _pragma(conn: Connection, statement: str) -> Any:
     """Run a ``PRAGMA`` on the driver's own connection and return its first value: a relaxed
     write runs three, and through SQLAlchemy each cost more than a small claim's statement. On
@@ -103,7 +113,7 @@ def _pragma(conn: Connection, statement: str) -> Any:
     try:
         cursor.execute(statement)
         row = cursor.fetchone()
-    except sqlite3.Error:
+    except Exception:  # the driver's own error class: SQLAlchemy raises it in its own terms
         result = conn.exec_driver_sql(statement)
         row = result.first()
     finally:
@@ -129,7 +139,7 @@ def _restore_level(conn: Connection, level: int) -> None:
         ):
             conn.rollback()  # an error left the transaction open: SQLite refuses the pragma
         _pragma(conn, f"PRAGMA synchronous = {int(level)}")
-    except sa_exc.SQLAlchemyError:
+    except Exception:
         conn.invalidate()  # never return a relaxed connection to the pool
 
 
@@ -156,8 +166,9 @@ class SQLiteDialect(Dialect):
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the library version and put every new connection in WAL with a busy timeout."""
-        check_sqlite_version(sqlite3.sqlite_version_info)
-        check_sqlite_json()
+        driver = _driver_module(engine)
+        check_sqlite_version(driver.sqlite_version_info)
+        check_sqlite_json(driver)
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
 
@@ -233,9 +244,11 @@ class SQLiteDialect(Dialect):
             return type_coerce(column, Text()).label(column.name)
         return super()._claim_column(column)
 
-    def claimed_jobs(self, rows: Sequence[Row[Any]]) -> list[ClaimedJob]:
+    def claimed_jobs(
+        self, rows: Sequence[Row[Any]], decode: Callable[[str], Any] = json.loads
+    ) -> list[ClaimedJob]:
         """Read :meth:`claim_returning`'s text, each distinct timestamp parsed once."""
-        return claims_from_rows(rows, moment=_stored_moment, document=json.loads)
+        return claims_from_rows(rows, moment=_stored_moment, document=decode)
 
     def conflict_insert(self, table: Table) -> Any:
         """This backend's INSERT construct (``ON CONFLICT`` support)."""
