@@ -108,9 +108,9 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         finally:
             if context is not None:
                 runtime.forget_context(job)
-    except asyncio.CancelledError:
-        raise
     except BaseException as error:
+        if isinstance(error, asyncio.CancelledError) and _being_cancelled():
+            raise  # the worker stops this job (shutdown): no outcome, the job is released
         outcome = classify(job, task, error, time.monotonic() - started)
         if admission is not None:
             await _gates.report(admission, runtime, error)
@@ -158,6 +158,14 @@ def start_plain(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Ticket 
         return Outcome(job=job, failure=None, elapsed=time.monotonic() - started, result=result)
 
     return runtime.threads.submit(attempt)
+
+
+def _being_cancelled() -> bool:
+    """Whether this job's task is being cancelled, as opposed to a handler that raised
+    ``CancelledError`` itself (say, from a future it was waiting on): that is an error like
+    any other, or the job would keep its lease for as long as the worker lives."""
+    current = asyncio.current_task()
+    return current is None or current.cancelling() > 0
 
 
 def _check_arguments(task: Task, job: ClaimedJob) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -424,6 +425,35 @@ def test_claims_decode_json_with_the_engines_deserializer(backend):
             job_id = queue.enqueue(conn, "price", {"amount": 9.95})
         drain(queue)
         assert seen == [Decimal("9.95")]
-        assert queue.get_job(job_id).payload == {"amount": Decimal("9.95")}
+        job = queue.get_job(job_id)
+        assert job is not None
+        assert job.payload == {"amount": Decimal("9.95")}
     finally:
         engine.dispose()
+
+
+def test_a_handler_raising_cancelled_error_itself_fails_like_any_error(backend):
+    """``CancelledError`` from a handler (not from the worker stopping it) is the handler's
+    failure: dropped as a cancellation, the job kept its lease while the worker lived."""
+    queue = backend.queue()
+
+    @queue.task("async_cancel", max_attempts=1)
+    async def async_cancel() -> None:
+        raise asyncio.CancelledError
+
+    @queue.task("timed_cancel", max_attempts=1, timeout=30)  # runs through execute()
+    def timed_cancel() -> None:
+        raise asyncio.CancelledError
+
+    @queue.task("plain_cancel", max_attempts=1)  # runs through start_plain()
+    def plain_cancel() -> None:
+        raise asyncio.CancelledError
+
+    with backend.engine.begin() as conn:
+        ids = [
+            queue.enqueue(conn, name) for name in ("async_cancel", "timed_cancel", "plain_cancel")
+        ]
+    _drain_within(queue)
+    for job_id in ids:
+        job = queue.get_job(job_id)
+        assert (job.status, job.last_error) == ("dead", "CancelledError")
