@@ -24,15 +24,16 @@ from sqlqueue._completer import Completer, outcome_fields
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Outcome, Runtime, classify, execute, start_plain
+from sqlqueue._executor import Outcome, Runtime
 from sqlqueue._heartbeat import Heartbeat
+from sqlqueue._launch import Launcher
 from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
 from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
 from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.rows import ClaimedJob
-from sqlqueue._threads import HandlerThreads, Ticket
+from sqlqueue._threads import HandlerThreads
 from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class Worker:
         self._leased: dict[int, ClaimedJob] = {}
         self._capped = False
         self._db = DatabaseThread()
-        self._runtime: Runtime | None = None
+        self._launcher: Launcher | None = None
         self._contexts: Contexts | None = None
         self._listener: Listener | None = None
         self._served = frozenset(self._slots.queues)
@@ -151,7 +152,7 @@ class Worker:
         self._db = DatabaseThread()
         threads = HandlerThreads(self._slots.total)
         contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
-        self._runtime = Runtime(
+        runtime = Runtime(
             threads=threads,
             store=self._store,
             worker_id=self.worker_id,
@@ -169,6 +170,7 @@ class Worker:
             on_added=self._wake.set,
             retry_delay=reconnect_delay,
         )
+        self._launcher = Launcher(self._tasks, runtime, completer, ended=self._finished)
         log.info(
             "worker %s serving queues %s (slots: %d in all; lease %.1f s)",
             self.worker_id,
@@ -336,51 +338,16 @@ class Worker:
     # -- running jobs -------------------------------------------------------------------------
 
     def _start(self, job: ClaimedJob, pool: Pool) -> None:
-        assert self._runtime is not None
+        if self._launcher is None:  # pragma: no cover - serve() sets it before any claim
+            raise RuntimeError("the worker is not serving")
         self._slots.take(pool, job.id)
         self._leased[job.id] = job
-        task = self._tasks.get(job.job_type)
-        try:
-            ticket = start_plain(job, task, self._runtime)
-        except Exception:  # never leave a taken slot without a job: the full path reports
-            log.exception("could not start job %d on a handler thread directly", job.id)
-            ticket = None
-        if ticket is None:
-            self._running[job.id] = asyncio.create_task(
-                self._process(job), name=f"sqlqueue-job-{job.id}"
-            )
-            return
-        self._running[job.id] = ticket.future
-        ticket.future.add_done_callback(partial(self._plain_done, job, ticket))
-
-    def _plain_done(self, job: ClaimedJob, ticket: Ticket, future: asyncio.Future[Any]) -> None:
-        """A job started by :func:`start_plain` ended: record its outcome, free its slot."""
-        assert self._runtime is not None
-        try:
-            if future.cancelled():  # shutdown gave up on it: stop the call, release the job
-                self._runtime.threads.abandon(ticket)
-            elif (error := future.exception()) is not None:  # deciding the outcome failed
-                outcome = classify(job, self._tasks.get(job.job_type), error, 0.0)
-                self._require_completer().add(outcome)
-            else:
-                self._require_completer().add(future.result())
-        finally:
-            self._finished(job, future)
+        self._running[job.id] = self._launcher.launch(job)
 
     def _require_completer(self) -> Completer:
         if self._completer is None:  # pragma: no cover - serve() sets it before any job runs
             raise RuntimeError("the worker is not serving")
         return self._completer
-
-    async def _process(self, job: ClaimedJob) -> None:
-        assert self._runtime is not None
-        try:
-            outcome = await execute(job, self._tasks.get(job.job_type), self._runtime)
-            self._require_completer().add(outcome)
-        finally:
-            current = asyncio.current_task()
-            assert current is not None
-            self._finished(job, current)
 
     def _finished(self, job: ClaimedJob, running: asyncio.Future[Any]) -> None:
         # Only if it is still this attempt's: after a reaper took our stalled attempt's lease
