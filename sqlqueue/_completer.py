@@ -16,9 +16,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from sqlqueue._classify import Outcome
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Outcome
 from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import Failure
 

@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from sqlqueue._classify import classify
 from sqlqueue._completer import Completer
-from sqlqueue._executor import Runtime, classify, execute, start_plain
+from sqlqueue._executor import Runtime, execute, start_plain
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
 from sqlqueue._threads import Ticket

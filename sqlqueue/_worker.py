@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sqlqueue._classify import Outcome
 from sqlqueue._completer import Completer, outcome_fields
 from sqlqueue._contexts import Contexts
 from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Outcome, Runtime
+from sqlqueue._executor import Runtime
 from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._launch import Launcher
 from sqlqueue._listener import Listener

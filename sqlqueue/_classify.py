@@ -1,0 +1,182 @@
+"""Turning whatever one attempt did into its outcome: success, or a failure that snoozes,
+retries after a delay, or goes to dead.
+
+The outcome set is closed and :func:`classify` is the one function that decides it. It must
+not fail itself (an unprintable exception, a raising backoff): an attempt without an outcome
+would keep its job's slot and lease for as long as the worker lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlqueue._backoff import as_backoff
+from sqlqueue._errors import JobTimeout, PermanentError, Retry, Snooze
+from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
+from sqlqueue._task import Task
+
+__all__ = ["BadResult", "NoHandler", "Outcome", "PayloadMismatch", "classify", "storable"]
+
+log = logging.getLogger("sqlqueue.worker")
+
+_MAX_TRACEBACK_CHARS = 8_000
+_MAX_ERROR_CHARS = 2_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one attempt produced: ``failure`` is ``None`` when the handler succeeded.
+
+    ``recorded`` means the success was already written in the handler's own transaction
+    (``landed`` says whether the lease still held); otherwise the completer writes it.
+    """
+
+    job: ClaimedJob
+    failure: Failure | None
+    elapsed: float
+    result: Any = None
+    recorded: bool = False
+    landed: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the attempt succeeded."""
+        return self.failure is None
+
+
+class NoHandler(PermanentError):
+    """The worker has no task for the job's type."""
+
+
+class PayloadMismatch(PermanentError):
+    """The payload does not fit the handler's signature."""
+
+
+class BadResult(PermanentError):
+    """The handler returned something that cannot be stored as the job's result."""
+
+
+def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float) -> Outcome:
+    """Decide what an attempt that did not succeed means: snooze, retry after a delay, or dead."""
+    if isinstance(error, Snooze):
+        snooze = Failure(
+            job_id=job.id,
+            attempt=job.attempt,
+            dead=False,
+            retry_in=error.delay,
+            last_error="",
+            errors=job.errors,
+            snooze=True,
+        )
+        return Outcome(job=job, failure=snooze, elapsed=elapsed)
+    out_of_attempts = job.attempt >= job.max_attempts
+    if isinstance(error, Retry):
+        permanent = False
+        delay = error.delay
+    elif isinstance(error, PermanentError):
+        permanent, delay = True, None
+    elif isinstance(error, JobTimeout):
+        permanent, delay = False, None
+    else:
+        permanent = task is not None and not _retryable(task, error)
+        delay = None
+    if delay is None:
+        delay = _backoff_delay(task, job)
+    message = _describe(error)
+    details: dict[str, Any] = {"elapsed_seconds": round(elapsed, 6)}
+    if not isinstance(error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout):
+        details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
+    entry = error_entry(
+        attempt=job.attempt,
+        at=job.started_at + timedelta(seconds=elapsed),
+        error=message,
+        kind=_kind(error),
+        details=details,
+    )
+    failure = Failure(
+        job_id=job.id,
+        attempt=job.attempt,
+        dead=permanent or out_of_attempts,
+        retry_in=max(0.0, delay),
+        last_error=message,
+        errors=[*job.errors, entry],
+    )
+    return Outcome(job=job, failure=failure, elapsed=elapsed)
+
+
+def _backoff_delay(task: Task | None, job: ClaimedJob) -> float:
+    """The task's backoff for this attempt; a backoff that raises retries at the default
+    policy's delay instead (an outcome must always be decidable, or the job stays leased)."""
+    if task is None:
+        return 0.0
+    try:
+        return float(task.backoff.delay(job.attempt))
+    except Exception:
+        log.exception("the backoff of %s raised; using the default backoff", task.name)
+        return as_backoff(None).delay(job.attempt)
+
+
+def _retryable(task: Task, error: BaseException) -> bool:
+    """The task's ``retry_on`` verdict (an error in the check itself means: retry)."""
+    try:
+        return task.retryable(error)
+    except Exception:
+        log.exception("checking retry_on of %s raised; retrying", task.name)
+        return True
+
+
+_INTERNAL_DIRS = (
+    str(Path(__file__).resolve().parent),
+    str(Path(asyncio.__file__).resolve().parent),
+    str(Path(threading.__file__).resolve().parent / "concurrent"),
+)
+
+
+def _handler_traceback(error: BaseException) -> str:
+    """The traceback from the handler's first frame on: sqlqueue's and asyncio's are noise."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_INTERNAL_DIRS):
+            break
+        tb = tb.tb_next
+    return storable("".join(traceback.format_exception(type(error), error, tb)))
+
+
+def _kind(error: BaseException) -> str:
+    if isinstance(error, NoHandler):
+        return "UnknownJobType"
+    if isinstance(error, PayloadMismatch):
+        return "PayloadMismatch"
+    if isinstance(error, BadResult):
+        return "ResultError"
+    return type(error).__name__
+
+
+def _describe(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:  # an exception whose __str__ fails still needs an outcome
+        text = f"<unprintable {type(error).__name__}>"
+    kind = _kind(error)
+    message = f"{kind}: {text}" if text else kind
+    return storable(message[:_MAX_ERROR_CHARS])
+
+
+def storable(text: str) -> str:
+    """``text`` as every backend can store it: NUL (PostgreSQL refuses it in text and JSON) and
+    lone surrogates (not UTF-8: a path decoded with ``surrogateescape``) become escapes. An
+    error message that cannot be written would otherwise fail its outcome's write for ever."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
