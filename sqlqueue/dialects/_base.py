@@ -54,7 +54,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.rows import CLAIM_COLUMNS, ClaimedJob, claims_from_rows
 from sqlqueue._types import UtcDateTime
 
-__all__ = ["CLAIM_RETURNING", "WAKE_CHANNEL", "Dialect"]
+__all__ = ["CLAIM_JSON", "CLAIM_RETURNING", "CLAIM_TIMESTAMPS", "WAKE_CHANNEL", "Dialect"]
 
 #: The notification channel that wakes sleeping workers; the payload is the queue name.
 WAKE_CHANNEL = "sqlqueue"
@@ -63,8 +63,8 @@ WAKE_CHANNEL = "sqlqueue"
 CLAIM_RETURNING = tuple(jobs.c[name] for name in CLAIM_COLUMNS)
 
 #: The columns of :data:`CLAIM_RETURNING` that hold JSON, and those that are timestamps.
-_CLAIM_JSON = frozenset({"payload", "errors"})
-_CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
+CLAIM_JSON = frozenset({"payload", "errors"})
+CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
 
 #: The claim statement's parameters, bound at each execution (see ``Dialect.claim_statement``).
 _CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
@@ -257,9 +257,9 @@ class Dialect(abc.ABC):
         return tuple(self._claim_column(column) for column in CLAIM_RETURNING)
 
     def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        if column.name in _CLAIM_JSON:
+        if column.name in CLAIM_JSON:
             return cast(column, Text()).label(column.name)
-        if column.name in _CLAIM_TIMESTAMPS:
+        if column.name in CLAIM_TIMESTAMPS:
             return type_coerce(column, DateTime(timezone=True)).label(column.name)
         return column
 

@@ -37,7 +37,7 @@ from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._store.rows import ClaimedJob, as_utc, claims_from_rows
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects._base import CLAIM_TIMESTAMPS, Dialect
 
 __all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_json", "check_sqlite_version"]
 
@@ -143,10 +143,6 @@ def _restore_level(conn: Connection, level: int) -> None:
         conn.invalidate()  # never return a relaxed connection to the pool
 
 
-#: Claim columns that are timestamps, read as their stored text (``SQLiteDialect._claim_column``).
-_CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
-
-
 def _stored_moment(text: str) -> datetime:
     """A stored timestamp (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC) as an aware datetime."""
     return as_utc(datetime.fromisoformat(text))
@@ -240,7 +236,7 @@ class SQLiteDialect(Dialect):
     def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """Timestamps come back as their stored text too: through the column type, each was a
         regular-expression parse (three per job)."""
-        if column.name in _CLAIM_TIMESTAMPS:
+        if column.name in CLAIM_TIMESTAMPS:
             return type_coerce(column, Text()).label(column.name)
         return super()._claim_column(column)
 
