@@ -29,18 +29,23 @@ from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._ratelimit import RateLimit
+from sqlqueue._retention import Retention
+from sqlqueue._stats import Alarm, ErrorCount, Health, QueueStats, Stats
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker import Worker
 
 __all__ = [
+    "Alarm",
     "Backoff",
     "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",
     "EnqueueError",
+    "ErrorCount",
     "ErrorRecord",
     "HandlerSignal",
+    "Health",
     "Job",
     "JobContext",
     "JobNotFound",
@@ -52,11 +57,14 @@ __all__ = [
     "PermanentError",
     "Progress",
     "Queue",
+    "QueueStats",
     "RateLimit",
+    "Retention",
     "Retry",
     "SchemaNotMigrated",
     "Snooze",
     "SqlqueueError",
+    "Stats",
     "Task",
     "TaskCall",
     "UnknownJobType",

@@ -1,8 +1,12 @@
-"""The ``sqlqueue`` command: ``migrate`` the schema, run a ``worker``.
+"""The ``sqlqueue`` command: ``migrate`` the schema, run a ``worker``, and operate the queue
+(``stats``, ``health``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``).
 
-The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL`` for ``migrate``; a
-worker uses the engine of the :class:`~sqlqueue.Queue` it is pointed at (``module:attribute``).
-Errors are printed as one clear line and exit with status 1; usage errors exit with 2.
+The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL``; a worker uses the
+engine of the :class:`~sqlqueue.Queue` it is pointed at (``module:attribute``) unless given one.
+Every command prints an error as one line and exits with the same codes: 0 success, 1 the
+command found a problem (``health``: an alarm; a job that is not there or not in a state for the
+action), 2 a usage error (a bad option, URL or value), 3 the database cannot be reached or is not
+migrated.
 """
 
 from __future__ import annotations
@@ -13,30 +17,90 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from sqlqueue._errors import SqlqueueError
-from sqlqueue._migrate import migrate
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from sqlqueue._cli_ops import add_commands
+from sqlqueue._errors import (
+    ConfigurationError,
+    DatabaseError,
+    SchemaNotMigrated,
+    SqlqueueError,
+    UnsupportedDatabase,
+)
+from sqlqueue._migrate import head_revision, migrate
 from sqlqueue._queue import Queue
+from sqlqueue.dialects import dialect_for
 
-__all__ = ["load_queue", "main"]
+__all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
 
 URL_VARIABLE = "SQLQUEUE_DATABASE_URL"
+
+#: Exit codes shared by every command (``health`` exits 1 for an alarm).
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
+EXIT_DATABASE = 3
+
+
+class UsageError(SqlqueueError):
+    """The command line is wrong: exit 2."""
+
+
+def open_engine(url: str | None, *, existing: bool = False) -> Engine:
+    """An engine for ``url``, or a usage error saying what is wrong with it (no traceback).
+    ``existing``: a SQLite file must be there already (reading must not create an empty one)."""
+    if not url:
+        raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
+    try:
+        engine = create_engine(url)
+    except (ArgumentError, NoSuchModuleError, ValueError) as error:
+        raise UsageError(
+            f"--database-url: cannot use {url!r}: {error} (expected e.g. "
+            "sqlite:///jobs.db or postgresql+psycopg://user@host/db)"
+        ) from None
+    except ImportError as error:
+        raise UsageError(
+            f"--database-url: the driver for {url!r} is not installed ({error}); for "
+            'PostgreSQL: pip install "sqlqueue[postgres]"'
+        ) from None
+    try:
+        dialect_for(engine)
+    except UnsupportedDatabase as error:
+        engine.dispose()
+        raise UsageError(f"--database-url: {error}") from None
+    if existing and _missing_sqlite_file(engine):
+        engine.dispose()
+        raise SchemaNotMigrated(
+            f"there is no SQLite database at {engine.url.database}; create it with "
+            f"`sqlqueue migrate --database-url {url}`"
+        )
+    return engine
+
+
+def _missing_sqlite_file(engine: Engine) -> bool:
+    """A SQLite URL naming a file that is not there (opening it would create it empty)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return False
+    return not database.startswith("file:") and not Path(database).exists()
 
 
 def load_queue(target: str) -> Queue:
     """Import ``module:attribute`` and return the :class:`Queue` it names."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise SqlqueueError(f"expected module:attribute (e.g. myapp.jobs:queue), got {target!r}")
+        raise UsageError(f"expected module:attribute (e.g. myapp.jobs:queue), got {target!r}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise SqlqueueError(f"cannot import {module_name!r}: {error}") from error
+        raise UsageError(f"cannot import {module_name!r}: {error}") from error
     queue = getattr(module, attribute, None)
     if not isinstance(queue, Queue):
-        raise SqlqueueError(
+        raise UsageError(
             f"{target} is {type(queue).__name__ if queue is not None else 'missing'}, "
             "not a sqlqueue.Queue"
         )
@@ -52,9 +116,7 @@ def parse_queues(text: str) -> list[str] | dict[str, int]:
     for item in items:
         name, _, number = item.partition("=")
         if not name.strip() or not number.strip().isdigit():
-            raise SqlqueueError(
-                f"--queues: expected name=slots (e.g. mail=4,reports=1), got {item!r}"
-            )
+            raise UsageError(f"--queues: expected name=slots (e.g. mail=4,reports=1), got {item!r}")
         limits[name.strip()] = int(number)
     return limits
 
@@ -69,9 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     migrate_cmd = commands.add_parser("migrate", help="create or upgrade sqlqueue's tables")
-    migrate_cmd.add_argument(
-        "--database-url", default=os.environ.get(URL_VARIABLE), help=f"default: ${URL_VARIABLE}"
-    )
+    _database_option(migrate_cmd)
 
     worker_cmd = commands.add_parser("worker", help="run a worker until SIGTERM/SIGINT")
     worker_cmd.add_argument("queue", help="the Queue to serve, as module:attribute")
@@ -94,9 +154,19 @@ def _parser() -> argparse.ArgumentParser:
         "mode)",
     )
     worker_cmd.add_argument(
-        "--burst", action="store_true", help="exit once no job is due and none is running"
+        "--burst",
+        action="store_true",
+        help="exit once no job is due and none is running (at once, with status 3, if the "
+        "database cannot be reached or is not migrated)",
     )
+    add_commands(commands, _database_option)
     return parser
+
+
+def _database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url", default=os.environ.get(URL_VARIABLE), help=f"default: ${URL_VARIABLE}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,28 +176,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        if args.command == "migrate":
-            if not args.database_url:
-                raise SqlqueueError(f"no database: pass --database-url or set {URL_VARIABLE}")
-            migrate(args.database_url)
-            print("sqlqueue: schema is up to date")
-            return 0
-        queue = load_queue(args.queue)
-        if args.database_url:
-            queue = queue.rebind(args.database_url)
-        queues = parse_queues(args.queues) if args.queues else None
-        worker = queue.worker(
-            queues=queues,
-            concurrency=args.concurrency,
-            poll_interval=args.poll_interval,
-            shutdown_timeout=args.shutdown_timeout,
-            listen=args.listen,
-        )
-        worker.run(burst=args.burst)
-        return 0
+        return _run(args)
+    except (UsageError, ConfigurationError) as error:
+        return _fail(error, EXIT_USAGE)
+    except DatabaseError as error:
+        return _fail(error, EXIT_DATABASE)
     except SqlqueueError as error:
-        print(f"sqlqueue: error: {error}", file=sys.stderr)
-        return 1
+        return _fail(error, EXIT_PROBLEM)
+
+
+def _fail(error: SqlqueueError, status: int) -> int:
+    print(f"sqlqueue: error: {error}", file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "migrate":
+        engine = open_engine(args.database_url)
+        try:
+            migrate(engine)
+        finally:
+            engine.dispose()
+        print("sqlqueue: schema is up to date")
+        return 0
+    if args.command == "worker":
+        return _worker(args)
+    engine = open_engine(args.database_url, existing=True)
+    try:
+        queue = Queue(engine)
+        queue.admin.require_schema(head_revision())
+        status: int = args.operate(queue, args)
+        return status
+    finally:
+        engine.dispose()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    queue = load_queue(args.queue)
+    if args.database_url:
+        queue = queue.rebind(open_engine(args.database_url))
+    queues = parse_queues(args.queues) if args.queues else None
+    worker = queue.worker(
+        queues=queues,
+        concurrency=args.concurrency,
+        poll_interval=args.poll_interval,
+        shutdown_timeout=args.shutdown_timeout,
+        listen=args.listen,
+    )
+    worker.run(burst=args.burst)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

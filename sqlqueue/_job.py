@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,3 +81,23 @@ class Job:
     requeued_at: datetime | None
     requeued_by: str | None
     requeue_reason: str | None
+    #: A dead job a person marked handled without running it (``Queue.discard``).
+    discarded_at: datetime | None = None
+    discarded_by: str | None = None
+    discard_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values: times in ISO 8601, the status as its name."""
+        return _plain(dataclasses.asdict(self))  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

@@ -18,7 +18,7 @@ from sqlqueue._errors import ConfigurationError
 from sqlqueue._store._tx import translated
 from sqlqueue.dialects import dialect_for
 
-__all__ = ["migrate", "migrations_dir"]
+__all__ = ["head_revision", "migrate", "migrations_dir"]
 
 
 def migrations_dir() -> Path:
@@ -95,3 +95,13 @@ def migrate(target: Engine | Connection | str, *, revision: str = "head") -> Non
 
     with _host_alembic_kept():
         translated(dialect, run)
+
+
+def head_revision() -> str:
+    """The newest revision this sqlqueue ships: the one ``migrate`` brings a database to."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(migrations_dir())).get_current_head()
+    if head is None:  # pragma: no cover - a broken install
+        raise ConfigurationError("sqlqueue's migrations have no head revision; reinstall sqlqueue")
+    return head

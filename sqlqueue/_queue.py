@@ -14,10 +14,12 @@ from sqlqueue._circuit import CircuitBreaker
 from sqlqueue._enqueue import EnqueueSettings, Executable, check_job, enqueue_jobs, write_rows
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
+from sqlqueue._operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._pool import check_connections_at_checkout
 from sqlqueue._ratelimit import RateLimit
+from sqlqueue._retention import Retention
 from sqlqueue._store._tx import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue.dialects import Dialect, dialect_for
@@ -32,12 +34,15 @@ __all__ = ["Queue", "UnknownJobPolicy"]
 UnknownJobPolicy = Literal["dead", "skip"]
 
 
-class Queue:
+class Queue(Operations):
     """Background jobs on the database behind ``engine``.
 
     ``engine`` is a SQLAlchemy :class:`~sqlalchemy.Engine` (or a URL string). ``lease_seconds``
     is how long a claimed job stays reserved without a heartbeat before the reaper gives it to
-    another worker.
+    another worker. ``retention`` makes workers prune finished jobs older than it says.
+
+    Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
+    (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
     """
 
     def __init__(
@@ -50,6 +55,7 @@ class Queue:
         max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         unknown_jobs: UnknownJobPolicy = "dead",
         async_engine: Any = None,
+        retention: Retention | None = None,
     ) -> None:
         built_here = isinstance(engine, str)
         if isinstance(engine, str):
@@ -72,6 +78,10 @@ class Queue:
             raise ConfigurationError(
                 f"async_engine: expected a SQLAlchemy AsyncEngine, got {async_engine!r}"
             )
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigurationError(
+                f"retention: expected sqlqueue.Retention(...), got {retention!r}"
+            )
         if not default_queue:
             raise ConfigurationError("default_queue must be a non-empty name")
         if unknown_jobs not in ("dead", "skip"):
@@ -91,6 +101,7 @@ class Queue:
         self.max_result_bytes = max_result_bytes
         self._async_engine = async_engine
         self.unknown_jobs: UnknownJobPolicy = unknown_jobs
+        self.retention = retention
         self._tasks: dict[str, Task] = {}
         self._periodic: list[Periodic] = []
 
@@ -268,12 +279,6 @@ class Queue:
         """The job with ``job_id`` as a frozen snapshot, or ``None``."""
         return self.store.get_job(job_id)
 
-    def requeue(self, job_id: int, *, by: str, reason: str) -> int:
-        """Requeue dead job ``job_id`` as a NEW job; the dead row records who, when and why."""
-        if not by or not reason:
-            raise ConfigurationError("requeue needs by= (who) and reason= (why)")
-        return self.store.requeue(job_id=job_id, by=by, reason=reason)
-
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued or failed job now, or ask a running job's handler to stop
         (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
@@ -304,6 +309,7 @@ class Queue:
             max_payload_bytes=self.max_payload_bytes,
             max_result_bytes=self.max_result_bytes,
             unknown_jobs=self.unknown_jobs,
+            retention=self.retention,
         )
         other._tasks = {name: replace(task, owner=other) for name, task in self._tasks.items()}
         other._periodic = list(self._periodic)

@@ -20,7 +20,15 @@ from sqlalchemy import (
 
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
-__all__ = ["VERSION_TABLE", "circuit_breakers", "jobs", "metadata", "rate_limits"]
+__all__ = [
+    "VERSION_TABLE",
+    "circuit_breakers",
+    "duties",
+    "jobs",
+    "metadata",
+    "queues",
+    "rate_limits",
+]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
 VERSION_TABLE = "sqlqueue_alembic_version"
@@ -75,6 +83,10 @@ jobs = Table(
     # Flow control (added by 0003): per-key ordering, and a stop request for a running job.
     Column("group_key", String(255), nullable=True),
     Column("cancel_requested_at", UtcDateTime, nullable=True),
+    # Operations (added by 0005): a dead job a person marked handled without running it.
+    Column("discarded_at", UtcDateTime, nullable=True),
+    Column("discarded_by", String(255), nullable=True),
+    Column("discard_reason", Text, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -108,8 +120,17 @@ Index(
     postgresql_where=_UNFINISHED,
     sqlite_where=_UNFINISHED,
 )
-# Operators: counts by status and type.
-Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.job_type)
+# Operators: counts by status, queue and type come from this index alone (0005).
+Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.queue, jobs.c.job_type)
+# Retention and "dead in the last hour": finished jobs by when they finished (0005).
+_FINISHED = text("finished_at IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_finished",
+    jobs.c.status,
+    jobs.c.finished_at,
+    postgresql_where=_FINISHED,
+    sqlite_where=_FINISHED,
+)
 
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
 # and the state of each circuit breaker key (see sqlqueue/_ratelimit.py and sqlqueue/_circuit.py).
@@ -137,4 +158,26 @@ circuit_breakers = Table(
     Column("probe_attempt", Integer, nullable=True),
     Column("changed_at", UtcDateTime, nullable=False),
     CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+)
+
+# Operations (added by 0005). A queue paused by an operator: no worker claims from it until it is
+# resumed (a row with ``paused_at`` NULL is a queue that was paused once and resumed).
+queues = Table(
+    "sqlqueue_queues",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=True),
+    Column("paused_by", String(255), nullable=True),
+    Column("pause_reason", Text, nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# A maintenance duty that one worker at a time performs across every host (retention): the
+# holder's lease on it, taken and renewed atomically by the database clock.
+duties = Table(
+    "sqlqueue_duties",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
 )

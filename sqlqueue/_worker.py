@@ -32,7 +32,9 @@ from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
 from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
+from sqlqueue._retention import RetentionDuty
 from sqlqueue._slots import Pool, Slots
+from sqlqueue._store.maintenance import PAUSES_CHANGED
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._threads import HandlerThreads
 from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
@@ -87,6 +89,15 @@ class Worker:
         self._listener: Listener | None = None
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
+        #: Queues an operator paused: no claims from them until resumed (re-read every poll).
+        self._paused: frozenset[str] = frozenset()
+        self._pause_error_logged = False
+        self._pause_read: asyncio.Future[None] | None = None
+        self._retention = (
+            RetentionDuty(queue.admin, queue.retention, holder=self.worker_id)
+            if queue.retention is not None and any(queue.retention.ages())
+            else None
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -185,6 +196,13 @@ class Worker:
             self.queue.dialect,
             lambda queue_name: loop.call_soon_threadsafe(self._woken_for, queue_name),
         )
+        try:
+            await self._read_paused(strict=burst)
+        except DatabaseError:
+            self._db.close()
+            threads.shutdown()
+            self._loop = None
+            raise
         if not burst and self.settings.listen:
             listener.start()
         elif not self.settings.listen:
@@ -204,7 +222,18 @@ class Worker:
                 every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
                 name="sqlqueue-scheduler",
             ),
+            asyncio.create_task(
+                every(self.settings.poll_interval, self._read_paused, "paused-queues read"),
+                name="sqlqueue-pauses",
+            ),
         ]
+        if self._retention is not None:
+            duties.append(
+                asyncio.create_task(
+                    every(self._retention.retention.interval, self._retain_once, "retention"),
+                    name="sqlqueue-retention",
+                )
+            )
         try:
             await self._claim_loop(burst)
             await self._shut_down()
@@ -224,6 +253,9 @@ class Worker:
         return self._listener is not None and self._listener.connected.is_set()
 
     def _woken_for(self, queue_name: str) -> None:
+        if queue_name == PAUSES_CHANGED:
+            self._pause_read = asyncio.ensure_future(self._read_paused())
+            return
         if queue_name in self._served:
             self._slots.wake([queue_name])
             self._wake.set()
@@ -251,7 +283,7 @@ class Worker:
                 now = asyncio.get_running_loop().time()
                 await self._sleep(self._slots.next_claim_in(now, self.settings.poll_interval))
                 continue
-            claims = [(pool.queues, count) for pool, count in wanted]
+            claims = [(self._active(pool), count) for pool, count in wanted]
             try:
                 landed, claimed = await self._db.call(partial(self._cycle, batch, claims))
                 failures = 0
@@ -291,11 +323,25 @@ class Worker:
             await self._sleep(remaining)
 
     def _wanted_claims(self) -> list[tuple[Pool, int]]:
-        """How many jobs to claim for which pool now: its free slots, unless it is resting."""
+        """How many jobs to claim for which pool now: its free slots, unless it is resting or
+        every queue of it is paused."""
         self._capped = len(self._leased) >= 2 * self._slots.total  # outcome writes lag behind
         if self._stop_requested.is_set() or self._capped:
             return []
-        return self._slots.claimable(asyncio.get_running_loop().time())
+        now = asyncio.get_running_loop().time()
+        wanted = []
+        for pool, count in self._slots.claimable(now):
+            if self._active(pool):
+                wanted.append((pool, count))
+            else:  # rests until resumed (a pause re-read wakes it) or its next poll
+                pool.rest_until = now + self.settings.poll_interval
+        return wanted
+
+    def _active(self, pool: Pool) -> tuple[str, ...]:
+        """The queues of ``pool`` that are not paused."""
+        if not self._paused:
+            return pool.queues
+        return tuple(name for name in pool.queues if name not in self._paused)
 
     def _cycle(
         self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
@@ -314,10 +360,10 @@ class Worker:
     async def _anything_due(self) -> bool:
         """Burst mode's last look: recover expired leases, then claim once more (a retry may
         have become due meanwhile)."""
-        wanted = list(self._slots.with_free_slots())
+        wanted = [pool for pool in self._slots.with_free_slots() if self._active(pool)]
         try:
             await self._db.call(self._reaper.run_once)
-            claims = [(pool.queues, pool.free) for pool in wanted]
+            claims = [(self._active(pool), pool.free) for pool in wanted]
             _, claimed = await self._db.call(partial(self._cycle, [], claims))
         except DatabaseError:
             self._slots.wake()  # not known to be empty: the next round meets the outage
@@ -379,6 +425,44 @@ class Worker:
 
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)
+
+    async def _read_paused(self, *, strict: bool = False) -> None:
+        """Re-read which queues are paused. ``strict`` (a burst worker's first read): a database
+        that is unreachable or not migrated stops the worker instead of being waited for."""
+        try:
+            paused = frozenset(await self._db.call(self._queue_admin_paused))
+        except DatabaseError as error:
+            if strict:
+                raise
+            if not self._pause_error_logged:
+                log.warning("cannot read the paused queues: %s", error)
+                self._pause_error_logged = True
+            return
+        self._pause_error_logged = False
+        newly = (paused - self._paused) & self._served
+        if newly:
+            log.warning("queue(s) paused by an operator, no new claims: %s", sorted(newly))
+        resumed = (self._paused - paused) & self._served
+        if resumed:
+            log.info("queue(s) resumed: %s", sorted(resumed))
+            self._slots.wake(resumed)
+            self._wake.set()
+        self._paused = paused
+
+    def _queue_admin_paused(self) -> list[str]:
+        return self.queue.admin.paused_queues()
+
+    async def _retain_once(self) -> None:
+        """One retention pass, if this worker holds the duty: a batch per database call, so the
+        worker's claims and outcomes go between batches."""
+        duty = self._retention
+        if duty is None or not await self._db.call(duty.acquire):
+            return
+        for status, age in duty.retention.ages():
+            while not self._stop_requested.is_set():
+                deleted = await self._db.call(partial(duty.prune, status, age))
+                if deleted < duty.retention.batch_size:
+                    break
 
     async def _schedule_once(self) -> None:
         if self.queue.periodic_schedules:

@@ -271,7 +271,7 @@ def test_cli_migrate_creates_the_tables(backend, tmp_path):
 def test_cli_migrate_without_a_database_says_how_to_give_one(tmp_path):
     result = _sqlqueue_cli("migrate", cwd=tmp_path)
 
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error
     assert "--database-url" in result.stderr
     assert "SQLQUEUE_DATABASE_URL" in result.stderr
 
@@ -279,7 +279,7 @@ def test_cli_migrate_without_a_database_says_how_to_give_one(tmp_path):
 def test_cli_migrate_reports_an_unreachable_postgres(tmp_path):
     result = _sqlqueue_cli("migrate", "--database-url", UNREACHABLE_POSTGRES, cwd=tmp_path)
 
-    assert result.returncode == 1
+    assert result.returncode == 3  # the database cannot be reached
     assert "cannot reach PostgreSQL" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -269,11 +269,3 @@ class Store:
                 conn, self.dialect, job_type=job_type, queue=queue, group_key=group_key
             )
         )
-
-    def requeue(self, *, job_id: int, by: str, reason: str) -> int:
-        """Requeue a dead job as a new job (see :func:`deadletter.requeue_dead`)."""
-        return self._in_write(
-            lambda conn: deadletter.requeue_dead(
-                conn, self.dialect, job_id=job_id, by=by, reason=reason
-            )
-        )

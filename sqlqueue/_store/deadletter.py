@@ -1,23 +1,33 @@
-"""Reading jobs and requeueing dead ones.
+"""Reading jobs, and what a person does with dead ones: requeue or discard.
 
 A requeue never resurrects the dead row: it writes a NEW queued job and marks the dead one with
 who, when and why, linked both ways. The idempotency key moves to the new job, so a later
-enqueue with that key finds the live job.
+enqueue with that key finds the live job. A discard marks the dead row handled without running
+it. Acting on many jobs goes in batches, one short transaction each, taking only rows no other
+transaction holds (PostgreSQL ``SKIP LOCKED``): two operators never act on the same dead job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Select, insert, select, update
 
 from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
+from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
-__all__ = ["read_job", "requeue_dead"]
+__all__ = [
+    "discard_batch",
+    "discard_one",
+    "read_job",
+    "requeue_batch",
+    "requeue_one",
+]
 
 
 def read_job(conn: Connection, job_id: int) -> Job | None:
@@ -26,45 +36,128 @@ def read_job(conn: Connection, job_id: int) -> Job | None:
     return row_to_job(row) if row is not None else None
 
 
-def requeue_dead(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> int:
-    """Create a new queued job from dead job ``job_id``; return the new job's id."""
-    query = dialect.lock_row(select(jobs).where(jobs.c.id == job_id))
-    row = conn.execute(query).mappings().first()
+def _locked_dead(
+    conn: Connection, dialect: Dialect, job_filter: JobFilter, limit: int
+) -> list[Any]:
+    """Up to ``limit`` unhandled dead jobs matching the filter, oldest first, locked for this
+    transaction; rows another transaction holds are skipped (it is acting on them)."""
+    query: Select[Any] = (
+        select(jobs)
+        .where(*job_filter.clauses(), *unhandled_dead())
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+    return list(conn.execute(dialect.skip_locked(query)).mappings())
+
+
+def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: str) -> Any:
+    """Dead job ``job_id``, locked, or the error that says why it cannot be ``action``-ed."""
+    row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
     if row is None:
         raise JobNotFound(f"there is no job {job_id}")
     if row["status"] != "dead":
-        raise JobStateError(f"job {job_id} is {row['status']}; only dead jobs can be requeued")
+        raise JobStateError(f"job {job_id} is {row['status']}; only dead jobs can be {action}")
     if row["requeued_as"] is not None:
         raise JobStateError(f"job {job_id} was already requeued as job {row['requeued_as']}")
+    return row
+
+
+def _requeue_rows(
+    conn: Connection, dialect: Dialect, rows: Sequence[Any], *, by: str, reason: str
+) -> list[int]:
+    """New queued jobs from locked dead ``rows`` (same type, payload and options); the dead rows
+    record who, when and why, linked both ways. Idempotency keys move to the new jobs."""
+    if not rows:
+        return []
     current = dialect.now()
-    # Free the key first: it is unique, and it belongs to the live job from now on.
-    conn.execute(update(jobs).where(jobs.c.id == job_id).values(idempotency_key=None))
-    new_row: dict[str, Any] = {
-        "job_type": row["job_type"],
-        "queue": row["queue"],
-        "priority": row["priority"],
-        "payload": row["payload"],
-        "status": "queued",
-        "attempts": 0,
-        "max_attempts": row["max_attempts"],
-        "errors": [],
-        "idempotency_key": row["idempotency_key"],
-        "group_key": row["group_key"],
-        "requeued_from": job_id,
-        "next_run_at": current,
-        "created_at": current,
+    dead_ids = [row["id"] for row in rows]
+    # Free the keys first: they are unique, and belong to the live jobs from now on.
+    keyed = [row["id"] for row in rows if row["idempotency_key"] is not None]
+    if keyed:
+        conn.execute(update(jobs).where(jobs.c.id.in_(keyed)).values(idempotency_key=None))
+    new_ids: list[int] = []
+    for row in rows:  # one INSERT each: RETURNING order is not promised for multi-row inserts
+        new_row = {
+            "job_type": row["job_type"],
+            "queue": row["queue"],
+            "priority": row["priority"],
+            "payload": row["payload"],
+            "status": "queued",
+            "attempts": 0,
+            "max_attempts": row["max_attempts"],
+            "errors": [],
+            "idempotency_key": row["idempotency_key"],
+            "group_key": row["group_key"],
+            "requeued_from": row["id"],
+            "next_run_at": current,
+            "created_at": current,
+            "updated_at": current,
+        }
+        new_ids.append(
+            int(conn.execute(insert(jobs).values(**new_row).returning(jobs.c.id)).scalar_one())
+        )
+    for dead_id, new_id in zip(dead_ids, new_ids, strict=True):
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == dead_id)
+            .values(
+                requeued_as=new_id,
+                requeued_at=current,
+                requeued_by=by,
+                requeue_reason=reason,
+                updated_at=current,
+            )
+        )
+    return new_ids
+
+
+def requeue_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> int:
+    """Requeue dead job ``job_id`` as a new job; return the new job's id."""
+    row = _locked_one_dead(conn, dialect, job_id, "requeued")
+    return _requeue_rows(conn, dialect, [row], by=by, reason=reason)[0]
+
+
+def requeue_batch(
+    conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, by: str, reason: str
+) -> list[int]:
+    """Requeue up to ``limit`` matching unhandled dead jobs; return the new ids, oldest first."""
+    rows = _locked_dead(conn, dialect, job_filter, limit)
+    return _requeue_rows(conn, dialect, rows, by=by, reason=reason)
+
+
+def _discard_values(dialect: Dialect, by: str, reason: str) -> dict[str, Any]:
+    current = dialect.now()
+    return {
+        "discarded_at": current,
+        "discarded_by": by,
+        "discard_reason": reason,
         "updated_at": current,
     }
-    new_id = int(conn.execute(insert(jobs).values(**new_row).returning(jobs.c.id)).scalar_one())
-    conn.execute(
+
+
+def discard_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> Job:
+    """Mark dead job ``job_id`` handled without running it; return it as it now is."""
+    row = _locked_one_dead(conn, dialect, job_id, "discarded")
+    if row["discarded_at"] is not None:
+        raise JobStateError(
+            f"job {job_id} was already discarded by {row['discarded_by']} ({row['discard_reason']})"
+        )
+    stmt = (
         update(jobs)
         .where(jobs.c.id == job_id)
-        .values(
-            requeued_as=new_id,
-            requeued_at=current,
-            requeued_by=by,
-            requeue_reason=reason,
-            updated_at=current,
-        )
+        .values(**_discard_values(dialect, by, reason))
+        .returning(*jobs.c)
     )
-    return new_id
+    return row_to_job(conn.execute(stmt).mappings().one())
+
+
+def discard_batch(
+    conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, by: str, reason: str
+) -> list[int]:
+    """Mark up to ``limit`` matching unhandled dead jobs handled; return their ids."""
+    ids = [row["id"] for row in _locked_dead(conn, dialect, job_filter, limit)]
+    if ids:
+        conn.execute(
+            update(jobs).where(jobs.c.id.in_(ids)).values(**_discard_values(dialect, by, reason))
+        )
+    return ids

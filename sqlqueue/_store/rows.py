@@ -142,6 +142,9 @@ def row_to_job(row: RowMapping) -> Job:
         requeued_at=row["requeued_at"],
         requeued_by=row["requeued_by"],
         requeue_reason=row["requeue_reason"],
+        discarded_at=row["discarded_at"],
+        discarded_by=row["discarded_by"],
+        discard_reason=row["discard_reason"],
     )
 
 

@@ -130,6 +130,11 @@ class Dialect(abc.ABC):
         """Extra RETURNING columns of an enqueue INSERT that also wake sleeping workers."""
         return ()
 
+    def notify_statement(self, payload: str) -> Select[Any] | None:
+        """A statement that wakes listening workers with ``payload`` when the transaction
+        commits, or ``None`` where the backend has no wake-ups (workers find out by polling)."""
+        return None
+
     def relax_commit(self, conn: Connection) -> None:  # noqa: B027 - a hint most backends lack
         """Let this transaction's commit return before it reaches the disk, if supported."""
 

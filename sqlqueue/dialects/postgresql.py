@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     Select,
+    String,
     Table,
     Update,
     bindparam,
@@ -101,6 +102,10 @@ class PostgresDialect(Dialect):
         """``pg_notify('sqlqueue', queue)`` in the INSERT's RETURNING: delivered at commit,
         deduplicated per transaction by the server, and no extra round trip."""
         return (func.pg_notify(WAKE_CHANNEL, jobs.c.queue).label("sqlqueue_wake"),)
+
+    def notify_statement(self, payload: str) -> Select[Any] | None:
+        """``SELECT pg_notify('sqlqueue', payload)``: delivered when the transaction commits."""
+        return select(func.pg_notify(WAKE_CHANNEL, bindparam(None, payload, type_=String())))
 
     def relax_commit(self, conn: Connection) -> None:
         """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""

@@ -1,0 +1,69 @@
+"""Operations: dead jobs marked handled, paused queues, one-at-a-time duties, and the indexes
+that keep operator queries off the finished history.
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-30
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+_TIME = sa.DateTime(timezone=True)
+_FINISHED = sa.text("finished_at IS NOT NULL")
+
+
+def upgrade() -> None:
+    # A dead job "discarded" by a person: handled without running it; it stays dead.
+    with op.batch_alter_table("sqlqueue_jobs") as batch:
+        batch.add_column(sa.Column("discarded_at", _TIME, nullable=True))
+        batch.add_column(sa.Column("discarded_by", sa.String(255), nullable=True))
+        batch.add_column(sa.Column("discard_reason", sa.Text(), nullable=True))
+    # Counts by status, queue and job type read this index alone (no table rows).
+    op.drop_index("ix_sqlqueue_jobs_status", table_name="sqlqueue_jobs")
+    op.create_index(
+        "ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "queue", "job_type"]
+    )
+    # Retention and "dead in the last hour": finished jobs by when they finished.
+    op.create_index(
+        "ix_sqlqueue_jobs_finished",
+        "sqlqueue_jobs",
+        ["status", "finished_at"],
+        postgresql_where=_FINISHED,
+        sqlite_where=_FINISHED,
+    )
+    op.create_table(
+        "sqlqueue_queues",
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("paused_at", _TIME, nullable=True),
+        sa.Column("paused_by", sa.String(255), nullable=True),
+        sa.Column("pause_reason", sa.Text(), nullable=True),
+        sa.Column("updated_at", _TIME, nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_queues"),
+    )
+    op.create_table(
+        "sqlqueue_duties",
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("holder", sa.String(255), nullable=False),
+        sa.Column("expires_at", _TIME, nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_duties"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("sqlqueue_duties")
+    op.drop_table("sqlqueue_queues")
+    op.drop_index("ix_sqlqueue_jobs_finished", table_name="sqlqueue_jobs")
+    op.drop_index("ix_sqlqueue_jobs_status", table_name="sqlqueue_jobs")
+    op.create_index("ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "job_type"])
+    with op.batch_alter_table("sqlqueue_jobs") as batch:
+        batch.drop_column("discard_reason")
+        batch.drop_column("discarded_by")
+        batch.drop_column("discarded_at")

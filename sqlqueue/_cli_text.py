@@ -1,0 +1,140 @@
+"""What the ``sqlqueue`` command reads and prints: durations, moments, tables and jobs as text."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlqueue._errors import ConfigurationError
+from sqlqueue._job import Job
+
+__all__ = [
+    "job_details",
+    "json_text",
+    "parse_duration",
+    "parse_moment",
+    "table",
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str, *, option: str) -> float:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` or plain seconds, as seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ConfigurationError(
+            f"{option}: expected a duration such as 90s, 30m, 12h or 7d, got {text!r}"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_moment(text: str, *, option: str, now: datetime) -> datetime:
+    """An ISO 8601 time (UTC when it names no zone) or a duration ago (``2h``) from ``now``."""
+    if _DURATION.match(text):
+        return now - timedelta(seconds=parse_duration(text, option=option))
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"{option}: expected an ISO 8601 time (2026-11-30T08:00:00Z) or a duration ago "
+            f"(2h, 7d), got {text!r}"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON; datetimes in ISO 8601."""
+    return json.dumps(value, indent=2, default=_plain, ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table with left-aligned columns, headers first."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [
+        max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def short(text: str | None, width: int = 60) -> str:
+    """The first line of ``text``, cut to ``width`` characters."""
+    if not text:
+        return "-"
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def handling(job: Job) -> str:
+    """What a person did with a dead job, if anything."""
+    if job.requeued_as is not None:
+        return f"requeued as {job.requeued_as} by {job.requeued_by}"
+    if job.discarded_at is not None:
+        return f"discarded by {job.discarded_by}"
+    return "-"
+
+
+def job_details(job: Job) -> str:
+    """Everything about one job, for ``sqlqueue jobs show``."""
+    fields: list[tuple[str, Any]] = [
+        ("id", job.id),
+        ("type", job.job_type),
+        ("queue", job.queue),
+        ("status", job.status.value),
+        ("priority", job.priority),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("created", job.created_at),
+        ("next run", job.next_run_at),
+        ("started", job.started_at),
+        ("finished", job.finished_at),
+        ("updated", job.updated_at),
+        ("idempotency key", job.idempotency_key),
+        ("group key", job.group_key),
+        ("locked by", job.locked_by),
+        ("requeued from", job.requeued_from),
+        ("requeued as", job.requeued_as),
+        ("requeued", _who_when_why(job.requeued_by, job.requeued_at, job.requeue_reason)),
+        ("discarded", _who_when_why(job.discarded_by, job.discarded_at, job.discard_reason)),
+        ("last error", job.last_error),
+    ]
+    lines = [f"{name + ':':17} {_cell(value)}" for name, value in fields]
+    lines.append("payload:")
+    lines += ["  " + line for line in json_text(dict(job.payload)).splitlines()]
+    if job.result is not None:
+        lines.append("result:")
+        lines += ["  " + line for line in json_text(job.result).splitlines()]
+    if job.errors:
+        lines.append("errors:")
+        for record in job.errors:
+            lines.append(f"  #{record.attempt} {_cell(record.at)} {record.error}")
+    return "\n".join(lines)
+
+
+def _who_when_why(by: str | None, at: datetime | None, reason: str | None) -> str | None:
+    if at is None:
+        return None
+    return f"{_cell(at)} by {by}: {reason}"

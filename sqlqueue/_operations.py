@@ -1,0 +1,267 @@
+"""The operators' API on :class:`sqlqueue.Queue`: stats, health, search, dead-letter actions,
+retention and pause. It needs only the database (no task registry), so the CLI builds a bare
+``Queue`` from a URL and calls the same methods an app would."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from sqlqueue._errors import ConfigurationError
+from sqlqueue._job import Job, JobStatus
+from sqlqueue._retention import check_prunable
+from sqlqueue._stats import Health, Stats, check_health, stats_from_rows
+from sqlqueue._store.admin import Admin
+from sqlqueue._store.filters import JobFilter
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from sqlqueue.dialects import Dialect
+
+__all__ = ["DEFAULT_BATCH_SIZE", "Operations"]
+
+#: Rows acted on per transaction by requeue_where, discard_where and prune.
+DEFAULT_BATCH_SIZE = 500
+
+
+def _who_and_why(action: str, by: str, reason: str) -> None:
+    if not by or not reason:
+        raise ConfigurationError(f"{action} needs by= (who) and reason= (why)")
+
+
+def _page_limit(limit: int) -> int:
+    if not 1 <= limit <= 10_000:
+        raise ConfigurationError(f"limit must be between 1 and 10000, got {limit!r}")
+    return limit
+
+
+def _status(status: str | None) -> str | None:
+    if status is None:
+        return None
+    try:
+        return JobStatus(status).value
+    except ValueError:
+        names = ", ".join(s.value for s in JobStatus)
+        raise ConfigurationError(f"status must be one of {names}; got {status!r}") from None
+
+
+def _timestamp(name: str, value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+class Operations:
+    """Mixed into :class:`sqlqueue.Queue`: what an operator does with the jobs in its database."""
+
+    engine: Engine
+    dialect: Dialect
+
+    @cached_property
+    def admin(self) -> Admin:
+        """The store's operator queries for this queue's database."""
+        return Admin(self.engine, self.dialect)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Counts by status (overall, per queue, per job type), each queue's oldest due age and
+        pause state, failures and deaths in the last hour, and the top errors — one read."""
+        return stats_from_rows(self.admin.stats())
+
+    def health(
+        self,
+        *,
+        max_queued_age: float = 300.0,
+        max_dead_last_hour: int = 10,
+        max_same_error: int = 20,
+    ) -> Health:
+        """The three alarms: more than ``max_dead_last_hour`` unhandled deaths in the last hour,
+        more than ``max_same_error`` failed/dead jobs with one error, a due job older than
+        ``max_queued_age`` seconds in a queue that is not paused. ``.ok`` when none is raised."""
+        if max_queued_age < 0 or max_dead_last_hour < 0 or max_same_error < 0:
+            raise ConfigurationError("health thresholds must be >= 0")
+        return check_health(
+            self.stats(),
+            max_queued_age=max_queued_age,
+            max_dead_last_hour=max_dead_last_hour,
+            max_same_error=max_same_error,
+        )
+
+    def jobs(
+        self,
+        *,
+        status: str | None = None,
+        job_type: str | None = None,
+        queue: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+        job_ids: Iterable[int] | None = None,
+        unhandled: bool = False,
+    ) -> list[Job]:
+        """Jobs matching every given filter, newest first, at most ``limit``. Page on with
+        ``before_id=`` the last id of the previous page. ``since``/``until`` bound the time of
+        each job's latest change; ``error_contains`` searches ``last_error``; ``unhandled``
+        keeps only dead jobs nobody has requeued or discarded (what :meth:`requeue_where` and
+        :meth:`discard_where` would take)."""
+        job_filter = JobFilter(
+            status=_status(status),
+            job_type=job_type,
+            queue=queue,
+            error_contains=error_contains,
+            since=_timestamp("since", since),
+            until=_timestamp("until", until),
+            job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            unhandled=unhandled,
+        )
+        return self.admin.jobs(job_filter, limit=_page_limit(limit), before_id=before_id)
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def requeue(self, job_id: int, *, by: str, reason: str) -> int:
+        """Requeue dead job ``job_id`` as a NEW job; the dead row records who, when and why."""
+        _who_and_why("requeue", by, reason)
+        return self.admin.requeue(job_id=job_id, by=by, reason=reason)
+
+    def requeue_where(
+        self,
+        *,
+        by: str,
+        reason: str,
+        job_type: str | None = None,
+        queue: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_ids: Iterable[int] | None = None,
+        limit: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[int]:
+        """Requeue every matching dead job that nobody has requeued or discarded, like
+        :meth:`requeue`, in batches of ``batch_size`` (one short transaction each), oldest first;
+        at most ``limit``. Returns the new jobs' ids. A dead job is requeued once, however many
+        operators or processes ask at the same time."""
+        _who_and_why("requeue_where", by, reason)
+        job_filter = self._dead_filter(job_type, queue, error_contains, since, until, job_ids)
+        return self._in_batches(
+            lambda n: self.admin.requeue_batch(job_filter, limit=n, by=by, reason=reason),
+            limit,
+            batch_size,
+        )
+
+    def discard(self, job_id: int, *, by: str, reason: str) -> Job:
+        """Mark dead job ``job_id`` handled without running it: it stays ``dead``, records who,
+        when and why, and no longer counts toward the dead-jobs alarm. Returns it."""
+        _who_and_why("discard", by, reason)
+        return self.admin.discard(job_id=job_id, by=by, reason=reason)
+
+    def discard_where(
+        self,
+        *,
+        by: str,
+        reason: str,
+        job_type: str | None = None,
+        queue: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_ids: Iterable[int] | None = None,
+        limit: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[int]:
+        """:meth:`discard` every matching dead job nobody has requeued or discarded, in batches;
+        returns their ids."""
+        _who_and_why("discard_where", by, reason)
+        job_filter = self._dead_filter(job_type, queue, error_contains, since, until, job_ids)
+        return self._in_batches(
+            lambda n: self.admin.discard_batch(job_filter, limit=n, by=by, reason=reason),
+            limit,
+            batch_size,
+        )
+
+    @staticmethod
+    def _dead_filter(
+        job_type: str | None,
+        queue: str | None,
+        error_contains: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        job_ids: Iterable[int] | None,
+    ) -> JobFilter:
+        return JobFilter(
+            job_type=job_type,
+            queue=queue,
+            error_contains=error_contains,
+            since=_timestamp("since", since),
+            until=_timestamp("until", until),
+            job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            unhandled=True,
+        )
+
+    @staticmethod
+    def _in_batches(
+        batch: Callable[[int], list[int]], limit: int | None, batch_size: int
+    ) -> list[int]:
+        if limit is not None and limit < 0:
+            raise ConfigurationError(f"limit must be >= 0, got {limit!r}")
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be >= 1, got {batch_size!r}")
+        done: list[int] = []
+        while limit is None or len(done) < limit:
+            size = batch_size if limit is None else min(batch_size, limit - len(done))
+            ids = batch(size)
+            done.extend(ids)
+            if len(ids) < size:
+                break
+        return done
+
+    # -- retention and pausing -----------------------------------------------------------------
+
+    def prune(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str] = ("succeeded", "cancelled"),
+        batch_size: int = 1000,
+    ) -> int:
+        """Delete finished jobs (``statuses``: succeeded, cancelled, dead) whose ``finished_at``
+        is more than ``older_than`` seconds ago, ``batch_size`` rows per short transaction;
+        return how many went. Never queued, running or failed jobs."""
+        if older_than < 0:
+            raise ConfigurationError(f"older_than must be >= 0 seconds, got {older_than!r}")
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be >= 1, got {batch_size!r}")
+        wanted = tuple(dict.fromkeys(statuses))
+        check_prunable(wanted)
+        deleted = 0
+        for status in wanted:
+            while True:
+                count = self.admin.prune_batch(
+                    status=status, older_than=older_than, limit=batch_size
+                )
+                deleted += count
+                if count < batch_size:
+                    break
+        return deleted
+
+    def pause(self, name: str, *, by: str, reason: str) -> None:
+        """Stop every worker claiming from queue ``name`` (within its poll interval; at once
+        where wake-ups reach it); running jobs finish, and enqueueing still works."""
+        _who_and_why("pause", by, reason)
+        if not name:
+            raise ConfigurationError("pause needs a queue name")
+        self.admin.pause(name=name, by=by, reason=reason)
+
+    def resume(self, name: str) -> bool:
+        """Let workers claim from queue ``name`` again; returns whether it was paused."""
+        return self.admin.resume(name=name)
+
+    def paused_queues(self) -> list[str]:
+        """The names of the queues paused now."""
+        return self.admin.paused_queues()

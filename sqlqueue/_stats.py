@@ -1,0 +1,205 @@
+"""What operators read: :class:`Stats` (counts, ages, recent failures, top errors) and
+:class:`Health` (the three alarms of a job queue), built from one read of the database."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlqueue._job import JobStatus
+from sqlqueue._store.readmodel import StatsRows
+
+__all__ = [
+    "Alarm",
+    "ErrorCount",
+    "Health",
+    "QueueStats",
+    "Stats",
+    "check_health",
+    "stats_from_rows",
+]
+
+_STATUSES = tuple(status.value for status in JobStatus)
+
+
+def _zeros() -> dict[str, int]:
+    return dict.fromkeys(_STATUSES, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueStats:
+    """One queue: its jobs by status, how long its oldest due job has waited (seconds by the
+    database clock; ``None`` when nothing is due), and whether an operator paused it."""
+
+    by_status: Mapping[str, int]
+    oldest_queued_age_seconds: float | None
+    paused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        return {
+            "by_status": dict(self.by_status),
+            "oldest_queued_age_seconds": self.oldest_queued_age_seconds,
+            "paused": self.paused,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorCount:
+    """A ``last_error`` (its first 200 characters) and how many unhandled failed or dead jobs
+    have it."""
+
+    error: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """A snapshot of the whole queue, read by :meth:`sqlqueue.Queue.stats`.
+
+    ``by_status`` holds all six statuses, zeros included; ``queues`` every queue that has jobs
+    or is paused; ``job_types`` maps type → status → count. ``failed_last_hour``: jobs waiting
+    for a retry whose attempt failed within the hour; ``dead_last_hour``: jobs that died within
+    the hour and nobody has requeued or discarded. ``top_errors``: the ten most frequent errors
+    of unhandled failed and dead jobs. ``taken_at``: the database clock at the read.
+    """
+
+    by_status: Mapping[str, int]
+    queues: Mapping[str, QueueStats]
+    job_types: Mapping[str, Mapping[str, int]]
+    failed_last_hour: int
+    dead_last_hour: int
+    top_errors: tuple[ErrorCount, ...]
+    taken_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (``sqlqueue stats --json`` prints this)."""
+        return {
+            "by_status": dict(self.by_status),
+            "queues": {name: queue.to_dict() for name, queue in self.queues.items()},
+            "job_types": {name: dict(counts) for name, counts in self.job_types.items()},
+            "failed_last_hour": self.failed_last_hour,
+            "dead_last_hour": self.dead_last_hour,
+            "top_errors": [{"error": e.error, "count": e.count} for e in self.top_errors],
+            "taken_at": self.taken_at.isoformat(),
+        }
+
+
+def stats_from_rows(rows: StatsRows) -> Stats:
+    """Shape the store's rows into :class:`Stats`."""
+    by_status = _zeros()
+    per_queue: dict[str, dict[str, int]] = {}
+    per_type: dict[str, dict[str, int]] = {}
+    for status, queue, job_type, count in rows.counts:
+        by_status[status] = by_status.get(status, 0) + count
+        per_queue.setdefault(queue, _zeros())[status] += count
+        per_type.setdefault(job_type, _zeros())[status] += count
+    paused = set(rows.paused)
+    names = sorted(set(per_queue) | paused)
+    return Stats(
+        by_status=by_status,
+        queues={
+            name: QueueStats(
+                by_status=per_queue.get(name, _zeros()),
+                oldest_queued_age_seconds=rows.oldest_due.get(name),
+                paused=name in paused,
+            )
+            for name in names
+        },
+        job_types={name: per_type[name] for name in sorted(per_type)},
+        failed_last_hour=rows.failed_last_hour,
+        dead_last_hour=rows.dead_last_hour,
+        top_errors=tuple(ErrorCount(error=error, count=count) for error, count in rows.top_errors),
+        taken_at=rows.taken_at,
+    )
+
+
+AlarmName = Literal["dead_jobs", "same_error", "queued_age"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alarm:
+    """One signal that something is wrong: which alarm, what it concerns (a queue or an
+    error), the figure measured and the threshold it passed, and a sentence for a person."""
+
+    name: AlarmName
+    figure: float
+    threshold: float
+    message: str
+    queue: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        return {
+            "name": self.name,
+            "figure": self.figure,
+            "threshold": self.threshold,
+            "message": self.message,
+            "queue": self.queue,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Health:
+    """The alarms :meth:`sqlqueue.Queue.health` found (none: ``ok``), with the stats read."""
+
+    alarms: tuple[Alarm, ...]
+    stats: Stats = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """No alarm is raised."""
+        return not self.alarms
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (``sqlqueue health --json`` prints this)."""
+        return {"ok": self.ok, "alarms": [alarm.to_dict() for alarm in self.alarms]}
+
+
+def check_health(
+    stats: Stats, *, max_queued_age: float, max_dead_last_hour: int, max_same_error: int
+) -> Health:
+    """The article's three alarms, each raised when its figure is over its threshold: dead jobs
+    growing fast, the same error across many jobs, and due jobs nobody picks up (paused queues
+    are waiting on purpose and raise none)."""
+    alarms: list[Alarm] = []
+    if stats.dead_last_hour > max_dead_last_hour:
+        alarms.append(
+            Alarm(
+                name="dead_jobs",
+                figure=stats.dead_last_hour,
+                threshold=max_dead_last_hour,
+                message=f"{stats.dead_last_hour} jobs died in the last hour "
+                f"(more than {max_dead_last_hour}) and nobody has requeued or discarded them",
+            )
+        )
+    for top in stats.top_errors:
+        if top.count > max_same_error:
+            alarms.append(
+                Alarm(
+                    name="same_error",
+                    figure=top.count,
+                    threshold=max_same_error,
+                    error=top.error,
+                    message=f"{top.count} failed or dead jobs share the error {top.error!r} "
+                    f"(more than {max_same_error})",
+                )
+            )
+    for name, queue in stats.queues.items():
+        age = queue.oldest_queued_age_seconds
+        if age is not None and age > max_queued_age and not queue.paused:
+            alarms.append(
+                Alarm(
+                    name="queued_age",
+                    figure=age,
+                    threshold=max_queued_age,
+                    queue=name,
+                    message=f"queue {name!r}: the oldest due job has waited {age:.0f} s "
+                    f"(more than {max_queued_age:g} s); is any worker serving it?",
+                )
+            )
+    return Health(alarms=tuple(alarms), stats=stats)

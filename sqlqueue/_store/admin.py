@@ -1,0 +1,150 @@
+"""The operators' side of the store: the read model and the dead-letter, retention and pause
+actions, each in short transactions with driver errors translated (see ``Store`` for the
+worker's side)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine, column, select, table
+
+from sqlqueue._errors import SchemaNotMigrated
+from sqlqueue._job import Job
+from sqlqueue._schema import VERSION_TABLE
+from sqlqueue._store import deadletter, maintenance, readmodel
+from sqlqueue._store._tx import in_write, translated
+from sqlqueue._store.filters import JobFilter
+from sqlqueue._store.readmodel import StatsRows
+from sqlqueue.dialects import Dialect
+
+__all__ = ["Admin"]
+
+T = TypeVar("T")
+
+
+class Admin:
+    """Operator queries and actions on one engine; each call is one short transaction."""
+
+    def __init__(self, engine: Engine, dialect: Dialect) -> None:
+        self.engine = engine
+        self.dialect = dialect
+
+    def _read(self, operation: Callable[[Connection], T]) -> T:
+        def run() -> T:
+            with self.engine.connect() as conn:
+                return operation(conn)
+
+        return translated(self.dialect, run)
+
+    def _write(self, operation: Callable[[Connection], T]) -> T:
+        return in_write(self.engine, self.dialect, operation)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def schema_revision(self) -> str | None:
+        """The sqlqueue schema revision the database is at (``None``: never migrated)."""
+
+        def read(conn: Connection) -> str | None:
+            if not self.engine.dialect.has_table(conn, VERSION_TABLE):
+                return None
+            version = table(VERSION_TABLE, column("version_num"))
+            value = conn.execute(select(version.c.version_num)).scalar()
+            return None if value is None else str(value)
+
+        return self._read(read)
+
+    def require_schema(self, head: str) -> None:
+        """Raise :class:`SchemaNotMigrated` unless the database is at revision ``head``."""
+        found = self.schema_revision()
+        if found != head:
+            state = "has no sqlqueue tables" if found is None else f"is at revision {found}"
+            raise SchemaNotMigrated(
+                f"the database {state}; this sqlqueue needs revision {head}: "
+                "run `sqlqueue migrate` (or sqlqueue.migrate(engine)) first"
+            )
+
+    def stats(self, *, now: datetime | None = None) -> StatsRows:
+        """See :func:`readmodel.read_stats`."""
+        return self._read(lambda conn: readmodel.read_stats(conn, self.dialect, now=now))
+
+    def jobs(self, job_filter: JobFilter, *, limit: int, before_id: int | None) -> list[Job]:
+        """See :func:`readmodel.find_jobs`."""
+        return self._read(
+            lambda conn: readmodel.find_jobs(conn, job_filter, limit=limit, before_id=before_id)
+        )
+
+    def paused_queues(self) -> list[str]:
+        """The queues paused now."""
+        return self._read(readmodel.paused_queues)
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def requeue(self, *, job_id: int, by: str, reason: str) -> int:
+        """See :func:`deadletter.requeue_one`."""
+        return self._write(
+            lambda conn: deadletter.requeue_one(
+                conn, self.dialect, job_id=job_id, by=by, reason=reason
+            )
+        )
+
+    def requeue_batch(
+        self, job_filter: JobFilter, *, limit: int, by: str, reason: str
+    ) -> list[int]:
+        """See :func:`deadletter.requeue_batch`: one batch, one transaction."""
+        return self._write(
+            lambda conn: deadletter.requeue_batch(
+                conn, self.dialect, job_filter, limit=limit, by=by, reason=reason
+            )
+        )
+
+    def discard(self, *, job_id: int, by: str, reason: str) -> Job:
+        """See :func:`deadletter.discard_one`."""
+        return self._write(
+            lambda conn: deadletter.discard_one(
+                conn, self.dialect, job_id=job_id, by=by, reason=reason
+            )
+        )
+
+    def discard_batch(
+        self, job_filter: JobFilter, *, limit: int, by: str, reason: str
+    ) -> list[int]:
+        """See :func:`deadletter.discard_batch`: one batch, one transaction."""
+        return self._write(
+            lambda conn: deadletter.discard_batch(
+                conn, self.dialect, job_filter, limit=limit, by=by, reason=reason
+            )
+        )
+
+    # -- retention and pausing -----------------------------------------------------------------
+
+    def prune_batch(
+        self, *, status: str, older_than: float, limit: int, now: datetime | None = None
+    ) -> int:
+        """See :func:`maintenance.prune_batch`: one batch, one transaction."""
+        return self._write(
+            lambda conn: maintenance.prune_batch(
+                conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
+            )
+        )
+
+    def take_duty(self, *, name: str, holder: str, seconds: float) -> bool:
+        """See :func:`maintenance.take_duty`."""
+        return self._write(
+            lambda conn: maintenance.take_duty(
+                conn, self.dialect, name=name, holder=holder, seconds=seconds
+            )
+        )
+
+    def pause(self, *, name: str, by: str, reason: str) -> None:
+        """See :func:`maintenance.pause_queue`."""
+        self._write(
+            lambda conn: maintenance.pause_queue(
+                conn, self.dialect, name=name, by=by, reason=reason
+            )
+        )
+
+    def resume(self, *, name: str) -> bool:
+        """See :func:`maintenance.resume_queue`."""
+        return self._write(lambda conn: maintenance.resume_queue(conn, self.dialect, name=name))

@@ -1,0 +1,63 @@
+"""Which jobs an operator means: one filter, turned into WHERE conditions once, for listing
+jobs and for acting on dead ones alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._schema import jobs
+
+__all__ = ["JobFilter", "unhandled_dead"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFilter:
+    """Which jobs an operator means: every given field must match (``None`` matches all).
+
+    ``since``/``until`` bound ``updated_at``, the time of the job's latest change (enqueued,
+    failed, finished, requeued or discarded). ``unhandled`` keeps only dead jobs that nobody has
+    requeued or discarded yet.
+    """
+
+    status: str | None = None
+    job_type: str | None = None
+    queue: str | None = None
+    error_contains: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    job_ids: Sequence[int] | None = None
+    unhandled: bool = False
+
+    def clauses(self) -> list[ColumnElement[bool]]:
+        """The filter as WHERE conditions on ``sqlqueue_jobs``, values bound."""
+        where: list[ColumnElement[bool]] = []
+        if self.status is not None:
+            where.append(jobs.c.status == self.status)
+        if self.job_type is not None:
+            where.append(jobs.c.job_type == self.job_type)
+        if self.queue is not None:
+            where.append(jobs.c.queue == self.queue)
+        if self.error_contains:
+            where.append(jobs.c.last_error.contains(self.error_contains, autoescape=True))
+        if self.since is not None:
+            where.append(jobs.c.updated_at >= self.since)
+        if self.until is not None:
+            where.append(jobs.c.updated_at < self.until)
+        if self.job_ids is not None:
+            where.append(jobs.c.id.in_(list(self.job_ids)))
+        if self.unhandled:
+            where.extend(unhandled_dead())
+        return where
+
+
+def unhandled_dead() -> list[ColumnElement[bool]]:
+    """Dead jobs still waiting for a person: neither requeued nor discarded."""
+    return [
+        jobs.c.status == "dead",
+        jobs.c.requeued_as.is_(None),
+        jobs.c.discarded_at.is_(None),
+    ]

@@ -1,0 +1,98 @@
+"""Maintenance writes: retention (pruning finished jobs), the lease on a one-at-a-time duty,
+and pausing queues.
+
+Pruning goes in batches, one short transaction each, and takes only rows no other transaction
+holds (PostgreSQL ``SKIP LOCKED``): it never locks the table, and two pruners never delete the
+same row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, select, update
+
+from sqlqueue._schema import duties, jobs, queues
+from sqlqueue.dialects import Dialect
+
+__all__ = ["PAUSES_CHANGED", "pause_queue", "prune_batch", "resume_queue", "take_duty"]
+
+
+def prune_batch(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    status: str,
+    older_than: float,
+    limit: int,
+    now: datetime | None = None,
+) -> int:
+    """Delete up to ``limit`` jobs of a finished ``status`` that finished more than
+    ``older_than`` seconds ago (database clock); return how many went."""
+    cutoff = dialect.now_plus(-float(older_than), now)
+    chosen = dialect.skip_locked(
+        select(jobs.c.id)
+        .where(jobs.c.status == status, jobs.c.finished_at < cutoff)
+        .order_by(jobs.c.finished_at)
+        .limit(limit)
+    )
+    ids = list(conn.execute(chosen).scalars())
+    if not ids:
+        return 0
+    return int(conn.execute(delete(jobs).where(jobs.c.id.in_(ids))).rowcount)
+
+
+def take_duty(
+    conn: Connection, dialect: Dialect, *, name: str, holder: str, seconds: float
+) -> bool:
+    """Hold duty ``name`` for ``seconds`` more if it is free, expired or already ours: one worker
+    at a time across every host performs it. Returns whether ``holder`` has it now."""
+    until = dialect.now_plus(seconds)
+    stmt = dialect.upsert(
+        duties,
+        values={"name": name, "holder": holder, "expires_at": until},
+        conflict=["name"],
+        set_={"holder": holder, "expires_at": until},
+        where=(duties.c.expires_at < dialect.clock()) | (duties.c.holder == holder),
+    ).returning(duties.c.holder)
+    return conn.execute(stmt).first() is not None
+
+
+def pause_queue(conn: Connection, dialect: Dialect, *, name: str, by: str, reason: str) -> None:
+    """Mark queue ``name`` paused (again, if it was), with who and why."""
+    current = dialect.now()
+    values = {"paused_at": current, "paused_by": by, "pause_reason": reason, "updated_at": current}
+    conn.execute(
+        dialect.upsert(
+            queues,
+            values={"name": name, **values},
+            conflict=["name"],
+            set_=values,
+            where=queues.c.name == name,
+        )
+    )
+    _announce(conn, dialect)
+
+
+def resume_queue(conn: Connection, dialect: Dialect, *, name: str) -> bool:
+    """Let workers claim from queue ``name`` again; return whether it was paused."""
+    stmt = (
+        update(queues)
+        .where(queues.c.name == name, queues.c.paused_at.is_not(None))
+        .values(paused_at=None, updated_at=dialect.now())
+    )
+    resumed = conn.execute(stmt).rowcount > 0
+    _announce(conn, dialect)
+    return resumed
+
+
+#: The wake-up payload that tells listening workers to re-read which queues are paused.
+PAUSES_CHANGED = "sqlqueue:pauses-changed"
+
+
+def _announce(conn: Connection, dialect: Dialect) -> None:
+    """Wake listening workers (on commit) to re-read the paused queues now, not at their next
+    poll."""
+    stmt = dialect.notify_statement(PAUSES_CHANGED)
+    if stmt is not None:
+        conn.execute(stmt)

@@ -1,0 +1,98 @@
+"""The operators' read model: the queries that stats, search, health, the CLI, the web page and
+the metrics exporter share — written once, here.
+
+Counting reads ``ix_sqlqueue_jobs_status`` alone; "the oldest due job" and "failed lately" read
+the claim index, which holds only claimable rows; "dead lately" reads
+``ix_sqlqueue_jobs_finished``; none of them scans the finished history row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select
+
+from sqlqueue._job import Job
+from sqlqueue._schema import jobs, queues
+from sqlqueue._store.filters import JobFilter, unhandled_dead
+from sqlqueue._store.rows import row_to_job
+from sqlqueue.dialects import Dialect
+
+__all__ = ["ERROR_GROUP_CHARS", "StatsRows", "find_jobs", "paused_queues", "read_stats"]
+
+#: Errors are grouped by their first characters: the rest often holds ids that differ per job.
+ERROR_GROUP_CHARS = 200
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatsRows:
+    """What :func:`read_stats` read, as plain rows for the public ``Stats`` to shape."""
+
+    counts: list[tuple[str, str, str, int]]
+    oldest_due: dict[str, float]
+    paused: list[str]
+    failed_last_hour: int
+    dead_last_hour: int
+    top_errors: list[tuple[str, int]]
+    taken_at: datetime
+
+
+def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = None) -> StatsRows:
+    """Counts by (status, queue, job type), each queue's oldest due age, recent failures and
+    deaths, the most frequent errors of unhandled failures, and the paused queues."""
+    current = dialect.now(now)
+    hour_ago = dialect.now_plus(-3600.0, now)
+    taken_at: datetime = conn.execute(select(current)).scalar_one()
+    count = func.count().label("n")
+    counts = conn.execute(
+        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, count).group_by(
+            jobs.c.status, jobs.c.queue, jobs.c.job_type
+        )
+    ).all()
+    age = dialect.seconds_between(current, func.min(jobs.c.next_run_at)).label("age")
+    oldest = conn.execute(
+        select(jobs.c.queue, age)
+        .where(jobs.c.status.in_(("queued", "failed")), jobs.c.next_run_at <= current)
+        .group_by(jobs.c.queue)
+    ).all()
+    failed = conn.execute(
+        select(func.count()).where(jobs.c.status == "failed", jobs.c.updated_at >= hour_ago)
+    ).scalar_one()
+    dead = conn.execute(
+        select(func.count()).where(*unhandled_dead(), jobs.c.finished_at >= hour_ago)
+    ).scalar_one()
+    error = func.substr(jobs.c.last_error, 1, ERROR_GROUP_CHARS).label("error")
+    errors = conn.execute(
+        select(error, count)
+        .where(jobs.c.status.in_(("failed", "dead")), jobs.c.last_error.is_not(None))
+        .where(jobs.c.requeued_as.is_(None), jobs.c.discarded_at.is_(None))
+        .group_by(error)
+        .order_by(count.desc(), error)
+        .limit(10)
+    ).all()
+    return StatsRows(
+        counts=[(row.status, row.queue, row.job_type, int(row.n)) for row in counts],
+        oldest_due={row.queue: max(0.0, float(row.age)) for row in oldest},
+        paused=paused_queues(conn),
+        failed_last_hour=int(failed),
+        dead_last_hour=int(dead),
+        top_errors=[(str(row.error), int(row.n)) for row in errors],
+        taken_at=taken_at,
+    )
+
+
+def find_jobs(
+    conn: Connection, job_filter: JobFilter, *, limit: int, before_id: int | None
+) -> list[Job]:
+    """Jobs matching ``job_filter``, newest first, at most ``limit``, ids below ``before_id``."""
+    query = select(jobs).where(*job_filter.clauses()).order_by(jobs.c.id.desc()).limit(limit)
+    if before_id is not None:
+        query = query.where(jobs.c.id < before_id)
+    return [row_to_job(row) for row in conn.execute(query).mappings()]
+
+
+def paused_queues(conn: Connection) -> list[str]:
+    """The names of the queues paused now."""
+    query = select(queues.c.name).where(queues.c.paused_at.is_not(None)).order_by(queues.c.name)
+    return list(conn.execute(query).scalars())
