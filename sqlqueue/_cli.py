@@ -30,8 +30,9 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnsupportedDatabase,
 )
-from sqlqueue._migrate import head_revision, migrate
+from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
+from sqlqueue._schema import SCHEMA_REVISION
 from sqlqueue.dialects import dialect_for
 
 __all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
@@ -204,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
     engine = open_engine(args.database_url, existing=True)
     try:
         queue = Queue(engine)
-        queue.admin.require_schema(head_revision())
+        queue.admin.require_schema(SCHEMA_REVISION)
         status: int = args.operate(queue, args)
         return status
     finally:

@@ -83,6 +83,11 @@ class RetentionDuty:
             name=DUTY_NAME, holder=self._holder, seconds=max(2 * self.retention.interval, 30.0)
         )
 
+    def release(self) -> None:
+        """Give the duty up (a worker that stops), so another worker takes it at its next pass
+        rather than when this lease runs out."""
+        self._admin.release_duty(name=DUTY_NAME, holder=self._holder)
+
     def prune(self, status: str, age: float) -> int:
         """Delete one batch of ``status`` jobs older than ``age`` seconds; return how many went
         (fewer than ``batch_size``: that status is done for this pass)."""

@@ -21,6 +21,7 @@ from sqlalchemy import (
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
 __all__ = [
+    "SCHEMA_REVISION",
     "VERSION_TABLE",
     "circuit_breakers",
     "duties",
@@ -32,6 +33,10 @@ __all__ = [
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
 VERSION_TABLE = "sqlqueue_alembic_version"
+
+#: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
+#: it against alembic's head, so reading it costs no alembic import).
+SCHEMA_REVISION = "0005"
 
 metadata = MetaData(
     naming_convention={

@@ -241,6 +241,9 @@ class Worker:
             for duty in duties:
                 duty.cancel()
             await asyncio.gather(*duties, return_exceptions=True)
+            if self._retention is not None:
+                with contextlib.suppress(DatabaseError):
+                    await self._db.call(self._retention.release)
             await asyncio.to_thread(listener.stop)
             threads.shutdown()
             self._db.close()

@@ -21,7 +21,7 @@ from alembic.script import ScriptDirectory
 
 import sqlqueue
 from sqlqueue._migrate import migrations_dir
-from sqlqueue._schema import VERSION_TABLE, metadata
+from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = ScriptDirectory(str(migrations_dir())).get_current_head()
@@ -77,6 +77,10 @@ def _snapshot(engine: sa.Engine) -> dict[str, Any]:
 
 
 # -- the migrated schema is the declared schema ---------------------------------------------
+
+
+def test_the_schema_revision_the_code_expects_is_the_newest_migration():
+    assert SCHEMA_REVISION == HEAD
 
 
 def test_alembic_sees_no_difference_between_migrations_and_metadata(backend):

@@ -137,6 +137,10 @@ class Admin:
             )
         )
 
+    def release_duty(self, *, name: str, holder: str) -> None:
+        """See :func:`maintenance.release_duty`."""
+        self._write(lambda conn: maintenance.release_duty(conn, name=name, holder=holder))
+
     def pause(self, *, name: str, by: str, reason: str) -> None:
         """See :func:`maintenance.pause_queue`."""
         self._write(

@@ -15,7 +15,14 @@ from sqlalchemy import Connection, delete, select, update
 from sqlqueue._schema import duties, jobs, queues
 from sqlqueue.dialects import Dialect
 
-__all__ = ["PAUSES_CHANGED", "pause_queue", "prune_batch", "resume_queue", "take_duty"]
+__all__ = [
+    "PAUSES_CHANGED",
+    "pause_queue",
+    "prune_batch",
+    "release_duty",
+    "resume_queue",
+    "take_duty",
+]
 
 
 def prune_batch(
@@ -56,6 +63,11 @@ def take_duty(
         where=(duties.c.expires_at < dialect.clock()) | (duties.c.holder == holder),
     ).returning(duties.c.holder)
     return conn.execute(stmt).first() is not None
+
+
+def release_duty(conn: Connection, *, name: str, holder: str) -> None:
+    """Give up duty ``name`` if ``holder`` has it, so another worker can take it at once."""
+    conn.execute(delete(duties).where(duties.c.name == name, duties.c.holder == holder))
 
 
 def pause_queue(conn: Connection, dialect: Dialect, *, name: str, by: str, reason: str) -> None:

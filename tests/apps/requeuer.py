@@ -1,0 +1,27 @@
+"""A process that requeues dead jobs by filter once a start file appears, for the race test.
+
+``python -m tests.apps.requeuer START_FILE`` with ``SQLQUEUE_DATABASE_URL`` set; prints how many
+jobs it requeued.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import sqlqueue
+
+
+def main() -> None:
+    start = Path(sys.argv[1])
+    queue = sqlqueue.Queue(os.environ["SQLQUEUE_DATABASE_URL"])
+    while not start.exists():
+        time.sleep(0.005)
+    new_ids = queue.requeue_where(by=f"pid {os.getpid()}", reason="race", batch_size=20)
+    print(len(new_ids))
+
+
+if __name__ == "__main__":
+    main()

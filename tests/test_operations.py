@@ -1,0 +1,365 @@
+"""The operators' API on both backends: stats, health, search, dead-letter actions, prune, pause.
+
+Each test builds its jobs through the public API (enqueue, a burst worker) and reads them back
+the way an operator would; only times in the past are set by hand, where a test needs jobs that
+finished or failed long ago.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue._schema import jobs
+from tests._support import db_now, drain
+from tests.conftest import Backend
+
+STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"]
+
+
+def make_queue(backend: Backend, **options: object) -> sqlqueue.Queue:
+    """A queue with tasks that succeed, fail once and die, on two queues."""
+    queue = backend.queue(**options)
+
+    @queue.task("ok", queue="mail")
+    def ok(n: int = 0) -> None:
+        return None
+
+    @queue.task("boom", queue="hooks", max_attempts=1)
+    def boom(n: int = 0, error: str = "boom") -> None:
+        raise ConnectionError(error)
+
+    @queue.task("flaky", queue="hooks", max_attempts=3, backoff=[3600])
+    def flaky(n: int = 0) -> None:
+        raise TimeoutError("endpoint timed out")
+
+    return queue
+
+
+def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: object) -> list[int]:
+    requests = [
+        sqlqueue.JobRequest(job_type=job_type, payload={"n": i, **payload}) for i in range(count)
+    ]
+    with queue.engine.begin() as conn:
+        return queue.enqueue_many(conn, requests)
+
+
+def set_times(engine: sa.Engine, ids: list[int], **values: datetime) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(**values))
+
+
+# -- stats and health ---------------------------------------------------------------------------
+
+
+def test_stats_of_an_empty_database_has_every_status_at_zero(backend: Backend) -> None:
+    stats = backend.queue().stats()
+
+    assert stats.by_status == dict.fromkeys(STATUSES, 0)
+    assert stats.queues == {}
+    assert stats.job_types == {}
+    assert (stats.failed_last_hour, stats.dead_last_hour, stats.top_errors) == (0, 0, ())
+    assert stats.to_dict()["by_status"] == dict.fromkeys(STATUSES, 0)
+
+
+def test_stats_counts_by_status_queue_and_type_with_ages_and_top_errors(backend: Backend) -> None:
+    queue = make_queue(backend)
+    enqueue(queue, "ok", 3)
+    enqueue(queue, "boom", 2, error="503 from crm")
+    enqueue(queue, "boom", 1, error="410 Gone")
+    enqueue(queue, "flaky", 1)
+    drain(queue)
+    waiting = enqueue(queue, "ok", 2)  # due now, nobody serves them yet
+    set_times(backend.engine, waiting[:1], next_run_at=db_now(backend.engine) - timedelta(hours=2))
+
+    stats = queue.stats()
+
+    assert stats.by_status == {
+        "queued": 2, "running": 0, "succeeded": 3, "failed": 1, "dead": 3, "cancelled": 0,
+    }  # fmt: skip
+    assert stats.queues["mail"].by_status["succeeded"] == 3
+    assert stats.queues["mail"].by_status["queued"] == 2
+    assert stats.queues["hooks"].by_status == {
+        "queued": 0, "running": 0, "succeeded": 0, "failed": 1, "dead": 3, "cancelled": 0,
+    }  # fmt: skip
+    assert stats.job_types["boom"]["dead"] == 3
+    assert stats.job_types["flaky"]["failed"] == 1
+    # The oldest due job of "mail" has waited two hours by the database clock; the failed
+    # flaky job is not due for an hour, so "hooks" has nothing waiting.
+    mail_age = stats.queues["mail"].oldest_queued_age_seconds
+    assert mail_age is not None
+    assert 7190 < mail_age < 7300
+    assert stats.queues["hooks"].oldest_queued_age_seconds is None
+    assert (stats.failed_last_hour, stats.dead_last_hour) == (1, 3)
+    assert [(e.error, e.count) for e in stats.top_errors] == [
+        ("ConnectionError: 503 from crm", 2),
+        ("ConnectionError: 410 Gone", 1),
+        ("TimeoutError: endpoint timed out", 1),
+    ]
+    as_dict = stats.to_dict()
+    assert set(as_dict) >= {
+        "by_status", "queues", "job_types", "failed_last_hour", "dead_last_hour", "top_errors",
+    }  # fmt: skip
+    assert as_dict["queues"]["mail"]["paused"] is False
+    assert as_dict["top_errors"][0] == {"error": "ConnectionError: 503 from crm", "count": 2}
+
+
+def test_deaths_older_than_an_hour_and_handled_ones_do_not_count_as_recent(
+    backend: Backend,
+) -> None:
+    queue = make_queue(backend)
+    dead = enqueue(queue, "boom", 4)
+    drain(queue)
+    set_times(backend.engine, dead[:1], finished_at=db_now(backend.engine) - timedelta(hours=2))
+    queue.discard(dead[1], by="ops", reason="customer deleted")
+    queue.requeue(dead[2], by="ops", reason="fixed")
+
+    stats = queue.stats()
+
+    assert stats.dead_last_hour == 1  # dead[3] only
+    assert stats.by_status["dead"] == 4  # the rows are all still dead
+    # Top errors count what still needs a person: dead[0] and dead[3].
+    assert [(e.error, e.count) for e in stats.top_errors] == [("ConnectionError: boom", 2)]
+
+
+def test_health_raises_each_alarm_over_its_threshold_and_none_under(backend: Backend) -> None:
+    queue = make_queue(backend)
+    enqueue(queue, "boom", 3, error="same")
+    drain(queue)
+    stuck = enqueue(queue, "ok", 1)
+    set_times(backend.engine, stuck, next_run_at=db_now(backend.engine) - timedelta(minutes=10))
+
+    healthy = queue.health(max_queued_age=3600, max_dead_last_hour=3, max_same_error=3)
+    assert healthy.ok
+    assert healthy.alarms == ()
+
+    sick = queue.health(max_queued_age=300, max_dead_last_hour=2, max_same_error=2)
+    assert not sick.ok
+    by_name = {alarm.name: alarm for alarm in sick.alarms}
+    assert set(by_name) == {"dead_jobs", "same_error", "queued_age"}
+    assert (by_name["dead_jobs"].figure, by_name["dead_jobs"].threshold) == (3, 2)
+    assert by_name["same_error"].error == "ConnectionError: same"
+    assert by_name["queued_age"].queue == "mail"
+    assert by_name["queued_age"].figure > 590
+    assert "is any worker serving it" in by_name["queued_age"].message
+    assert sick.to_dict()["ok"] is False
+
+    # Discarding the dead jobs silences both dead-job alarms; pausing the queue, its age alarm.
+    queue.discard_where(by="ops", reason="known outage", error_contains="same")
+    queue.pause("mail", by="ops", reason="maintenance")
+    assert queue.health(max_queued_age=300, max_dead_last_hour=2, max_same_error=2).ok
+
+
+def test_health_refuses_negative_thresholds(backend: Backend) -> None:
+    with pytest.raises(sqlqueue.ConfigurationError, match="thresholds"):
+        backend.queue().health(max_queued_age=-1)
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def test_jobs_filters_and_pages_newest_first(backend: Backend) -> None:
+    queue = make_queue(backend)
+    enqueue(queue, "ok", 5)
+    dead = enqueue(queue, "boom", 3, error="503 from crm.example.com")
+    enqueue(queue, "boom", 2, error="410 Gone")
+    drain(queue)
+
+    newest = queue.jobs(limit=4)
+    assert [job.id for job in newest] == sorted((job.id for job in newest), reverse=True)
+    assert len(newest) == 4
+    rest = queue.jobs(limit=100, before_id=newest[-1].id)
+    assert len(newest) + len(rest) == 10
+    assert max(job.id for job in rest) < newest[-1].id
+
+    crm = queue.jobs(status="dead", error_contains="crm.example")
+    assert sorted(job.id for job in crm) == dead
+    assert queue.jobs(job_type="ok", queue="mail", status="succeeded", limit=2)[0].job_type == "ok"
+    assert queue.jobs(queue="nowhere") == []
+    # LIKE's wildcards are searched for as plain text.
+    assert queue.jobs(error_contains="%") == []
+
+
+def test_jobs_since_and_until_bound_the_latest_change(backend: Backend) -> None:
+    queue = make_queue(backend)
+    old, new = enqueue(queue, "ok", 2)
+    now = db_now(backend.engine)
+    set_times(backend.engine, [old], updated_at=now - timedelta(days=2))
+
+    assert [job.id for job in queue.jobs(since=now - timedelta(hours=1))] == [new]
+    assert [job.id for job in queue.jobs(until=now - timedelta(days=1))] == [old]
+
+
+def test_jobs_rejects_bad_filters_before_touching_the_database(backend: Backend) -> None:
+    queue = backend.queue()
+    with pytest.raises(sqlqueue.ConfigurationError, match="status must be one of"):
+        queue.jobs(status="done")
+    with pytest.raises(sqlqueue.ConfigurationError, match="limit"):
+        queue.jobs(limit=0)
+    with pytest.raises(sqlqueue.ConfigurationError, match="timezone-aware"):
+        queue.jobs(since=datetime(2026, 1, 1))
+
+
+# -- dead letters ------------------------------------------------------------------------------
+
+
+def test_requeue_where_requeues_matching_dead_jobs_once(backend: Backend) -> None:
+    queue = make_queue(backend)
+    crm = enqueue(queue, "boom", 7, error="503 from crm")
+    other = enqueue(queue, "boom", 2, error="400 Bad Request")
+    drain(queue)
+
+    new_ids = queue.requeue_where(
+        by="alice", reason="CRM is back", error_contains="crm", batch_size=3
+    )
+
+    assert len(new_ids) == 7
+    for dead_id, new_id in zip(crm, new_ids, strict=True):  # oldest first, one new job each
+        dead = queue.get_job(dead_id)
+        fresh = queue.get_job(new_id)
+        assert dead is not None
+        assert fresh is not None
+        assert (dead.status, dead.requeued_as, dead.requeued_by) == ("dead", new_id, "alice")
+        assert dead.requeue_reason == "CRM is back"
+        assert (fresh.status, fresh.requeued_from, fresh.payload) == (
+            "queued",
+            dead_id,
+            dead.payload,
+        )
+    # Again: nothing left to requeue; the other errors were never touched.
+    assert queue.requeue_where(by="alice", reason="again", error_contains="crm") == []
+    assert all(queue.get_job(job_id).requeued_as is None for job_id in other)  # type: ignore[union-attr]
+    # One by one after a filter: refused, saying where the job went.
+    with pytest.raises(sqlqueue.JobStateError, match="already requeued as job"):
+        queue.requeue(crm[0], by="bob", reason="twice")
+
+
+def test_requeue_where_honours_limit_ids_and_type(backend: Backend) -> None:
+    queue = make_queue(backend)
+    dead = enqueue(queue, "boom", 5)
+    drain(queue)
+
+    assert len(queue.requeue_where(by="a", reason="r", job_ids=dead[:3], limit=2)) == 2
+    assert len(queue.requeue_where(by="a", reason="r", job_type="nothing-like-it")) == 0
+    assert len(queue.requeue_where(by="a", reason="r", job_type="boom")) == 3
+
+
+def test_discard_marks_dead_jobs_handled_and_keeps_them_dead(backend: Backend) -> None:
+    queue = make_queue(backend)
+    dead = enqueue(queue, "boom", 3)
+    ok = enqueue(queue, "ok", 1)
+    drain(queue)
+
+    job = queue.discard(dead[0], by="carol", reason="duplicate order")
+    assert (job.status, job.discarded_by, job.discard_reason) == (
+        "dead",
+        "carol",
+        "duplicate order",
+    )
+    assert job.discarded_at is not None
+    with pytest.raises(sqlqueue.JobStateError, match="already discarded by carol"):
+        queue.discard(dead[0], by="dave", reason="again")
+    with pytest.raises(sqlqueue.JobStateError, match="only dead jobs"):
+        queue.discard(ok[0], by="dave", reason="not dead")
+    with pytest.raises(sqlqueue.JobNotFound):
+        queue.discard(10**9, by="dave", reason="missing")
+
+    assert queue.discard_where(by="carol", reason="all of them", job_type="boom") == dead[1:]
+    assert queue.stats().by_status["dead"] == 3
+    assert queue.requeue_where(by="carol", reason="x", job_type="boom") == []  # handled already
+    assert [j.id for j in queue.jobs(status="dead", unhandled=True)] == []
+
+
+def test_dead_letter_actions_need_who_and_why(backend: Backend) -> None:
+    queue = backend.queue()
+    for action in (queue.requeue_where, queue.discard_where):
+        with pytest.raises(sqlqueue.ConfigurationError, match=r"by= \(who\) and reason="):
+            action(by="", reason="x")
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"by= \(who\) and reason="):
+        queue.discard(1, by="x", reason="")
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def test_prune_deletes_only_old_finished_jobs(backend: Backend) -> None:
+    queue = make_queue(backend)
+    done = enqueue(queue, "ok", 5)
+    dead = enqueue(queue, "boom", 2)
+    failed = enqueue(queue, "flaky", 1)
+    drain(queue)
+    queued = enqueue(queue, "ok", 1)
+    long_ago = db_now(backend.engine) - timedelta(days=30)
+    everything = done + dead + failed + queued
+    set_times(backend.engine, everything, finished_at=long_ago, updated_at=long_ago)
+    set_times(backend.engine, done[:1], finished_at=datetime.now(UTC))  # a recent success
+
+    assert queue.prune(older_than=86400, batch_size=2) == 4
+    assert queue.prune(older_than=86400) == 0
+    remaining = {job.id for job in queue.jobs(limit=100)}
+    assert remaining == {done[0], *dead, *failed, *queued}
+    assert queue.prune(older_than=86400, statuses=["dead"]) == 2
+    # Never queued, running or failed jobs, whatever their times say.
+    with pytest.raises(sqlqueue.ConfigurationError, match="only finished jobs"):
+        queue.prune(older_than=0, statuses=["failed"])
+    with pytest.raises(sqlqueue.ConfigurationError, match="older_than"):
+        queue.prune(older_than=-1)
+
+
+def test_retention_is_checked_when_the_queue_is_built(backend: Backend) -> None:
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"Retention\.succeeded"):
+        sqlqueue.Retention(succeeded=-5)
+    with pytest.raises(sqlqueue.ConfigurationError, match="retention"):
+        backend.queue(retention={"succeeded": 60})
+
+
+def test_a_worker_with_retention_prunes_as_a_duty(backend: Backend) -> None:
+    queue = make_queue(
+        backend, retention=sqlqueue.Retention(succeeded=3600, interval=0.05, batch_size=2)
+    )
+    done = enqueue(queue, "ok", 5)
+    drain(queue)
+    long_ago = db_now(backend.engine) - timedelta(days=1)
+    set_times(backend.engine, done[:3], finished_at=long_ago)
+
+    worker = queue.worker(poll_interval=0.02)
+    from tests._support import WorkerThread, wait_until
+
+    with WorkerThread(worker):
+        wait_until(lambda: len(queue.jobs(status="succeeded")) == 2, timeout=10)
+    assert {job.id for job in queue.jobs()} == set(done[3:])
+
+
+# -- pausing ----------------------------------------------------------------------------------
+
+
+def test_pause_and_resume_are_visible_in_stats(backend: Backend) -> None:
+    queue = make_queue(backend)
+    queue.pause("reports", by="ops", reason="migrating the warehouse")
+    queue.pause("reports", by="ops", reason="still migrating")  # again: still paused
+
+    assert queue.paused_queues() == ["reports"]
+    assert queue.stats().queues["reports"].paused is True  # paused, even with no jobs
+    assert queue.resume("reports") is True
+    assert queue.resume("reports") is False
+    assert queue.paused_queues() == []
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"by= \(who\)"):
+        queue.pause("reports", by="", reason="x")
+
+
+def test_a_paused_queues_jobs_wait_and_others_run(backend: Backend) -> None:
+    queue = make_queue(backend)
+    queue.pause("hooks", by="ops", reason="partner outage")
+    hooks = enqueue(queue, "boom", 2)  # enqueueing into a paused queue still works
+    mail = enqueue(queue, "ok", 2)
+
+    drain(queue, queues=["mail", "hooks"])
+
+    assert {queue.get_job(i).status for i in mail} == {"succeeded"}  # type: ignore[union-attr]
+    assert {queue.get_job(i).status for i in hooks} == {"queued"}  # type: ignore[union-attr]
+    queue.resume("hooks")
+    drain(queue, queues=["mail", "hooks"])
+    assert {queue.get_job(i).status for i in hooks} == {"dead"}  # type: ignore[union-attr]
