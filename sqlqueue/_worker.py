@@ -463,9 +463,13 @@ class Worker:
             return
         for status, age in duty.retention.ages():
             while not self._stop_requested.is_set():
+                started = asyncio.get_running_loop().time()
                 deleted = await self._db.call(partial(duty.prune, status, age))
                 if deleted < duty.retention.batch_size:
                     break
+                if self.queue.dialect.single_writer:  # other processes' claims get in between
+                    elapsed = asyncio.get_running_loop().time() - started
+                    await asyncio.sleep(min(elapsed, 0.2))
 
     async def _schedule_once(self) -> None:
         if self.queue.periodic_schedules:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, insert, select, update
+from sqlalchemy import Connection, Select, bindparam, insert, select, update
 
 from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
@@ -75,39 +75,49 @@ def _requeue_rows(
     keyed = [row["id"] for row in rows if row["idempotency_key"] is not None]
     if keyed:
         conn.execute(update(jobs).where(jobs.c.id.in_(keyed)).values(idempotency_key=None))
-    new_ids: list[int] = []
-    for row in rows:  # one INSERT each: RETURNING order is not promised for multi-row inserts
-        new_row = {
+    # One multi-row INSERT; each new row names its dead row, so the order RETURNING gives the
+    # ids in does not matter.
+    insert_new = (
+        insert(jobs)
+        .values(
+            status="queued",
+            attempts=0,
+            errors=[],
+            next_run_at=current,
+            created_at=current,
+            updated_at=current,
+        )
+        .returning(jobs.c.requeued_from, jobs.c.id)
+    )
+    copied = [
+        {
             "job_type": row["job_type"],
             "queue": row["queue"],
             "priority": row["priority"],
             "payload": row["payload"],
-            "status": "queued",
-            "attempts": 0,
             "max_attempts": row["max_attempts"],
-            "errors": [],
             "idempotency_key": row["idempotency_key"],
             "group_key": row["group_key"],
             "requeued_from": row["id"],
-            "next_run_at": current,
-            "created_at": current,
-            "updated_at": current,
         }
-        new_ids.append(
-            int(conn.execute(insert(jobs).values(**new_row).returning(jobs.c.id)).scalar_one())
+        for row in rows
+    ]
+    new_of: dict[int, int] = {int(dead): int(new) for dead, new in conn.execute(insert_new, copied)}
+    new_ids = [new_of[dead_id] for dead_id in dead_ids]
+    mark_dead = (
+        update(jobs)
+        .where(jobs.c.id == bindparam("dead_id"))
+        .values(
+            requeued_as=bindparam("new_id"),
+            requeued_at=current,
+            requeued_by=by,
+            requeue_reason=reason,
+            updated_at=current,
         )
-    for dead_id, new_id in zip(dead_ids, new_ids, strict=True):
-        conn.execute(
-            update(jobs)
-            .where(jobs.c.id == dead_id)
-            .values(
-                requeued_as=new_id,
-                requeued_at=current,
-                requeued_by=by,
-                requeue_reason=reason,
-                updated_at=current,
-            )
-        )
+    )
+    conn.execute(
+        mark_dead, [{"dead_id": d, "new_id": n} for d, n in zip(dead_ids, new_ids, strict=True)]
+    )
     return new_ids
 
 

@@ -110,6 +110,10 @@ class Dialect(abc.ABC):
     supports_listen_notify: ClassVar[bool] = False
     #: Several processes on several hosts can share the database.
     supports_many_hosts: ClassVar[bool] = True
+    #: One writer at a time for the whole database: a long run of write transactions must
+    #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
+    #: up to 100 ms between tries, so a back-to-back writer always wins).
+    single_writer: ClassVar[bool] = False
 
     # -- connection setup -------------------------------------------------------------------
 

@@ -159,6 +159,7 @@ class SQLiteDialect(Dialect):
     supports_skip_locked: ClassVar[bool] = False
     supports_listen_notify: ClassVar[bool] = False
     supports_many_hosts: ClassVar[bool] = False
+    single_writer: ClassVar[bool] = True
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the library version and put every new connection in WAL with a busy timeout."""
