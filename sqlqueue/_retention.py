@@ -7,14 +7,20 @@ holds, so even two pruners at once never delete the same row or fail.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._store.admin import Admin
 
 __all__ = ["PRUNABLE", "Retention", "RetentionDuty", "check_prunable"]
+
+if TYPE_CHECKING:
+    from sqlqueue._dbthread import DatabaseThread
 
 log = logging.getLogger("sqlqueue.retention")
 
@@ -71,8 +77,11 @@ class Retention:
 class RetentionDuty:
     """The worker's pruning duty: a batch at a time, while it holds the retention lease."""
 
-    def __init__(self, admin: Admin, retention: Retention, *, holder: str) -> None:
+    def __init__(
+        self, admin: Admin, retention: Retention, *, holder: str, single_writer: bool = False
+    ) -> None:
         self._admin = admin
+        self._single_writer = single_writer
         self.retention = retention
         self._holder = holder
         self.deleted = 0
@@ -82,6 +91,23 @@ class RetentionDuty:
         return self._admin.take_duty(
             name=DUTY_NAME, holder=self._holder, seconds=max(2 * self.retention.interval, 30.0)
         )
+
+    async def run_pass(self, db: DatabaseThread, stopping: Callable[[], bool]) -> None:
+        """Prune what is due, if this worker holds the duty: one batch per call on ``db`` (the
+        worker's database thread), so the worker's own claims and outcomes go between batches;
+        on a single-writer database (SQLite) each batch is followed by a gap as long as it took,
+        so other processes' claims get the write lock too."""
+        if not await db.call(self.acquire):
+            return
+        loop = asyncio.get_running_loop()
+        for status, age in self.retention.ages():
+            while not stopping():
+                started = loop.time()
+                deleted = await db.call(partial(self.prune, status, age))
+                if deleted < self.retention.batch_size:
+                    break
+                if self._single_writer:
+                    await asyncio.sleep(min(loop.time() - started, 0.2))
 
     def release(self) -> None:
         """Give the duty up (a worker that stops), so another worker takes it at its next pass

@@ -30,6 +30,7 @@ from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._launch import Launcher
 from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
+from sqlqueue._pauses import Pauses
 from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
 from sqlqueue._retention import RetentionDuty
@@ -90,11 +91,15 @@ class Worker:
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
         #: Queues an operator paused: no claims from them until resumed (re-read every poll).
-        self._paused: frozenset[str] = frozenset()
-        self._pause_error_logged = False
+        self._pauses = Pauses(queue.admin, self._served)
         self._pause_read: asyncio.Future[None] | None = None
         self._retention = (
-            RetentionDuty(queue.admin, queue.retention, holder=self.worker_id)
+            RetentionDuty(
+                queue.admin,
+                queue.retention,
+                holder=self.worker_id,
+                single_writer=queue.dialect.single_writer,
+            )
             if queue.retention is not None and any(queue.retention.ages())
             else None
         )
@@ -342,9 +347,7 @@ class Worker:
 
     def _active(self, pool: Pool) -> tuple[str, ...]:
         """The queues of ``pool`` that are not paused."""
-        if not self._paused:
-            return pool.queues
-        return tuple(name for name in pool.queues if name not in self._paused)
+        return self._pauses.active(pool.queues)
 
     def _cycle(
         self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
@@ -433,43 +436,21 @@ class Worker:
         """Re-read which queues are paused. ``strict`` (a burst worker's first read): a database
         that is unreachable or not migrated stops the worker instead of being waited for."""
         try:
-            paused = frozenset(await self._db.call(self._queue_admin_paused))
+            paused = await self._db.call(self._pauses.read)
         except DatabaseError as error:
             if strict:
                 raise
-            if not self._pause_error_logged:
-                log.warning("cannot read the paused queues: %s", error)
-                self._pause_error_logged = True
+            self._pauses.failed(error)
             return
-        self._pause_error_logged = False
-        newly = (paused - self._paused) & self._served
-        if newly:
-            log.warning("queue(s) paused by an operator, no new claims: %s", sorted(newly))
-        resumed = (self._paused - paused) & self._served
+        resumed = self._pauses.update(paused)
         if resumed:
-            log.info("queue(s) resumed: %s", sorted(resumed))
             self._slots.wake(resumed)
             self._wake.set()
-        self._paused = paused
-
-    def _queue_admin_paused(self) -> list[str]:
-        return self.queue.admin.paused_queues()
 
     async def _retain_once(self) -> None:
-        """One retention pass, if this worker holds the duty: a batch per database call, so the
-        worker's claims and outcomes go between batches."""
-        duty = self._retention
-        if duty is None or not await self._db.call(duty.acquire):
-            return
-        for status, age in duty.retention.ages():
-            while not self._stop_requested.is_set():
-                started = asyncio.get_running_loop().time()
-                deleted = await self._db.call(partial(duty.prune, status, age))
-                if deleted < duty.retention.batch_size:
-                    break
-                if self.queue.dialect.single_writer:  # other processes' claims get in between
-                    elapsed = asyncio.get_running_loop().time() - started
-                    await asyncio.sleep(min(elapsed, 0.2))
+        """One retention pass, if this worker holds the duty (see ``RetentionDuty.run_pass``)."""
+        if self._retention is not None:
+            await self._retention.run_pass(self._db, self._stop_requested.is_set)
 
     async def _schedule_once(self) -> None:
         if self.queue.periodic_schedules:
