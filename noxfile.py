@@ -122,6 +122,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_operations(session: nox.Session) -> None:
+    """stats, health, jobs pages, mass requeue and a first prune on 1,000,000 finished jobs.
+
+    Arguments go to ``python -m bench.operations``: ``nox -s bench_operations -- --plans``,
+    ``-- --rows 100000 --backends sqlite``.
+    """
+    session.install(".[postgres]")
+    session.run("python", "-m", "bench.operations", *session.posargs)
+
+
+@nox.session
 def soak(session: nox.Session) -> None:
     """The long-running tests marked ``slow`` (pass pytest arguments after ``--``)."""
     session.install(".[test]")

@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -68,7 +69,7 @@ def _fill_sql(backend: str, kind: str) -> str:
     spread among the others as they would be) or ``queued`` (due within the last minute)."""
     json = "::jsonb" if backend == "postgresql" else ""
     if kind == "history":
-        dead = "i % :every = 0"
+        dead = "(i % :every = 0 AND i <= :every * :dead)"
         status = (
             f"CASE WHEN {dead} THEN 'dead' WHEN i % 50 = 1 THEN 'cancelled' ELSE 'succeeded' END"
         )
@@ -90,15 +91,26 @@ def _fill_sql(backend: str, kind: str) -> str:
     """
 
 
-def fill(engine: sa.Engine, backend: str, rows: int) -> float:
+@dataclass(frozen=True)
+class Sizes:
+    """How many finished (of which dead) and queued jobs a measurement starts with."""
+
+    finished: int
+    dead: int
+    queued: int
+
+
+def fill(engine: sa.Engine, backend: str, sizes: Sizes) -> float:
     """Write the history and the backlog; return the seconds it took (vacuum included)."""
     started = time.perf_counter()
     with engine.begin() as conn:
-        history = rows + DEAD
+        history = sizes.finished + sizes.dead
+        every = history // max(sizes.dead, 1) if sizes.dead else history + 1
         conn.execute(
-            sa.text(_fill_sql(backend, "history")), {"n": history, "every": history // DEAD}
+            sa.text(_fill_sql(backend, "history")),
+            {"n": history, "every": every, "dead": sizes.dead},
         )
-        conn.execute(sa.text(_fill_sql(backend, "queued")), {"n": QUEUED})
+        conn.execute(sa.text(_fill_sql(backend, "queued")), {"n": sizes.queued})
     if backend == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE sqlqueue_jobs")
@@ -154,7 +166,7 @@ def explain(engine: sa.Engine, call: Callable[[], object]) -> list[str]:
     return plans
 
 
-def _claim_until(url: str, stop: Any, results: Any) -> None:
+def _claim_until(url: str, ready: Any, stop: Any, results: Any) -> None:
     """Claim up to 10 jobs, hold them 10 ms and give them back, again and again until ``stop``;
     report each claim's milliseconds (what another worker sees meanwhile)."""
     queue = sqlqueue.Queue(url)
@@ -165,6 +177,7 @@ def _claim_until(url: str, stop: Any, results: Any) -> None:
             queues=QUEUES, job_types=None, limit=10, worker_id="bench", lease_seconds=30
         )
         latencies.append((time.perf_counter() - started) * 1000)
+        ready.set()
         time.sleep(0.01)  # the jobs "run": a worker is not in a write transaction all the time
         queue.store.release(worker_id="bench", fences=[job.fence for job in claimed])
     results.put(latencies)
@@ -186,10 +199,12 @@ def claims_while(url: str, action: Callable[[], object]) -> tuple[str, float]:
     """Claim latency in another process while ``action`` runs; and the action's seconds."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    stop = context.Event()
-    process = context.Process(target=_claim_until, args=(url, stop, results))
+    ready, stop = context.Event(), context.Event()
+    process = context.Process(target=_claim_until, args=(url, ready, stop, results))
     process.start()
-    time.sleep(2.0)  # the claimer has started and is claiming
+    if not ready.wait(60):
+        raise SystemExit("the claiming process did not start")
+    time.sleep(1.0)  # a second of claims before the action, for the "before" figures
     started = time.perf_counter()
     action()
     took = time.perf_counter() - started
@@ -199,13 +214,14 @@ def claims_while(url: str, action: Callable[[], object]) -> tuple[str, float]:
     return _percentiles(latencies), took
 
 
-def measure(backend: str, target: Target, rows: int, show_plans: bool) -> None:
+def measure(backend: str, target: Target, sizes: Sizes, show_plans: bool) -> None:
     with fresh_database(backend, target) as url:
         queue = sqlqueue.Queue(url)
         engine = queue.engine
-        took = fill(engine, backend, rows)
+        took = fill(engine, backend, sizes)
+        rows = sizes.finished
         print(
-            f"\n== {backend}: {rows:,} finished + {DEAD:,} dead + {QUEUED:,} queued "
+            f"\n== {backend}: {rows:,} finished + {sizes.dead:,} dead + {sizes.queued:,} queued "
             f"(filled and analyzed in {took:.0f} s)"
         )
         calls: dict[str, Callable[[], object]] = {
@@ -242,7 +258,7 @@ def measure(backend: str, target: Target, rows: int, show_plans: bool) -> None:
             if len(done) < 500:
                 break
         print(
-            f"\nrequeue_where over {DEAD:,} dead jobs: {total:,} requeued in "
+            f"\nrequeue_where over {sizes.dead:,} dead jobs: {total:,} requeued in "
             f"{time.perf_counter() - started:.2f} s, {len(batches)} batches of 500, "
             f"longest batch {max(batches):.0f} ms"
         )
@@ -260,13 +276,15 @@ def measure(backend: str, target: Target, rows: int, show_plans: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.operations", description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000, help="finished jobs (1,000,000)")
+    parser.add_argument("--dead", type=int, default=DEAD, help=f"dead jobs among them ({DEAD:,})")
+    parser.add_argument("--queued", type=int, default=QUEUED, help=f"queued due jobs ({QUEUED:,})")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument("--plans", action="store_true", help="print PostgreSQL's query plans")
     args = parser.parse_args(argv)
     target = Target(postgres_url=args.postgres_url)
     for backend in args.backends.split(","):
-        measure(backend.strip(), target, args.rows, args.plans)
+        measure(backend.strip(), target, Sizes(args.rows, args.dead, args.queued), args.plans)
     return 0
 
 

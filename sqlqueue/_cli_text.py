@@ -81,7 +81,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def short(text: str | None, width: int = 60) -> str:
+def short(text: str | None, width: int = 80) -> str:
     """The first line of ``text``, cut to ``width`` characters."""
     if not text:
         return "-"

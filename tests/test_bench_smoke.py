@@ -67,3 +67,21 @@ def test_quick_run_on_sqlite_measures_every_scenario(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "changes against" in shown.stdout
     assert "0.0%" in shown.stdout
+
+
+SMALL = ("--rows", "2000", "--dead", "600", "--queued", "200")
+
+
+def test_the_operations_benchmark_runs_end_to_end_on_sqlite() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.operations", "--backends", "sqlite", *SMALL],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stats()" in done.stdout
+    assert "requeue_where over 600 dead jobs: 600 requeued" in done.stdout
+    assert "claim latency, during the prune" in done.stdout
