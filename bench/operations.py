@@ -69,7 +69,7 @@ def _fill_sql(backend: str, kind: str) -> str:
     spread among the others as they would be) or ``queued`` (due within the last minute)."""
     json = "::jsonb" if backend == "postgresql" else ""
     if kind == "history":
-        dead = "(i % :every = 0 AND i <= :every * :dead)"
+        dead = "(i % :every = 0 AND i <= :last_dead)"
         status = (
             f"CASE WHEN {dead} THEN 'dead' WHEN i % 50 = 1 THEN 'cancelled' ELSE 'succeeded' END"
         )
@@ -108,7 +108,7 @@ def fill(engine: sa.Engine, backend: str, sizes: Sizes) -> float:
         every = history // max(sizes.dead, 1) if sizes.dead else history + 1
         conn.execute(
             sa.text(_fill_sql(backend, "history")),
-            {"n": history, "every": every, "dead": sizes.dead},
+            {"n": history, "every": every, "last_dead": every * sizes.dead},
         )
         conn.execute(sa.text(_fill_sql(backend, "queued")), {"n": sizes.queued})
     if backend == "postgresql":

@@ -6,6 +6,7 @@ Migrations in ``migrations/`` must produce exactly this schema (a test compares 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     Column,
     Float,
@@ -24,7 +25,9 @@ __all__ = [
     "SCHEMA_REVISION",
     "VERSION_TABLE",
     "circuit_breakers",
+    "count_marks",
     "duties",
+    "finished_counts",
     "jobs",
     "metadata",
     "queues",
@@ -127,12 +130,15 @@ Index(
 )
 # Operators: counts by status, queue and type come from this index alone (0005).
 Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.queue, jobs.c.job_type)
-# Retention and "dead in the last hour": finished jobs by when they finished (0005).
+# Retention, "dead in the last hour" and the counts of recently finished jobs: finished jobs by
+# when they finished, with their queue and type, so counting reads the index alone (0005).
 _FINISHED = text("finished_at IS NOT NULL")
 Index(
     "ix_sqlqueue_jobs_finished",
     jobs.c.status,
     jobs.c.finished_at,
+    jobs.c.queue,
+    jobs.c.job_type,
     postgresql_where=_FINISHED,
     sqlite_where=_FINISHED,
 )
@@ -175,6 +181,25 @@ queues = Table(
     Column("paused_by", String(255), nullable=True),
     Column("pause_reason", Text, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# Counts of finished jobs (whose status, queue and type never change again) that finished before
+# the mark's ``folded_until``: stats add the jobs finished since, so they never count the whole
+# history. A worker folds newly finished jobs in every minute; prune subtracts what it deletes.
+finished_counts = Table(
+    "sqlqueue_finished_counts",
+    metadata,
+    Column("status", String(16), primary_key=True),
+    Column("queue", String(100), primary_key=True),
+    Column("job_type", String(200), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)
+
+count_marks = Table(
+    "sqlqueue_count_marks",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("folded_until", UtcDateTime, nullable=False),
 )
 
 # A maintenance duty that one worker at a time performs across every host (retention): the

@@ -49,6 +49,8 @@ log = logging.getLogger("sqlqueue.worker")
 
 #: How long the claim loop waits for more jobs to finish when only a few slots are free.
 _GATHER_SECONDS = 0.001
+#: How often a worker folds newly finished jobs into the stats' rollup (see _store/counts.py).
+_FOLD_SECONDS = 60.0
 
 
 class Worker:
@@ -230,6 +232,10 @@ class Worker:
             asyncio.create_task(
                 every(self.settings.poll_interval, self._read_paused, "paused-queues read"),
                 name="sqlqueue-pauses",
+            ),
+            asyncio.create_task(
+                every(_FOLD_SECONDS, self._fold_counts, "finished-count fold"),
+                name="sqlqueue-counts",
             ),
         ]
         if self._retention is not None:
@@ -446,6 +452,11 @@ class Worker:
         if resumed:
             self._slots.wake(resumed)
             self._wake.set()
+
+    async def _fold_counts(self) -> None:
+        """Count jobs finished since the last fold into the stats' rollup, so ``stats()`` reads
+        at most a minute or so of finished jobs row by row."""
+        await self._db.call(self.queue.admin.fold_counts)
 
     async def _retain_once(self) -> None:
         """One retention pass, if this worker holds the duty (see ``RetentionDuty.run_pass``)."""

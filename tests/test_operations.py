@@ -363,3 +363,62 @@ def test_a_paused_queues_jobs_wait_and_others_run(backend: Backend) -> None:
     queue.resume("hooks")
     drain(queue, queues=["mail", "hooks"])
     assert {queue.get_job(i).status for i in hooks} == {"dead"}  # type: ignore[union-attr]
+
+
+# -- counting the finished history -----------------------------------------------------------
+
+
+def exact_counts(engine: sa.Engine) -> dict[tuple[str, str, str], int]:
+    """Counts by (status, queue, job_type) straight from the job rows."""
+    query = sa.select(jobs.c.status, jobs.c.queue, jobs.c.job_type, sa.func.count()).group_by(
+        jobs.c.status, jobs.c.queue, jobs.c.job_type
+    )
+    with engine.connect() as conn:
+        return {(s, q, t): int(n) for s, q, t, n in conn.execute(query)}
+
+
+def stats_counts(queue: sqlqueue.Queue) -> dict[tuple[str, str, str], int]:
+    """The same counts as stats() reports them (per status and queue, per status and type)."""
+    stats = queue.stats()
+    per_queue = {(s, q): n for q, qs in stats.queues.items() for s, n in qs.by_status.items() if n}
+    per_type = {(s, t): n for t, ts in stats.job_types.items() for s, n in ts.items() if n}
+    return per_queue | {("type", *key): n for key, n in per_type.items()}  # type: ignore[dict-item]
+
+
+def expected(engine: sa.Engine) -> dict[tuple[str, ...], int]:
+    by_queue: dict[tuple[str, ...], int] = {}
+    by_type: dict[tuple[str, ...], int] = {}
+    for (status, queue_name, job_type), n in exact_counts(engine).items():
+        by_queue[(status, queue_name)] = by_queue.get((status, queue_name), 0) + n
+        by_type[("type", status, job_type)] = by_type.get(("type", status, job_type), 0) + n
+    return by_queue | by_type
+
+
+def test_stats_stay_exact_across_folds_prunes_requeues_and_discards(backend: Backend) -> None:
+    queue = make_queue(backend)
+    ok = enqueue(queue, "ok", 12)
+    dead = enqueue(queue, "boom", 6)
+    drain(queue)
+    long_ago = db_now(backend.engine) - timedelta(days=3)
+    set_times(backend.engine, ok[:8] + dead[:2], finished_at=long_ago)
+    assert stats_counts(queue) == expected(backend.engine)  # nothing folded yet: all live
+
+    assert queue.admin.fold_counts(margin=0) == 18  # everything finished before now
+    assert queue.admin.fold_counts(margin=0) == 0  # nothing new since
+    assert stats_counts(queue) == expected(backend.engine)
+
+    more = enqueue(queue, "ok", 5)  # finished after the fold: counted live
+    drain(queue)
+    queue.requeue_where(by="ops", reason="r", job_ids=dead[2:4])  # dead rows stay dead
+    queue.discard(dead[4], by="ops", reason="d")
+    assert stats_counts(queue) == expected(backend.engine)
+
+    # Prune deletes folded rows (subtracted from the rollup) and, with older_than=0, unfolded
+    # ones too (never counted there).
+    assert queue.prune(older_than=86400, batch_size=3) == 8
+    assert stats_counts(queue) == expected(backend.engine)
+    queue.admin.fold_counts(margin=0)
+    assert stats_counts(queue) == expected(backend.engine)
+    assert queue.prune(older_than=0, statuses=["succeeded", "dead"]) == 4 + len(more) + 6
+    assert stats_counts(queue) == expected(backend.engine)
+    assert queue.stats().by_status["succeeded"] == 0

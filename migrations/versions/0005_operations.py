@@ -1,5 +1,5 @@
-"""Operations: dead jobs marked handled, paused queues, one-at-a-time duties, and the indexes
-that keep operator queries off the finished history.
+"""Operations: dead jobs marked handled, paused queues, one-at-a-time duties, counts of the
+finished history folded into a table, and the indexes that keep operator queries off it.
 
 Revision ID: 0005
 Revises: 0004
@@ -31,11 +31,12 @@ def upgrade() -> None:
     op.create_index(
         "ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "queue", "job_type"]
     )
-    # Retention and "dead in the last hour": finished jobs by when they finished.
+    # Retention, "dead in the last hour" and the counts of recently finished jobs: finished jobs
+    # by when they finished, with their queue and type (counted from the index alone).
     op.create_index(
         "ix_sqlqueue_jobs_finished",
         "sqlqueue_jobs",
-        ["status", "finished_at"],
+        ["status", "finished_at", "queue", "job_type"],
         postgresql_where=_FINISHED,
         sqlite_where=_FINISHED,
     )
@@ -49,6 +50,22 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_queues"),
     )
     op.create_table(
+        "sqlqueue_finished_counts",
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("queue", sa.String(100), nullable=False),
+        sa.Column("job_type", sa.String(200), nullable=False),
+        sa.Column("count", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "status", "queue", "job_type", name="pk_sqlqueue_finished_counts"
+        ),
+    )
+    op.create_table(
+        "sqlqueue_count_marks",
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("folded_until", _TIME, nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_count_marks"),
+    )
+    op.create_table(
         "sqlqueue_duties",
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("holder", sa.String(255), nullable=False),
@@ -59,6 +76,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("sqlqueue_duties")
+    op.drop_table("sqlqueue_count_marks")
+    op.drop_table("sqlqueue_finished_counts")
     op.drop_table("sqlqueue_queues")
     op.drop_index("ix_sqlqueue_jobs_finished", table_name="sqlqueue_jobs")
     op.drop_index("ix_sqlqueue_jobs_status", table_name="sqlqueue_jobs")

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, column, select, table
 from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
-from sqlqueue._store import deadletter, maintenance, readmodel
+from sqlqueue._store import counts, deadletter, maintenance, readmodel
 from sqlqueue._store._tx import in_write, translated
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readmodel import StatsRows
@@ -128,6 +128,10 @@ class Admin:
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
             )
         )
+
+    def fold_counts(self, *, margin: float = 60.0) -> int:
+        """See :func:`counts.fold_counts`."""
+        return self._write(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
 
     def take_duty(self, *, name: str, holder: str, seconds: float) -> bool:
         """See :func:`maintenance.take_duty`."""

@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, update
 
 from sqlqueue._schema import duties, jobs, queues
+from sqlqueue._store import counts
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -37,6 +38,7 @@ def prune_batch(
     """Delete up to ``limit`` jobs of a finished ``status`` that finished more than
     ``older_than`` seconds ago (database clock); return how many went."""
     cutoff = dialect.now_plus(-float(older_than), now)
+    mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
         select(jobs.c.id)
         .where(jobs.c.status == status, jobs.c.finished_at < cutoff)
@@ -46,7 +48,13 @@ def prune_batch(
     ids = list(conn.execute(chosen).scalars())
     if not ids:
         return 0
-    return int(conn.execute(delete(jobs).where(jobs.c.id.in_(ids))).rowcount)
+    gone = conn.execute(
+        delete(jobs)
+        .where(jobs.c.id.in_(ids))
+        .returning(jobs.c.status, jobs.c.queue, jobs.c.job_type, jobs.c.finished_at)
+    ).all()
+    counts.prune_counted(conn, dialect, mark, gone)
+    return len(gone)
 
 
 def take_duty(

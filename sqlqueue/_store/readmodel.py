@@ -1,9 +1,10 @@
 """The operators' read model: the queries that stats, search, health, the CLI, the web page and
 the metrics exporter share — written once, here.
 
-Counting reads ``ix_sqlqueue_jobs_status`` alone; "the oldest due job" and "failed lately" read
-the claim index, which holds only claimable rows; "dead lately" reads
-``ix_sqlqueue_jobs_finished``; none of them scans the finished history row by row.
+Counting live work reads ``ix_sqlqueue_jobs_status`` alone; finished jobs, a rollup plus the
+index of the recently finished (:mod:`sqlqueue._store.counts`); "the oldest due job" and
+"failed lately" read only claimable rows; "dead lately" reads ``ix_sqlqueue_jobs_finished``.
+None of them scans the finished history.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ from sqlalchemy import Connection, func, select
 
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs, queues
+from sqlqueue._store.counts import read_finished_counts
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
 __all__ = ["ERROR_GROUP_CHARS", "StatsRows", "find_jobs", "paused_queues", "read_stats"]
+
+#: The live work, counted from a short range of ``ix_sqlqueue_jobs_status`` whatever the
+#: history's size (finished jobs: see :mod:`sqlqueue._store.counts`).
+UNFINISHED = ("queued", "running", "failed")
 
 #: Errors are grouped by their first characters: the rest often holds ids that differ per job.
 ERROR_GROUP_CHARS = 200
@@ -45,11 +51,13 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
     hour_ago = dialect.now_plus(-3600.0, now)
     taken_at: datetime = conn.execute(select(current)).scalar_one()
     count = func.count().label("n")
-    counts = conn.execute(
-        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, count).group_by(
-            jobs.c.status, jobs.c.queue, jobs.c.job_type
-        )
-    ).all()
+    live = conn.execute(
+        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, count)
+        .where(jobs.c.status.in_(UNFINISHED))
+        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+    )
+    counts = [(row.status, row.queue, row.job_type, int(row.n)) for row in live]
+    counts += read_finished_counts(conn)
     age = dialect.seconds_between(current, func.min(jobs.c.next_run_at)).label("age")
     oldest = conn.execute(
         select(jobs.c.queue, age)
@@ -72,7 +80,7 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
         .limit(10)
     ).all()
     return StatsRows(
-        counts=[(row.status, row.queue, row.job_type, int(row.n)) for row in counts],
+        counts=counts,
         oldest_due={row.queue: max(0.0, float(row.age)) for row in oldest},
         paused=paused_queues(conn),
         failed_last_hour=int(failed),

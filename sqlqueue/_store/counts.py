@@ -1,0 +1,142 @@
+"""Counting the finished history without reading it: a rollup of finished jobs by status, queue
+and type, plus a live count of those finished since the rollup's mark.
+
+A finished job's status, queue and type never change again, so once counted it stays counted
+until it is deleted. :func:`fold_counts` moves jobs that finished before ``now - margin`` into
+``sqlqueue_finished_counts`` and advances the mark; :func:`prune_counted` subtracts what retention
+deletes. Both lock the mark row (SQLite: the write lock), so they take turns and nothing is
+counted twice. :func:`read_finished_counts` adds the rollup to the jobs finished since the mark
+in ONE statement, so it reads both from the same snapshot. A worker folds every minute; if none
+does, the counts stay exact and only get slower (the live part grows).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, func, literal, select, union_all
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlqueue._schema import count_marks, finished_counts, jobs
+from sqlqueue._types import UtcDateTime
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "FINISHED",
+    "fold_counts",
+    "lock_for_prune",
+    "prune_counted",
+    "read_finished_counts",
+]
+
+#: The statuses a job never leaves (its row changes no more but for dead-letter bookkeeping).
+FINISHED = ("succeeded", "dead", "cancelled")
+
+#: The mark row of the finished-jobs rollup.
+MARK = "finished"
+
+#: The mark before any fold: every finished job is counted live.
+_BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+
+Key = tuple[str, str, str]
+
+
+def _mark() -> ColumnElement[datetime]:
+    """The rollup's mark as a scalar subquery (the beginning of time without one)."""
+    folded = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
+    return func.coalesce(folded.scalar_subquery(), literal(_BEGINNING, UtcDateTime()))
+
+
+def read_finished_counts(conn: Connection) -> list[tuple[str, str, str, int]]:
+    """``(status, queue, job_type, count)`` of every finished job: the rollup plus those that
+    finished since its mark (read from ``ix_sqlqueue_jobs_finished`` alone), in one statement."""
+    rolled = select(
+        finished_counts.c.status,
+        finished_counts.c.queue,
+        finished_counts.c.job_type,
+        finished_counts.c.count.label("n"),
+    )
+    live = (
+        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count().label("n"))
+        .where(jobs.c.status.in_(FINISHED), jobs.c.finished_at >= _mark())
+        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+    )
+    totals: Counter[Key] = Counter()
+    for status, queue, job_type, n in conn.execute(union_all(rolled, live)):
+        totals[(status, queue, job_type)] += int(n)
+    return [(*key, n) for key, n in sorted(totals.items()) if n]
+
+
+def _locked_mark(conn: Connection, dialect: Dialect) -> datetime:
+    """The mark, locked until the transaction ends (created at the beginning of time first, so
+    two first folds cannot both count everything)."""
+    conn.execute(
+        dialect.conflict_insert(count_marks)
+        .values(name=MARK, folded_until=_BEGINNING)
+        .on_conflict_do_nothing(index_elements=[count_marks.c.name])
+    )
+    query = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
+    mark: datetime = conn.execute(dialect.lock_row(query)).scalar_one()
+    return mark
+
+
+def _add(conn: Connection, dialect: Dialect, counts: Iterable[tuple[Key, int]]) -> None:
+    """Add ``counts`` (negative to subtract) to the rollup."""
+    for (status, queue, job_type), n in counts:
+        if not n:
+            continue
+        conn.execute(
+            dialect.upsert(
+                finished_counts,
+                values={"status": status, "queue": queue, "job_type": job_type, "count": n},
+                conflict=["status", "queue", "job_type"],
+                set_={"count": finished_counts.c.count + literal(n, BigInteger())},
+                where=finished_counts.c.count.is_not(None),
+            )
+        )
+
+
+def fold_counts(conn: Connection, dialect: Dialect, *, margin: float = 60.0) -> int:
+    """Count the jobs that finished between the mark and ``margin`` seconds ago into the
+    rollup, and move the mark there; return how many were folded. The margin leaves alone the
+    latest moments, whose transactions may not all have committed yet."""
+    mark = _locked_mark(conn, dialect)
+    until: datetime = conn.execute(select(dialect.now_plus(-float(margin)))).scalar_one()
+    if until <= mark:
+        return 0
+    window = (
+        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count())
+        .where(
+            jobs.c.status.in_(FINISHED),
+            jobs.c.finished_at >= mark,
+            jobs.c.finished_at < literal(until, UtcDateTime()),
+        )
+        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+    )
+    counts = [
+        ((status, queue, job_type), int(n)) for status, queue, job_type, n in conn.execute(window)
+    ]
+    _add(conn, dialect, counts)
+    conn.execute(count_marks.update().where(count_marks.c.name == MARK).values(folded_until=until))
+    return sum(n for _, n in counts)
+
+
+def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
+    """Take the mark's lock before deleting finished jobs, so no fold counts rows this
+    transaction is deleting; return the mark, for :func:`prune_counted`."""
+    return _locked_mark(conn, dialect)
+
+
+def prune_counted(
+    conn: Connection, dialect: Dialect, mark: datetime, deleted: Iterable[Any]
+) -> None:
+    """Subtract from the rollup the deleted jobs (rows of status, queue, job_type, finished_at)
+    it had counted: those that finished before ``mark``, from :func:`lock_for_prune`."""
+    counted: Counter[Key] = Counter()
+    for status, queue, job_type, finished_at in deleted:
+        if status in FINISHED and finished_at is not None and finished_at < mark:
+            counted[(status, queue, job_type)] -= 1
+    _add(conn, dialect, counted.items())
