@@ -377,12 +377,16 @@ def exact_counts(engine: sa.Engine) -> dict[tuple[str, str, str], int]:
         return {(s, q, t): int(n) for s, q, t, n in conn.execute(query)}
 
 
-def stats_counts(queue: sqlqueue.Queue) -> dict[tuple[str, str, str], int]:
+def stats_counts(queue: sqlqueue.Queue) -> dict[tuple[str, ...], int]:
     """The same counts as stats() reports them (per status and queue, per status and type)."""
     stats = queue.stats()
-    per_queue = {(s, q): n for q, qs in stats.queues.items() for s, n in qs.by_status.items() if n}
-    per_type = {(s, t): n for t, ts in stats.job_types.items() for s, n in ts.items() if n}
-    return per_queue | {("type", *key): n for key, n in per_type.items()}  # type: ignore[dict-item]
+    per_queue: dict[tuple[str, ...], int] = {
+        (s, q): n for q, qs in stats.queues.items() for s, n in qs.by_status.items() if n
+    }
+    per_type: dict[tuple[str, ...], int] = {
+        ("type", s, t): n for t, ts in stats.job_types.items() for s, n in ts.items() if n
+    }
+    return per_queue | per_type
 
 
 def expected(engine: sa.Engine) -> dict[tuple[str, ...], int]:
