@@ -6,6 +6,7 @@ Migrations in ``migrations/`` must produce exactly this schema (a test compares 
 from __future__ import annotations
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     Column,
     Float,
@@ -20,7 +21,14 @@ from sqlalchemy import (
 
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
-__all__ = ["VERSION_TABLE", "circuit_breakers", "jobs", "metadata", "rate_limits"]
+__all__ = [
+    "VERSION_TABLE",
+    "circuit_breakers",
+    "jobs",
+    "metadata",
+    "rate_limits",
+    "webhook_endpoints",
+]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
 VERSION_TABLE = "sqlqueue_alembic_version"
@@ -137,4 +145,21 @@ circuit_breakers = Table(
     Column("probe_attempt", Integer, nullable=True),
     Column("changed_at", UtcDateTime, nullable=False),
     CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+)
+
+# Webhook endpoints (added by 0007), the receivers of the webhook kind (see sqlqueue/webhooks/).
+webhook_endpoints = Table(
+    "sqlqueue_webhook_endpoints",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("url", Text, nullable=False),
+    # The signing secrets, newest first: [{"secret": "whsec_…", "expires_at": ISO time or null}].
+    # An old secret keeps signing, beside the new one, until its grace after a rotation ends.
+    Column("secrets", JsonDocument, nullable=False),
+    # 4xx statuses this receiver uses for "try again later" (other 4xx go to dead at once).
+    Column("retry_statuses", JsonDocument, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("disabled_reason", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
