@@ -194,6 +194,10 @@ def test_verify_refuses_a_wrong_secret_an_altered_body_and_missing_headers():
         verify(SECRET, {**headers, "webhook-id": "msg_2"}, body)
     with pytest.raises(WebhookVerificationError, match="no matching signature"):
         verify(SECRET, {**headers, "webhook-signature": "v1,not-base64!! v2,xyz"}, body)
+    with pytest.raises(WebhookVerificationError, match="not an integer"):
+        verify(SECRET, {**headers, "webhook-timestamp": "yesterday"}, body)
+    with pytest.raises(sqlqueue.ConfigurationError, match="tolerance"):
+        verify(SECRET, headers, body, tolerance=-1)
     for missing in headers:
         partial = {name: value for name, value in headers.items() if name != missing}
         with pytest.raises(WebhookVerificationError, match="missing header"):
@@ -396,6 +400,7 @@ STATUS_CASES: list[tuple[str, list[Reply], dict[str, Any], str, int, list[int | 
     ("/500-then-ok", [Reply(status=500), Reply(status=200)], {}, "succeeded", 2, [500]),
     ("/408-then-ok", [Reply(status=408), Reply(status=200)], {}, "succeeded", 2, [408]),
     ("/429", [Reply(status=429)], {}, "dead", 2, [429, 429]),
+    ("/503-long-body", [Reply(status=503, body=b"x" * 5000)], {}, "dead", 2, [503, 503]),
     ("/400", [Reply(status=400, body=b"missing field email")], {}, "dead", 1, [400]),
     ("/404", [Reply(status=404)], {}, "dead", 1, [404]),
     ("/404-retried", [Reply(status=404)], {"retry_statuses": [404]}, "dead", 2, [404, 404]),
@@ -441,6 +446,7 @@ def test_each_answer_leads_to_its_action(backend, receiver):
         f"DeliveryFailed: 500 Internal Server Error from {host} after 0."
     )
     assert detail(by_path["/500"].errors[0], "body") == "boom"
+    assert detail(by_path["/503-long-body"].errors[0], "body") == "x" * 1024  # the first KiB
     assert last_error(by_path["/400"]).startswith(
         f"DeliveryRejected: 400 Bad Request from {host} after "
     )

@@ -90,9 +90,10 @@ async def post(
     try:
         async with asyncio.timeout(timeout):
             port = target.port or (443 if target.scheme == "https" else 80)
-            address = await resolve(host, port, allow_private=allow_private)
+            name = target.raw_host.decode("ascii")  # IDNA-encoded, as DNS and TLS want it
+            address = await resolve(name, port, allow_private=allow_private)
             request_headers = {**headers, "host": target.netloc.decode("ascii")}
-            extensions = {"sni_hostname": target.raw_host.decode("ascii")}
+            extensions = {"sni_hostname": name}
             async with (
                 httpx.AsyncClient(
                     timeout=timeout, follow_redirects=False, trust_env=False, verify=ssl_context

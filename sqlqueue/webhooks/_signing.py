@@ -94,6 +94,8 @@ def verify(
     candidates = [secret] if isinstance(secret, str) else list(secret)
     if not candidates:
         raise ConfigurationError("verify needs at least one secret")
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ConfigurationError(f"tolerance must be a number of seconds >= 0, got {tolerance!r}")
     lowered = {name.lower(): value for name, value in headers.items()}
     message_id = lowered.get("webhook-id")
     stamp = lowered.get("webhook-timestamp")
@@ -107,8 +109,6 @@ def verify(
     except ValueError:
         raise WebhookVerificationError(f"webhook-timestamp is not an integer: {stamp!r}") from None
     current = time.time() if now is None else now
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise ConfigurationError(f"tolerance must be a number of seconds >= 0, got {tolerance!r}")
     if timestamp < current - tolerance:
         raise WebhookVerificationError(
             f"message timestamp too old: {current - timestamp:.0f} s ago "
