@@ -8,6 +8,7 @@ endpoint that hangs must not delay another.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import ssl
@@ -21,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 import trustme
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import sqlqueue
 import sqlqueue.webhooks
@@ -390,6 +392,33 @@ def test_the_same_idempotency_key_delivers_once(backend, receiver):
     assert third == first
     assert len(receiver.received("/crm")) == 1
     assert count_jobs(backend.engine) == 1
+
+
+def test_an_async_app_delivers_through_its_async_connection_or_session(backend, receiver):
+    queue, hooks = hooks_for(backend)
+    add(backend, hooks, "crm", receiver.url("/crm"))
+    receiver.script("/crm", Reply(status=200))
+
+    async def scenario() -> list[int]:
+        engine = create_async_engine(backend.url.replace("sqlite://", "sqlite+aiosqlite://", 1))
+        try:
+            async with engine.connect() as conn:  # rolled back: nothing is delivered
+                await conn.begin()
+                await hooks.deliver_async(conn, endpoint="crm", event_type="a", data={})
+                await conn.rollback()
+            async with engine.begin() as conn:
+                first = await hooks.deliver_async(conn, endpoint="crm", event_type="b", data={})
+            async with AsyncSession(engine) as session:
+                second = await hooks.deliver_async(session, endpoint="crm", event_type="c", data={})
+                await session.commit()
+            return [first, second]
+        finally:
+            await engine.dispose()
+
+    ids = asyncio.run(scenario())
+    drain(queue)
+    assert [job(queue, job_id).status for job_id in ids] == ["succeeded", "succeeded"]
+    assert sorted(json.loads(r.body)["type"] for r in receiver.received("/crm")) == ["b", "c"]
 
 
 #: (path, replies, endpoint options) → the job's status, attempts, and each attempt's HTTP status.

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
-from sqlqueue._errors import ConfigurationError
+from sqlqueue import ConfigurationError
 from sqlqueue._schema import webhook_endpoints
 from sqlqueue.dialects import Dialect
 from sqlqueue.webhooks._errors import UnknownEndpoint

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlqueue._errors import ConfigurationError
+from sqlqueue import ConfigurationError
 from sqlqueue.webhooks._errors import WebhookVerificationError
 
 __all__ = ["SECRET_PREFIX", "check_secret", "generate_secret", "sign", "signature_header", "verify"]

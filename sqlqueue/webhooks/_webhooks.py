@@ -283,6 +283,30 @@ class Webhooks:
             body=body,
         )
 
+    async def deliver_async(
+        self,
+        conn: Any,
+        *,
+        endpoint: str,
+        event_type: str,
+        data: Any,
+        idempotency_key: str | None = None,
+        delay: float | None = None,
+    ) -> int:
+        """:meth:`deliver` through an ``AsyncConnection`` or ``AsyncSession`` (same checks, same
+        transaction)."""
+        job_id: int = await conn.run_sync(
+            lambda sync_conn: self.deliver(
+                sync_conn,
+                endpoint=endpoint,
+                event_type=event_type,
+                data=data,
+                idempotency_key=idempotency_key,
+                delay=delay,
+            )
+        )
+        return job_id
+
     async def _deliver_once(
         self, endpoint: str, message_id: str, event_type: str, body: str, ctx: JobContext
     ) -> dict[str, Any]:
