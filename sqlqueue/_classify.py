@@ -29,6 +29,7 @@ log = logging.getLogger("sqlqueue.worker")
 
 _MAX_TRACEBACK_CHARS = 8_000
 _MAX_ERROR_CHARS = 2_000
+_MAX_DETAILS_CHARS = 8_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,16 +115,18 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
 
 def _signal_details(error: BaseException) -> dict[str, Any]:
     """The ``details`` a handler attached to its :class:`Retry` or :class:`PermanentError`, made
-    storable; a note instead when they are not JSON (never an exception: the attempt must still
-    get its outcome)."""
+    storable; a note instead when they are not JSON or too large (never an exception: the
+    attempt must still get its outcome)."""
     details = getattr(error, "details", None) if isinstance(error, HandlerSignal) else None
     if details is None:
         return {}
     try:
         plain = _storable_json(dict(details))
-        json.dumps(plain, allow_nan=False)
+        encoded = json.dumps(plain, allow_nan=False)
     except Exception:
         return {"details_unstorable": _describe_value(details)}
+    if len(encoded) > _MAX_DETAILS_CHARS:  # one entry per attempt: keep the history small
+        return {"details_truncated": encoded[:_MAX_DETAILS_CHARS]}
     assert isinstance(plain, dict)
     return plain
 
