@@ -9,6 +9,7 @@ would keep its job's slot and lease for as long as the worker lives.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import traceback
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlqueue._backoff import as_backoff
-from sqlqueue._errors import JobTimeout, PermanentError, Retry, Snooze
+from sqlqueue._errors import HandlerSignal, JobTimeout, PermanentError, Retry, Snooze
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
 
@@ -28,6 +29,7 @@ log = logging.getLogger("sqlqueue.worker")
 
 _MAX_TRACEBACK_CHARS = 8_000
 _MAX_ERROR_CHARS = 2_000
+_MAX_DETAILS_CHARS = 8_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +92,7 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
     if delay is None:
         delay = _backoff_delay(task, job)
     message = _describe(error)
-    details: dict[str, Any] = {"elapsed_seconds": round(elapsed, 6)}
+    details: dict[str, Any] = {**_signal_details(error), "elapsed_seconds": round(elapsed, 6)}
     if not isinstance(error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout):
         details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
     entry = error_entry(
@@ -109,6 +111,43 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         errors=[*job.errors, entry],
     )
     return Outcome(job=job, failure=failure, elapsed=elapsed)
+
+
+def _signal_details(error: BaseException) -> dict[str, Any]:
+    """The ``details`` a handler attached to its :class:`Retry` or :class:`PermanentError`, made
+    storable; a note instead when they are not JSON or too large (never an exception: the
+    attempt must still get its outcome)."""
+    details = getattr(error, "details", None) if isinstance(error, HandlerSignal) else None
+    if details is None:
+        return {}
+    try:
+        plain = _storable_json(dict(details))
+        encoded = json.dumps(plain, allow_nan=False)
+    except Exception:
+        return {"details_unstorable": _describe_value(details)}
+    if len(encoded) > _MAX_DETAILS_CHARS:  # one entry per attempt: keep the history small
+        return {"details_truncated": encoded[:_MAX_DETAILS_CHARS]}
+    assert isinstance(plain, dict)
+    return plain
+
+
+def _storable_json(value: Any) -> Any:
+    """``value`` with every string made :func:`storable` (PostgreSQL's JSON refuses NUL)."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {storable(str(key)): _storable_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable_json(item) for item in value]
+    return value
+
+
+def _describe_value(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<unprintable {type(value).__name__}>"
+    return storable(text[:_MAX_ERROR_CHARS])
 
 
 def _backoff_delay(task: Task | None, job: ClaimedJob) -> float:

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from sqlqueue._errors import ConfigurationError
@@ -50,9 +50,10 @@ class JobContext:
     """What a running handler knows about its job, and can do about it.
 
     Facts: ``job_id``, ``job_type``, ``queue``, ``attempt`` (1 for the first), ``max_attempts``,
-    ``enqueued_at`` and ``errors`` (the history of earlier failed attempts); ``logger`` is bound
-    to the job. ``cancelled`` turns true when the worker is shutting down (or the job is
-    cancelled): a long handler should check it and wrap up.
+    ``enqueued_at``, ``errors`` (the history of earlier failed attempts) and ``engine`` (the
+    database the job lives in); ``logger`` is bound to the job. ``cancelled`` turns true when
+    the worker is shutting down (or the job is cancelled): a long handler should check it and
+    wrap up.
     """
 
     def __init__(
@@ -113,6 +114,12 @@ class JobContext:
     def errors(self) -> tuple[ErrorRecord, ...]:
         """What went wrong in earlier attempts, oldest first."""
         return tuple(error_record(entry) for entry in self._job.errors)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the queue that claimed this job: the database the worker serves, for
+        handlers that read or write their own tables outside the job's own transaction."""
+        return self._queue.engine
 
     @property
     def cancelled(self) -> bool:

@@ -22,6 +22,9 @@ Everything sqlqueue raises derives from :class:`SqlqueueError`::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "ConfigurationError",
     "DatabaseError",
@@ -87,7 +90,14 @@ class UnsupportedDatabase(DatabaseError):
 
 
 class HandlerSignal(SqlqueueError):
-    """Base of the exceptions a handler raises to choose what happens to the job."""
+    """Base of the exceptions a handler raises to choose what happens to the job.
+
+    ``details`` (given to :class:`Retry` or :class:`PermanentError`) is a JSON-able mapping the
+    worker stores in this attempt's entry of the job's error history (``ErrorRecord.details``):
+    the facts an operator wants next to the message, such as an HTTP status and a body excerpt.
+    """
+
+    details: Mapping[str, Any] | None = None
 
 
 class Retry(HandlerSignal):
@@ -96,12 +106,19 @@ class Retry(HandlerSignal):
     The attempt still counts: when none are left the job goes to ``dead``.
     """
 
-    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+    def __init__(
+        self,
+        delay: float | None = None,
+        reason: str = "retry requested",
+        *,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(reason)
         if delay is not None and delay < 0:
             raise ConfigurationError(f"Retry.delay must be >= 0 seconds, got {delay!r}")
         self.delay = delay
         self.reason = reason
+        self.details = details
 
 
 class Snooze(HandlerSignal):
@@ -118,6 +135,10 @@ class Snooze(HandlerSignal):
 
 class PermanentError(HandlerSignal):
     """Retrying cannot help (bad input, a 4xx answer …): the job goes straight to ``dead``."""
+
+    def __init__(self, *args: object, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(*args)
+        self.details = details
 
 
 class JobTimeout(HandlerSignal):

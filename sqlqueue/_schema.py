@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Float,
@@ -32,6 +33,7 @@ __all__ = [
     "metadata",
     "queues",
     "rate_limits",
+    "webhook_endpoints",
 ]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
@@ -39,7 +41,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 metadata = MetaData(
     naming_convention={
@@ -210,4 +212,21 @@ duties = Table(
     Column("name", String(100), primary_key=True),
     Column("holder", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
+)
+
+# Webhook endpoints (added by 0006), the receivers of the webhook kind (see sqlqueue/webhooks/).
+webhook_endpoints = Table(
+    "sqlqueue_webhook_endpoints",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("url", Text, nullable=False),
+    # The signing secrets, newest first: [{"secret": "whsec_…", "expires_at": ISO time or null}].
+    # An old secret keeps signing, beside the new one, until its grace after a rotation ends.
+    Column("secrets", JsonDocument, nullable=False),
+    # 4xx statuses this receiver uses for "try again later" (other 4xx go to dead at once).
+    Column("retry_statuses", JsonDocument, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("disabled_reason", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )

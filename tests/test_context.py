@@ -54,6 +54,7 @@ def test_a_handler_that_declares_a_context_gets_the_job_facts(backend, caplog):
                 "enqueued_at": ctx.enqueued_at,
                 "errors": [(e.attempt, e.error) for e in ctx.errors],
                 "cancelled": ctx.cancelled,
+                "engine": ctx.engine,
             }
         )
         ctx.logger.info("building %s", month)
@@ -77,6 +78,7 @@ def test_a_handler_that_declares_a_context_gets_the_job_facts(backend, caplog):
         "enqueued_at": job.created_at,
         "errors": [],
         "cancelled": False,
+        "engine": queue.engine,
     }
     assert second["attempt"] == 2
     assert second["errors"] == [(1, "ValueError: warehouse not ready")]

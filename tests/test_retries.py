@@ -120,6 +120,35 @@ def test_retry_signal_sets_the_delay_and_counts_an_attempt(backend):
     assert now + timedelta(seconds=110) < job.next_run_at <= now + timedelta(seconds=120)
 
 
+def test_a_signal_s_details_land_in_the_attempt_s_error_history(backend):
+    queue = backend.queue()
+
+    @queue.task("call", max_attempts=3, backoff=[0])
+    def call(ctx: sqlqueue.JobContext) -> None:
+        if ctx.attempt == 1:
+            raise sqlqueue.Retry(reason="503", details={"status": 503, "body": "busy\x00"})
+        if ctx.attempt == 2:
+            raise sqlqueue.Retry(reason="huge", details={"body": "x" * 100_000})
+        raise sqlqueue.PermanentError("400", details={"status": 400, "when": object()})
+
+    with backend.engine.begin() as conn:
+        job_id = call.enqueue(conn)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts) == ("dead", 3)
+    first, huge, permanent = job.errors
+    assert first.details is not None
+    assert first.details["status"] == 503
+    assert first.details["body"] == "busy\\x00"  # storable on PostgreSQL too
+    assert "elapsed_seconds" in first.details
+    assert huge.details is not None
+    assert len(huge.details["details_truncated"]) == 8_000  # a bounded history entry
+    # Details that are not JSON are noted, never a reason for the outcome to go unwritten.
+    assert permanent.details is not None
+    assert "details_unstorable" in permanent.details
+    assert "traceback" in permanent.details
+
+
 def test_retry_signal_on_the_last_attempt_means_dead(backend):
     queue = backend.queue()
 

@@ -28,9 +28,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("discard_reason", sa.Text(), nullable=True))
     # Counts by status, queue and job type read this index alone (no table rows).
     op.drop_index("ix_sqlqueue_jobs_status", table_name="sqlqueue_jobs")
-    op.create_index(
-        "ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "queue", "job_type"]
-    )
+    op.create_index("ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "queue", "job_type"])
     # Retention, "dead in the last hour" and the counts of recently finished jobs: finished jobs
     # by when they finished, with their queue and type (counted from the index alone).
     op.create_index(
@@ -55,9 +53,7 @@ def upgrade() -> None:
         sa.Column("queue", sa.String(100), nullable=False),
         sa.Column("job_type", sa.String(200), nullable=False),
         sa.Column("count", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "status", "queue", "job_type", name="pk_sqlqueue_finished_counts"
-        ),
+        sa.PrimaryKeyConstraint("status", "queue", "job_type", name="pk_sqlqueue_finished_counts"),
     )
     op.create_table(
         "sqlqueue_count_marks",

@@ -1,0 +1,367 @@
+"""``Webhooks``: the webhook kind, an ordinary task registered on the app's Queue.
+
+A delivery is one job whose payload holds the endpoint's name, a message id and the exact body
+to send (encoded once, at :meth:`Webhooks.deliver`): every attempt sends the same bytes under
+the same ``webhook-id``, so receivers can drop duplicates. Each attempt reads its endpoint, signs
+the body with the endpoint's current secrets, POSTs it to a checked address, and judges the
+answer (see :mod:`sqlqueue.webhooks._policy`). Per-endpoint rate limit and circuit breaker are
+sqlqueue's own, database-shared gates keyed by the endpoint's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import secrets as _random
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from sqlqueue import (
+    Backoff,
+    CircuitBreaker,
+    ConfigurationError,
+    JobContext,
+    PayloadError,
+    Queue,
+    RateLimit,
+    Task,
+    schedule,
+)
+from sqlqueue.dialects import dialect_for
+from sqlqueue.webhooks import _endpoints
+from sqlqueue.webhooks._endpoints import Endpoint, Executable
+from sqlqueue.webhooks._errors import DeliveryRefused, DeliveryRejected, UnknownEndpoint
+from sqlqueue.webhooks._signing import check_secret, generate_secret, signature_header
+
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "DEFAULT_CIRCUIT_BREAKER",
+    "DEFAULT_RATE_LIMIT",
+    "TASK_NAME",
+    "Webhooks",
+]
+
+#: The task every delivery job runs.
+TASK_NAME = "sqlqueue.webhooks.deliver"
+#: A minute, five, half an hour, two hours, then every five to ten hours: about three days
+#: over the default twelve attempts, long enough for a partner to notice and fix an outage.
+DEFAULT_BACKOFF = schedule([60, 300, 1800, 7200, 18000, 36000], jitter=0.1)
+#: Per endpoint: five deliveries a second, in bursts of ten.
+DEFAULT_RATE_LIMIT = RateLimit(per_second=5.0, burst=10)
+#: Per endpoint: five failures in a row (within five minutes) pause it for a minute.
+DEFAULT_CIRCUIT_BREAKER = CircuitBreaker(
+    failure_threshold=5, window_seconds=300.0, cooldown_seconds=60.0
+)
+_MAX_EVENT_TYPE = 200
+#: A host as httpx spells it: a DNS name (IDNA already applied), IPv4, or IPv6 without brackets.
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+")
+
+
+def _gate_key(payload: Mapping[str, Any]) -> str:
+    """Deliveries are gated per endpoint: one slow or broken receiver holds only its own."""
+    return f"webhook:{payload['endpoint']}"
+
+
+def _positive(field: str, value: object) -> float:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(f"{field} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _check_url(url: object) -> str:
+    """``url`` if deliveries can be POSTed to it: absolute http(s), a host, no credentials."""
+    import httpx
+
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        raise ConfigurationError(
+            f"url must be an http(s) URL of up to 2048 characters, got {url!r}"
+        )
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as error:
+        raise ConfigurationError(f"url {url!r} is malformed: {error}") from None
+    if parsed.scheme not in ("http", "https"):
+        raise ConfigurationError(f"url must start with https:// or http://, got {url!r}")
+    if not parsed.host:
+        raise ConfigurationError(f"url {url!r} has no host")
+    if not _HOST.fullmatch(parsed.raw_host.decode("ascii")):
+        raise ConfigurationError(f"url {url!r}: {parsed.host!r} is not a host name or address")
+    if parsed.userinfo:
+        raise ConfigurationError(f"url {url!r} must not carry credentials; sign with the secret")
+    if parsed.fragment:
+        raise ConfigurationError(f"url {url!r} must not have a #fragment (it is never sent)")
+    return url
+
+
+class Webhooks:
+    """Signed webhook deliveries to partner endpoints, as jobs of ``owner``'s queue.
+
+    Registers the task ``sqlqueue.webhooks.deliver`` on ``owner`` (in queue ``queue``), so any
+    worker of that Queue delivers. ``timeout`` bounds a whole attempt (lookup, connection and
+    answer); ``max_attempts`` and ``backoff`` say how long a delivery keeps trying;
+    ``Retry-After`` is honoured up to ``retry_after_cap`` seconds. ``rate_limit`` and
+    ``circuit_breaker`` apply per endpoint (their ``key`` must be left unset; ``None`` turns
+    one off). ``allow_private_addresses=True`` lets deliveries reach loopback and private
+    networks: for tests and internal receivers only. ``ssl_context`` replaces the default
+    certificate checks (a private CA, say).
+    """
+
+    def __init__(
+        self,
+        owner: Queue,
+        /,
+        *,
+        queue: str = "webhooks",
+        timeout: float = 10.0,
+        max_attempts: int = 12,
+        backoff: Backoff | Sequence[float] = DEFAULT_BACKOFF,
+        allow_private_addresses: bool = False,
+        retry_after_cap: float = 3600.0,
+        rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
+        circuit_breaker: CircuitBreaker | None = DEFAULT_CIRCUIT_BREAKER,
+        user_agent: str = "sqlqueue-webhooks",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise ConfigurationError(
+                "Webhooks needs httpx: pip install 'sqlqueue[webhooks]'"
+            ) from None
+        if not isinstance(owner, Queue):
+            raise ConfigurationError(f"Webhooks needs a sqlqueue.Queue, got {owner!r}")
+        self.timeout = _positive("timeout", timeout)
+        self.retry_after_cap = _positive("retry_after_cap", retry_after_cap)
+        if not isinstance(allow_private_addresses, bool):
+            raise ConfigurationError(
+                f"allow_private_addresses must be True or False, got {allow_private_addresses!r}"
+            )
+        self.allow_private_addresses = allow_private_addresses
+        for field, gate in (("rate_limit", rate_limit), ("circuit_breaker", circuit_breaker)):
+            if gate is not None and gate.key is not None:
+                raise ConfigurationError(f"{field}: leave key unset, it is always per endpoint")
+        self.rate_limit = replace(rate_limit, key=_gate_key) if rate_limit else None
+        self.circuit_breaker = replace(circuit_breaker, key=_gate_key) if circuit_breaker else None
+        self.user_agent = user_agent
+        self.owner = owner
+        self._ssl_context = ssl_context or httpx.create_ssl_context()
+        self.task: Task = owner.task(
+            TASK_NAME,
+            queue=queue,
+            max_attempts=max_attempts,
+            # A safety net only: an attempt ends by itself after `timeout` seconds.
+            timeout=self.timeout + 30.0,
+            backoff=backoff,
+            rate_limit=self.rate_limit,
+            circuit_breaker=self.circuit_breaker,
+        )(self._deliver_once)
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    def add_endpoint(
+        self,
+        conn: Executable,
+        *,
+        name: str,
+        url: str,
+        secret: str | None = None,
+        retry_statuses: Sequence[int] = (),
+    ) -> Endpoint:
+        """Add a receiver in the caller's transaction; ``secret=None`` generates one (give it to
+        the receiver: ``endpoint.secret``). ``retry_statuses`` lists 4xx answers this receiver
+        means as "try again later", e.g. ``[404, 409]``."""
+        return _endpoints.insert_endpoint(
+            conn,
+            self.owner.dialect,
+            name=_endpoints.check_name(name),
+            url=_check_url(url),
+            secret=generate_secret() if secret is None else check_secret(secret),
+            retry_statuses=_endpoints.check_retry_statuses(retry_statuses),
+        )
+
+    def get_endpoint(self, conn: Executable, name: str) -> Endpoint:
+        """The endpoint named ``name``, or :class:`UnknownEndpoint`."""
+        endpoint = _endpoints.read_endpoint(conn, self.owner.dialect, name)
+        if endpoint is None:
+            raise UnknownEndpoint(f"no webhook endpoint named {name!r}")
+        return endpoint
+
+    def endpoints(self, conn: Executable) -> list[Endpoint]:
+        """Every endpoint, by name."""
+        return _endpoints.read_endpoints(conn, self.owner.dialect)
+
+    def rotate_secret(
+        self, conn: Executable, name: str, grace: float = 86400, *, secret: str | None = None
+    ) -> Endpoint:
+        """Give endpoint ``name`` a new secret (generated unless given). Deliveries are signed
+        with the new and the old ones until ``grace`` seconds pass, so the receiver can switch
+        at any moment within it."""
+        if (
+            not isinstance(grace, int | float)
+            or isinstance(grace, bool)
+            or not math.isfinite(grace)
+            or grace < 0
+        ):
+            raise ConfigurationError(f"grace must be a number of seconds >= 0, got {grace!r}")
+        new = generate_secret() if secret is None else check_secret(secret)
+        return _endpoints.rotate_secrets(conn, self.owner.dialect, name, secret=new, grace=grace)
+
+    def disable(
+        self, conn: Executable, name: str, reason: str = "disabled by an operator"
+    ) -> Endpoint:
+        """Stop delivering to ``name``: its deliveries go to dead, saying ``reason``."""
+        if not isinstance(reason, str) or not reason:
+            raise ConfigurationError("disable needs a reason")
+        return _endpoints.set_enabled(conn, self.owner.dialect, name, enabled=False, reason=reason)
+
+    def enable(self, conn: Executable, name: str) -> Endpoint:
+        """Deliver to ``name`` again (requeue its dead deliveries to send them)."""
+        return _endpoints.set_enabled(conn, self.owner.dialect, name, enabled=True, reason=None)
+
+    # -- deliveries -----------------------------------------------------------------------
+
+    def deliver(
+        self,
+        conn: Executable,
+        *,
+        endpoint: str,
+        event_type: str,
+        data: Any,
+        idempotency_key: str | None = None,
+        delay: float | None = None,
+    ) -> int:
+        """Enqueue one signed delivery of ``{"type", "timestamp", "data"}`` to ``endpoint``, in
+        the caller's transaction; return the job's id.
+
+        Everything is checked before anything is written: an unknown endpoint raises
+        :class:`UnknownEndpoint`, data that is not JSON raises :class:`sqlqueue.PayloadError`.
+        With an ``idempotency_key`` a kept job already has, that job's id is returned and
+        nothing is sent twice. A delivery to a disabled endpoint is enqueued, and goes to dead
+        when it runs unless the endpoint is enabled by then.
+        """
+        if not isinstance(event_type, str) or not 1 <= len(event_type) <= _MAX_EVENT_TYPE:
+            raise PayloadError(
+                f"event_type must be a string of 1..{_MAX_EVENT_TYPE} characters, "
+                f"got {event_type!r}"
+            )
+        found = _endpoints.read_endpoint(conn, self.owner.dialect, _endpoints.check_name(endpoint))
+        if found is None:
+            raise UnknownEndpoint(
+                f"no webhook endpoint named {endpoint!r}; add it with add_endpoint first"
+            )
+        timestamp = found.read_at
+        try:
+            body = json.dumps(
+                {
+                    "type": event_type,
+                    "timestamp": timestamp.astimezone(UTC).isoformat(timespec="milliseconds"),
+                    "data": data,
+                },
+                ensure_ascii=False,
+                allow_nan=False,
+                separators=(",", ":"),
+            )
+        except (TypeError, ValueError) as error:
+            raise PayloadError(f"webhook data must be JSON: {error}") from None
+        return self.task.options(idempotency_key=idempotency_key, delay=delay).enqueue(
+            conn,
+            endpoint=endpoint,
+            message_id=f"msg_{_random.token_hex(16)}",
+            event_type=event_type,
+            body=body,
+        )
+
+    async def deliver_async(
+        self,
+        conn: Any,
+        *,
+        endpoint: str,
+        event_type: str,
+        data: Any,
+        idempotency_key: str | None = None,
+        delay: float | None = None,
+    ) -> int:
+        """:meth:`deliver` through an ``AsyncConnection`` or ``AsyncSession`` (same checks, same
+        transaction)."""
+        job_id: int = await conn.run_sync(
+            lambda sync_conn: self.deliver(
+                sync_conn,
+                endpoint=endpoint,
+                event_type=event_type,
+                data=data,
+                idempotency_key=idempotency_key,
+                delay=delay,
+            )
+        )
+        return job_id
+
+    async def _deliver_once(
+        self, endpoint: str, message_id: str, event_type: str, body: str, ctx: JobContext
+    ) -> dict[str, Any]:
+        """One attempt of a delivery (the task's handler); returns what the receiver answered."""
+        from sqlqueue.webhooks._http import post
+        from sqlqueue.webhooks._policy import judge
+
+        now = ctx.now()
+        found = await asyncio.to_thread(_read_endpoint, ctx.engine, endpoint, now)
+        if found is None:
+            raise DeliveryRefused(f"endpoint {endpoint!r} no longer exists")
+        if not found.enabled:
+            raise DeliveryRefused(
+                f"endpoint {endpoint!r} is disabled: {found.disabled_reason}; enable it, then "
+                "requeue this delivery"
+            )
+        raw = body.encode("utf-8")
+        stamp = int(now.timestamp())
+        headers = {
+            "content-type": "application/json",
+            "user-agent": self.user_agent,
+            "webhook-id": message_id,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": signature_header(found.secrets, message_id, stamp, raw),
+        }
+        answer = await post(
+            found.url,
+            headers=headers,
+            body=raw,
+            timeout=self.timeout,
+            allow_private=self.allow_private_addresses,
+            ssl_context=self._ssl_context,
+        )
+        ctx.logger.debug("%s: %s", event_type, answer.describe())
+        try:
+            judge(answer, found, now=ctx.now(), retry_after_cap=self.retry_after_cap)
+        except DeliveryRejected as rejected:
+            if answer.status == 410:
+                await asyncio.to_thread(_disable_gone, ctx.engine, endpoint, str(rejected))
+            raise
+        return {**answer.details(), "message_id": message_id, "summary": answer.describe()}
+
+
+# The handler's own reads and writes go to the database of the queue that claimed the job
+# (``ctx.engine``): after ``Queue.rebind`` (the CLI's --database-url) that is not the queue this
+# Webhooks was built with.
+
+
+def _read_endpoint(engine: Engine, name: str, now: datetime) -> Endpoint | None:
+    with engine.connect() as conn:
+        return _endpoints.read_endpoint(conn, dialect_for(engine), name, now=now)
+
+
+def _disable_gone(engine: Engine, name: str, reason: str) -> None:
+    """Disable an endpoint that answered 410, in a transaction of its own: the attempt's
+    failure must not roll it back."""
+    with engine.begin() as conn:
+        _endpoints.set_enabled(conn, dialect_for(engine), name, enabled=False, reason=reason)
