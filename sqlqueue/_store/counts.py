@@ -6,7 +6,7 @@ until it is deleted. :func:`fold_counts` moves jobs that finished before ``now -
 ``sqlqueue_finished_counts`` and advances the mark; :func:`prune_counted` subtracts what retention
 deletes. Both lock the mark row (SQLite: the write lock), so they take turns and nothing is
 counted twice. :func:`read_finished_counts` adds the rollup to the jobs finished since the mark
-in ONE statement, so it reads both from the same snapshot. A worker folds every minute; if none
+in one statement, so it reads both from the same snapshot. A worker folds every minute; if none
 does, the counts stay exact and only get slower (the live part grows).
 """
 
@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, func, literal, select, union_all
+from sqlalchemy import BigInteger, Connection, case, func, literal, select, union_all
 from sqlalchemy.sql.elements import ColumnElement
 
+from sqlqueue._errors import DatabaseError
 from sqlqueue._schema import count_marks, finished_counts, jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect
@@ -50,24 +51,49 @@ def _mark() -> ColumnElement[datetime]:
     return func.coalesce(folded.scalar_subquery(), literal(_BEGINNING, UtcDateTime()))
 
 
-def read_finished_counts(conn: Connection) -> list[tuple[str, str, str, int]]:
+def read_finished_counts(conn: Connection, dialect: Dialect) -> list[tuple[str, str, str, int]]:
     """``(status, queue, job_type, count)`` of every finished job: the rollup plus those that
-    finished since its mark (read from ``ix_sqlqueue_jobs_finished`` alone), in one statement."""
-    rolled = select(
-        finished_counts.c.status,
-        finished_counts.c.queue,
-        finished_counts.c.job_type,
-        finished_counts.c.count.label("n"),
+    finished since its mark (read from ``ix_sqlqueue_jobs_finished`` alone).
+
+    The mark is read first and bound as a constant (a planner cannot use the index range for a
+    subquery: SQLite then read every finished row); the counting statement also says whether the
+    mark is still the one read, and if a fold moved it in between — so the rollup already holds
+    rows the live part would count again — it is read again."""
+    for _ in range(_READ_TRIES):
+        mark: datetime = conn.execute(select(_mark())).scalar_one()
+        bound = literal(mark, UtcDateTime())
+        rolled = select(
+            finished_counts.c.status,
+            finished_counts.c.queue,
+            finished_counts.c.job_type,
+            finished_counts.c.count.label("n"),
+        )
+        live = (
+            select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count().label("n"))
+            .where(jobs.c.status.in_(FINISHED), dialect.selective(jobs.c.finished_at >= bound))
+            .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+        )
+        same_mark = select(
+            literal(_CHECK), literal(""), literal(""), case((_mark() == bound, 1), else_=0)
+        )
+        totals: Counter[Key] = Counter()
+        unchanged = False
+        for status, queue, job_type, n in conn.execute(union_all(rolled, live, same_mark)):
+            if status == _CHECK:
+                unchanged = bool(n)
+            else:
+                totals[(status, queue, job_type)] += int(n)
+        if unchanged:
+            return [(*key, n) for key, n in sorted(totals.items()) if n]
+    raise DatabaseError(  # pragma: no cover - folds are a minute apart
+        "the finished-job counts kept changing while being read; try again"
     )
-    live = (
-        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count().label("n"))
-        .where(jobs.c.status.in_(FINISHED), jobs.c.finished_at >= _mark())
-        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
-    )
-    totals: Counter[Key] = Counter()
-    for status, queue, job_type, n in conn.execute(union_all(rolled, live)):
-        totals[(status, queue, job_type)] += int(n)
-    return [(*key, n) for key, n in sorted(totals.items()) if n]
+
+
+#: How often a read retries when a fold moves the mark under it (folds are a minute apart).
+_READ_TRIES = 5
+#: The status of the counting statement's extra row that says whether the mark moved.
+_CHECK = "~mark-unchanged"
 
 
 def _locked_mark(conn: Connection, dialect: Dialect) -> datetime:

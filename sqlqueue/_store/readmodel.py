@@ -57,7 +57,7 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
         .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
     )
     counts = [(row.status, row.queue, row.job_type, int(row.n)) for row in live]
-    counts += read_finished_counts(conn)
+    counts += read_finished_counts(conn, dialect)
     age = dialect.seconds_between(current, func.min(jobs.c.next_run_at)).label("age")
     oldest = conn.execute(
         select(jobs.c.queue, age)

@@ -301,6 +301,11 @@ class Dialect(abc.ABC):
         """The execution parameters of ``holds_lease(…, fences=None)`` for ``fences``."""
         return {"fence_ids": [job_id for job_id, _ in fences], "fences": list(fences)}
 
+    def selective(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
+        """``condition``, marked as true for few rows, where the planner takes such a hint: it
+        then prefers the index that ``condition`` narrows over one that only orders rows."""
+        return condition
+
     def lock_row(self, query: Select[Any]) -> Select[Any]:
         """Lock the selected row until the transaction ends (SQLite's write lock already does)."""
         return query
