@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from sqlqueue._errors import ConfigurationError
@@ -118,6 +118,12 @@ class JobContext:
     def cancelled(self) -> bool:
         """Whether the handler was asked to stop (worker shutdown or job cancellation)."""
         return self._cancelled.is_set()
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the queue running this job: for reads outside the job's transaction
+        (a built-in kind looks up its ledger with it before a side effect)."""
+        return self._queue.engine
 
     def now(self) -> datetime:
         """The database clock's time now, as seen from this attempt's start (no round trip)."""

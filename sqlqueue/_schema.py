@@ -20,7 +20,14 @@ from sqlalchemy import (
 
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
-__all__ = ["VERSION_TABLE", "circuit_breakers", "jobs", "metadata", "rate_limits"]
+__all__ = [
+    "VERSION_TABLE",
+    "circuit_breakers",
+    "email_sent",
+    "jobs",
+    "metadata",
+    "rate_limits",
+]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
 VERSION_TABLE = "sqlqueue_alembic_version"
@@ -137,4 +144,22 @@ circuit_breakers = Table(
     Column("probe_attempt", Integer, nullable=True),
     Column("changed_at", UtcDateTime, nullable=False),
     CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+)
+
+# The email kind's ledger of sent messages (added by 0006; see sqlqueue/email/_ledger.py): one
+# row per message the SMTP server accepted, written in the same transaction as its job's success,
+# so an attempt that finds its key here does not send again.
+email_sent = Table(
+    "sqlqueue_email_sent",
+    metadata,
+    # The message's dedup key (the job's idempotency key), or its Message-ID when it has none.
+    Column("key", String(255), primary_key=True),
+    Column("message_id", String(255), nullable=False),
+    Column("job_id", Id, nullable=False),
+    # The database time of the sending attempt, and the server's final reply to it.
+    Column("sent_at", UtcDateTime, nullable=False),
+    Column("reply", Text, nullable=False),
+    # Recipients the server took, and those it refused with its reply to each.
+    Column("accepted", JsonDocument, nullable=False),
+    Column("refused", JsonDocument, nullable=False),
 )

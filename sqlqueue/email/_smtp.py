@@ -1,0 +1,110 @@
+"""One SMTP exchange with aiosmtplib, and the one function that turns what the server said
+into what the job does next.
+
+what happened                                            the job
+-------------------------------------------------------  ----------------------------------------
+250 for every recipient                                  succeeded
+250 for some, 5xx for the others                         succeeded; the refused are in the result
+4xx (421, 450, 451, 452 …) to a command or every RCPT    SMTPTemporaryError: retried (backoff)
+connection refused or dropped, TLS failure, timeout      SMTPTemporaryError: retried (backoff)
+5xx (550, 553, 554 …) to a command or every RCPT         SMTPPermanentError: dead at once
+the server lacks the STARTTLS or AUTH the config asks    SMTPPermanentError: dead at once
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.message import EmailMessage
+
+import aiosmtplib
+
+from sqlqueue._errors import HandlerSignal
+from sqlqueue.email._config import SMTP
+from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
+
+__all__ = ["Delivery", "deliver", "explain"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """What the server said to one message: its final reply to the data, the recipients it took,
+    and those it refused with its reply to each (``"550 5.1.1 no such user"``)."""
+
+    reply: str
+    accepted: list[str]
+    refused: dict[str, str]
+
+
+async def deliver(
+    smtp: SMTP, message: EmailMessage, *, sender: str, recipients: Sequence[str]
+) -> Delivery:
+    """Send ``message`` over one connection, within ``smtp.timeout`` for the whole exchange.
+
+    Raises :class:`SMTPTemporaryError` or :class:`SMTPPermanentError` (see the table above);
+    the password is given to aiosmtplib and to nothing else.
+    """
+    client = aiosmtplib.SMTP(
+        hostname=smtp.host,
+        port=smtp.port,
+        username=smtp.username,
+        password=smtp.password,
+        use_tls=smtp.use_tls,
+        start_tls=smtp.starttls,
+        timeout=smtp.timeout,
+        tls_context=smtp.tls_context,
+    )
+    try:
+        async with asyncio.timeout(smtp.timeout):
+            async with client:
+                refused, reply = await client.send_message(
+                    message, sender=sender, recipients=list(recipients)
+                )
+    except TimeoutError as error:  # aiosmtplib's own timeouts are TimeoutErrors too
+        raise SMTPTemporaryError(
+            f"{_where(smtp)}: no answer within {smtp.timeout:g} s ({_text(error)})"
+        ) from None
+    except Exception as error:
+        raise explain(error, smtp) from None
+    refused_replies = {
+        address: f"{answer.code} {answer.message}" for address, answer in refused.items()
+    }
+    accepted = [address for address in recipients if address not in refused]
+    # aiosmtplib returns the text of the reply to the data; its code can only be 250 (any other
+    # raised SMTPDataError above), so it is put back: the reply as the server sent it.
+    return Delivery(reply=f"250 {reply}", accepted=accepted, refused=refused_replies)
+
+
+def explain(error: Exception, smtp: SMTP) -> HandlerSignal | Exception:
+    """The signal for an error of one exchange; an error that is not about SMTP or the network
+    is returned as it is (the worker retries it like any handler error)."""
+    where = _where(smtp)
+    if isinstance(error, aiosmtplib.SMTPRecipientsRefused):
+        # Every recipient refused: nobody got the message, so trying again resends to no one.
+        codes = [refusal.code for refusal in error.recipients]
+        detail = "; ".join(f"{r.recipient}: {r.code} {r.message}" for r in error.recipients)
+        reason = f"{where} refused every recipient: {detail}"
+        if all(code >= 500 for code in codes):
+            return SMTPPermanentError(reason, code=codes[0])
+        return SMTPTemporaryError(reason, code=min(codes))
+    if isinstance(error, aiosmtplib.SMTPResponseException):
+        reason = f"{where} answered {error.code} {error.message}"
+        if isinstance(error, aiosmtplib.SMTPSenderRefused):
+            reason = f"{where} refused the sender {error.sender}: {error.code} {error.message}"
+        if 500 <= error.code < 600:
+            return SMTPPermanentError(reason, code=error.code)
+        return SMTPTemporaryError(reason, code=error.code)
+    if isinstance(error, aiosmtplib.SMTPNotSupported):
+        return SMTPPermanentError(f"{where}: {_text(error)}; check the Mailer's SMTP settings")
+    if isinstance(error, aiosmtplib.SMTPException | OSError):  # refused, dropped, TLS failures
+        return SMTPTemporaryError(f"{where}: {type(error).__name__}: {_text(error)}")
+    return error
+
+
+def _where(smtp: SMTP) -> str:
+    return f"SMTP server {smtp.host}:{smtp.port}"
+
+
+def _text(error: BaseException) -> str:
+    return str(error) or type(error).__name__

@@ -1,0 +1,356 @@
+"""The email kind against a real SMTP server (aiosmtpd on a free port of 127.0.0.1), on both
+database backends: delivery and headers, TLS and login, what each SMTP reply does to the job,
+the ledger that keeps a message from going out twice, dedup keys, template versions, and bad
+input refused before any row is written."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue._schema import email_sent
+from sqlqueue.email import SMTP, Content, Mailer
+from tests._support import drain
+from tests.conftest import Backend
+from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    # The login tests use AUTH without TLS on purpose (the TLS test does both).
+    pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning"),
+]
+
+SENDER = "Example <noreply@example.com>"
+FINAL = {"succeeded", "dead", "cancelled"}
+
+
+@pytest.fixture
+def queues(backend: Backend) -> Iterator[list[sqlqueue.Queue]]:
+    """Queues made by a test (``new_queue``); their async engines are disposed at the end."""
+    made: list[sqlqueue.Queue] = []
+    yield made
+    for queue in made:
+        if queue._async_engine is not None:
+            asyncio.run(queue.async_engine().dispose())
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[SMTPServer, int]]:
+    """A plain SMTP server (no TLS, no AUTH) and its port."""
+    smtp = SMTPServer()
+    with smtp.running() as port:
+        yield smtp, port
+
+
+def new_mailer(
+    backend: Backend, queues: list[sqlqueue.Queue], port: int, **options: Any
+) -> tuple[sqlqueue.Queue, Mailer]:
+    """A queue on ``backend`` and a Mailer sending to 127.0.0.1:``port``, retrying at once."""
+    queue = backend.queue()
+    queues.append(queue)
+    smtp = options.pop("smtp", None) or SMTP(host="127.0.0.1", port=port, starttls=False)
+    options.setdefault("backoff", [0])
+    mailer = Mailer(queue, smtp=smtp, sender=SENDER, **options)
+
+    @mailer.template("welcome", version="3")
+    def welcome(user_name: str) -> Content:
+        return Content(
+            subject=f"Welcome, {user_name}",
+            text=f"Hello {user_name}, welcome aboard.",
+            html=f"<p>Hello <b>{user_name}</b>, welcome aboard.</p>",
+        )
+
+    return queue, mailer
+
+
+def send(backend: Backend, mailer: Mailer, **message: Any) -> int:
+    """``mailer.send`` in a committed transaction of its own."""
+    message.setdefault("to", ["ada@example.com"])
+    if "subject" not in message:
+        message.setdefault("template", "welcome")
+        message.setdefault("context", {"user_name": "Ada"})
+    with backend.engine.begin() as conn:
+        return mailer.send(conn, **message)
+
+
+def job_of(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    """The job, which must exist."""
+    job = queue.get_job(job_id)
+    assert job is not None
+    return job
+
+
+def run_until_final(queue: sqlqueue.Queue, job_id: int, rounds: int = 10) -> sqlqueue.Job:
+    """Drain until the job is finished (its retries are due at once)."""
+    for _ in range(rounds):
+        drain(queue)
+        job = job_of(queue, job_id)
+        if job.status in FINAL:
+            return job
+    raise AssertionError(f"job {job_id} is still {job.status}")
+
+
+def ledger(engine: sa.Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        return [dict(row) for row in conn.execute(sa.select(email_sent)).mappings()]
+
+
+# -- delivery ---------------------------------------------------------------------------------
+
+
+def test_a_templated_message_is_delivered_with_its_headers_and_parts(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+    job_id = send(backend, mailer, to=["Ada Lovelace <ada@example.com>", "bob@example.com"])
+    payload = job_of(queue, job_id).payload
+    assert payload["template"] == {"name": "welcome", "version": "3"}
+    job = run_until_final(queue, job_id)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+
+    (received,) = smtp.received
+    message = received.message
+    assert received.sender == "noreply@example.com"
+    assert received.recipients == ["ada@example.com", "bob@example.com"]
+    assert message["From"] == SENDER
+    assert message["To"] == "Ada Lovelace <ada@example.com>, bob@example.com"
+    assert message["Subject"] == "Welcome, Ada"
+    assert message["Message-ID"] == payload["message_id"]
+    assert payload["message_id"].endswith("@example.com>")
+    sent_date = parsedate_to_datetime(message["Date"])
+    assert job.started_at is not None
+    assert abs((sent_date - job.started_at).total_seconds()) < 60
+    assert message.get_content_type() == "multipart/alternative"
+    text, html = message.iter_parts()
+    assert (text.get_content_type(), html.get_content_type()) == ("text/plain", "text/html")
+    assert text.get_content().strip() == "Hello Ada, welcome aboard."
+    assert html.get_content().strip() == "<p>Hello <b>Ada</b>, welcome aboard.</p>"
+
+    assert job.result == {
+        "message_id": payload["message_id"],
+        "reply": "250 2.0.0 Ok: queued as Q1",
+        "accepted": ["ada@example.com", "bob@example.com"],
+        "refused": {},
+        "sent_at": job.result["sent_at"],
+        "template": {"name": "welcome", "version": "3", "enqueued_version": "3"},
+    }
+    (entry,) = ledger(backend.engine)
+    assert (entry["key"], entry["message_id"], entry["job_id"]) == (
+        payload["message_id"],
+        payload["message_id"],
+        job_id,
+    )
+    assert entry["reply"] == "250 2.0.0 Ok: queued as Q1"
+
+
+def test_a_message_without_a_template_records_its_content_hash(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+    job_id = send(backend, mailer, to="ada@example.com", subject="Hi", text="Plain only.")
+    job = run_until_final(queue, job_id)
+    assert job.status == "succeeded"
+    assert job.payload["content"]["hash"].startswith("sha256:")
+    assert job.result["content_hash"] == job.payload["content"]["hash"]
+    (received,) = smtp.received
+    assert received.message.get_content_type() == "text/plain"
+    assert received.message.get_content().strip() == "Plain only."
+
+
+# -- what each reply does: the status-code table ------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [421, 450, 451, 452])
+def test_a_4xx_reply_is_retried_with_the_backoff(backend, queues, server, code):
+    smtp, port = server
+    smtp.data_replies = [f"{code} 4.3.0 Try again later"]
+    queue, mailer = new_mailer(backend, queues, port)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, len(smtp.received)) == ("succeeded", 2, 1)
+    (error,) = job.errors
+    assert error.kind == "SMTPTemporaryError"
+    assert f"{code} 4.3.0 Try again later" in error.error
+
+
+def test_451_twice_then_accepted_takes_three_attempts_and_delivers_once(backend, queues, server):
+    smtp, port = server
+    smtp.data_replies = ["451 4.7.1 Greylisted, try again", "451 4.7.1 Greylisted, try again"]
+    queue, mailer = new_mailer(backend, queues, port)
+    job_id = send(backend, mailer)
+    job = run_until_final(queue, job_id)
+    assert (job.status, job.attempts, smtp.data_commands, len(smtp.received)) == (
+        "succeeded",
+        3,
+        3,
+        1,
+    )
+    assert [e.kind for e in job.errors] == ["SMTPTemporaryError", "SMTPTemporaryError"]
+    assert smtp.received[0].message["Message-ID"] == job.payload["message_id"]
+
+
+@pytest.mark.parametrize("code", [550, 553, 554])
+def test_a_5xx_reply_sends_the_job_to_dead_at_once(backend, queues, server, code):
+    smtp, port = server
+    smtp.data_replies = [f"{code} 5.7.1 Message rejected as spam"]
+    queue, mailer = new_mailer(backend, queues, port)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, smtp.received) == ("dead", 1, [])
+    assert str(job.last_error) == (
+        f"SMTPPermanentError: SMTP server 127.0.0.1:{port} answered "
+        f"{code} 5.7.1 Message rejected as spam"
+    )
+    assert job.errors[-1].kind == "SMTPPermanentError"
+    assert ledger(backend.engine) == []
+
+
+def test_every_recipient_refused_with_550_is_dead_at_once(backend, queues, server):
+    smtp, port = server
+    smtp.refuse = {"ada@example.com": "550 5.1.1 <ada@example.com>: Recipient unknown"}
+    queue, mailer = new_mailer(backend, queues, port)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, smtp.data_commands) == ("dead", 1, 0)
+    assert "550 5.1.1 <ada@example.com>: Recipient unknown" in str(job.last_error)
+
+
+def test_a_partial_refusal_succeeds_for_the_accepted_and_records_the_refused(
+    backend, queues, server
+):
+    smtp, port = server
+    smtp.refuse = {"bob@example.com": "550 5.1.1 <bob@example.com>: Recipient unknown"}
+    queue, mailer = new_mailer(backend, queues, port)
+    job_id = send(backend, mailer, to=["ada@example.com", "bob@example.com", "cy@example.com"])
+    job = run_until_final(queue, job_id)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.result["accepted"] == ["ada@example.com", "cy@example.com"]
+    assert job.result["refused"] == {
+        "bob@example.com": "550 5.1.1 <bob@example.com>: Recipient unknown"
+    }
+    # Sent once, to the accepted only; the job is finished, so it never goes to them again.
+    (received,) = smtp.received
+    assert received.recipients == ["ada@example.com", "cy@example.com"]
+    drain(queue)
+    assert smtp.data_commands == 1
+    (entry,) = ledger(backend.engine)
+    assert entry["refused"] == job.result["refused"]
+
+
+def test_a_dropped_connection_is_retried(backend, queues, server):
+    smtp, port = server
+    smtp.drops = 1
+    queue, mailer = new_mailer(backend, queues, port)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, len(smtp.received)) == ("succeeded", 2, 1)
+    (error,) = job.errors
+    assert error.kind == "SMTPTemporaryError"
+    assert "SMTPServerDisconnected" in error.error
+
+
+def test_a_hung_server_costs_one_attempt_bounded_by_the_timeout(backend, queues):
+    with hung_server() as port:
+        smtp = SMTP(host="127.0.0.1", port=port, starttls=False, timeout=0.5)
+        queue, mailer = new_mailer(backend, queues, port, smtp=smtp, backoff=[60])
+        job_id = send(backend, mailer)
+        drain(queue)
+    job = job_of(queue, job_id)
+    assert (job.status, job.attempts) == ("failed", 1)  # retried later, with the backoff
+    assert str(job.last_error).startswith(
+        f"SMTPTemporaryError: SMTP server 127.0.0.1:{port}: no answer within 0.5 s"
+    )
+    assert (job.errors[0].details or {})["elapsed_seconds"] < 5
+
+
+def test_a_server_that_is_down_is_retried(backend, queues):
+    from tests.smtp_server import free_port
+
+    port = free_port()
+    queue, mailer = new_mailer(backend, queues, port, backoff=[60])
+    job_id = send(backend, mailer)
+    drain(queue)
+    job = job_of(queue, job_id)
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert job.errors[0].kind == "SMTPTemporaryError"
+
+
+# -- TLS, login, secrets ------------------------------------------------------------------------
+
+
+def tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The server's context with a fresh self-signed certificate, and a client's trusting it."""
+    cert, key = self_signed_certificate(directory)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    return server_side, ssl.create_default_context(cafile=str(cert))
+
+
+PASSWORD = "s3cret-Pa55"
+
+
+def test_starttls_with_a_self_signed_certificate_and_login(backend, queues, tmp_path):
+    server_side, client_side = tls_contexts(tmp_path)
+    smtp = SMTPServer()
+    with smtp.running(tls_context=server_side, auth=True) as port:
+        config = SMTP(
+            host="127.0.0.1",
+            port=port,
+            starttls=True,
+            tls_context=client_side,
+            username="app",
+            password=PASSWORD,
+        )
+        queue, mailer = new_mailer(backend, queues, port, smtp=config)
+        job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, len(smtp.received)) == ("succeeded", 1, 1)
+    assert smtp.logins == ["app"]  # the server requires STARTTLS before AUTH and MAIL
+
+
+def test_a_refused_login_is_dead_at_once(backend, queues):
+    smtp = SMTPServer()
+    with smtp.running(auth=True) as port:
+        config = SMTP(
+            host="127.0.0.1", port=port, starttls=False, username="app", password="not-it-123"
+        )
+        queue, mailer = new_mailer(backend, queues, port, smtp=config)
+        job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, smtp.received) == ("dead", 1, [])
+    assert str(job.last_error).startswith(
+        f"SMTPPermanentError: SMTP server 127.0.0.1:{port} answered 535"
+    )
+
+
+def test_the_password_is_never_in_a_row_an_error_or_a_log_line(backend, queues, caplog):
+    caplog.set_level(logging.DEBUG)
+    smtp = SMTPServer()
+    with smtp.running(auth=True) as port:
+        good = SMTP(host="127.0.0.1", port=port, starttls=False, username="app", password=PASSWORD)
+        queue, mailer = new_mailer(backend, queues, port, smtp=good)
+        ok = run_until_final(queue, send(backend, mailer))
+        bad_password = "Wr0ng-but-secret-77"
+        bad = SMTP(
+            host="127.0.0.1", port=port, starttls=False, username="app", password=bad_password
+        )
+        other = backend.queue()
+        queues.append(other)
+        refused = Mailer(other, smtp=bad, sender=SENDER, name="email_bad")
+        with backend.engine.begin() as conn:
+            job_id = refused.send(conn, to="ada@example.com", subject="Hi", text="…")
+        dead = run_until_final(other, job_id)
+    assert (ok.status, dead.status) == ("succeeded", "dead")
+    with backend.engine.connect() as conn:
+        rows = [
+            repr(tuple(row)) for row in conn.execute(sa.text("SELECT * FROM sqlqueue_jobs"))
+        ] + [repr(tuple(row)) for row in conn.execute(sa.select(email_sent))]
+    ours = [r for r in caplog.records if not r.name.startswith("mail.log")]  # not aiosmtpd's
+    everything = "\n".join(
+        [*rows, *(r.getMessage() for r in ours), repr(mailer), repr(good), repr(dead)]
+    )
+    assert ours, "the worker logged nothing?"
+    for secret in (PASSWORD, bad_password):
+        assert secret not in everything
+    assert "535" in str(dead.last_error)
