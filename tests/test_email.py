@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import ssl
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -19,7 +23,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._schema import email_sent
 from sqlqueue.email import SMTP, Content, Mailer
-from tests._support import drain
+from tests._support import count_jobs, drain
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
 
@@ -354,3 +358,236 @@ def test_the_password_is_never_in_a_row_an_error_or_a_log_line(backend, queues, 
     for secret in (PASSWORD, bad_password):
         assert secret not in everything
     assert "535" in str(dead.last_error)
+
+
+# -- sent once where it can be ------------------------------------------------------------------
+
+
+def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_id(
+    backend, server, tmp_path
+):
+    """Two deliveries, both with the job's one Message-ID: the server accepted the first, then
+    the worker died before the transaction carrying the ledger entry and the job's success
+    committed. Nothing durable says the message went out, so the next attempt must send it
+    again (dropping it could lose the email); the unchanged Message-ID lets the receiver
+    recognise the duplicate. This is the window the README states."""
+    from tests.apps.processes import REPO_ROOT, child_env
+
+    smtp, port = server
+    producer = backend.queue()
+    producer_mailer = Mailer(producer, smtp=SMTP(host="127.0.0.1", port=port), sender=SENDER)
+    producer_mailer.template("welcome", version="1")(lambda user_name: None)
+    job_id = send(backend, producer_mailer, dedup_key="welcome:user:1")
+    env = child_env(
+        backend.url,
+        EMAIL_SMTP_PORT=str(port),
+        EMAIL_CRASH_MARKER=str(tmp_path / "crashed"),
+        EMAIL_LEASE_SECONDS="1.5",
+    )
+    command = [
+        sys.executable,
+        *("-m", "sqlqueue", "worker", "tests.apps.email_app:queue"),
+        *("--poll-interval", "0.05", "--burst"),
+    ]
+    first = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+    assert first.returncode == -signal.SIGKILL, first.stderr.decode()
+    assert len(smtp.received) == 1  # the server has it
+    assert ledger(backend.engine) == []  # rolled back with the job's success
+    assert job_of(producer, job_id).status == "running"
+    deadline = time.monotonic() + 30
+    while job_of(producer, job_id).status != "succeeded" and time.monotonic() < deadline:
+        time.sleep(0.5)  # the lease expires; the next worker's reaper gives the job back
+        subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+    job = job_of(producer, job_id)
+    assert (job.status, job.attempts) == ("succeeded", 2)
+    first_copy, second_copy = smtp.received
+    assert first_copy.message["Message-ID"] == second_copy.message["Message-ID"]
+    assert second_copy.message["Message-ID"] == job.payload["message_id"]
+    assert [entry["key"] for entry in ledger(backend.engine)] == ["welcome:user:1"]
+
+
+def test_a_key_found_in_the_ledger_is_not_sent_again(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+    first = run_until_final(queue, send(backend, mailer, dedup_key="welcome:user:1"))
+    with backend.engine.begin() as conn:  # the job row is pruned; the ledger stays
+        conn.execute(sa.text("DELETE FROM sqlqueue_jobs"))
+    job_id = send(backend, mailer, dedup_key="welcome:user:1")
+    again = run_until_final(queue, job_id)
+    assert again.status == "succeeded"
+    assert len(smtp.received) == 1
+    assert again.result["already_sent"] is True
+    assert again.payload["message_id"] != first.result["message_id"]  # minted anew at enqueue
+    assert again.result["message_id"] == first.result["message_id"]  # the one that went out
+    assert again.result["sent_by_job"] == first.id
+    assert again.result["reply"] == first.result["reply"]
+
+
+def test_the_same_dedup_key_twice_makes_one_job_and_one_message(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+    with backend.engine.begin() as conn:
+        first = mailer.send(conn, to="ada@example.com", subject="Hi", text="1", dedup_key="n:42")
+        second = mailer.send(conn, to="ada@example.com", subject="Hi", text="1", dedup_key="n:42")
+    third = send(backend, mailer, dedup_key="n:42")
+    assert first == second == third
+    assert count_jobs(backend.engine) == 1
+    run_until_final(queue, first)
+    assert len(smtp.received) == 1
+
+
+def test_send_async_enqueues_in_the_callers_async_transaction(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+
+    async def enqueue() -> int:
+        engine = queue.async_engine()
+        async with engine.begin() as conn:
+            return await mailer.send_async(
+                conn, to="ada@example.com", template="welcome", context={"user_name": "Ada"}
+            )
+
+    job_id = asyncio.run(enqueue())
+    assert run_until_final(queue, job_id).status == "succeeded"
+    assert len(smtp.received) == 1
+
+
+# -- template versions --------------------------------------------------------------------------
+
+
+def redeploy(
+    backend: Backend, queues: list[sqlqueue.Queue], port: int, **options: Any
+) -> tuple[sqlqueue.Queue, Mailer]:
+    """The worker after a deploy: the same Mailer, with template ``welcome`` at version 4."""
+    queue = backend.queue()
+    queues.append(queue)
+    smtp = SMTP(host="127.0.0.1", port=port, starttls=False)
+    mailer = Mailer(queue, smtp=smtp, sender=SENDER, backoff=[0], **options)
+
+    @mailer.template("welcome", version="4")
+    def welcome(user_name: str) -> Content:
+        return Content(subject=f"Welcome aboard, {user_name}", text="v4")
+
+    return queue, mailer
+
+
+def test_a_template_changed_since_enqueue_renders_the_new_version(backend, queues, server):
+    smtp, port = server
+    _, before = new_mailer(backend, queues, port)
+    job_id = send(backend, before)
+    after, _ = redeploy(backend, queues, port, on_template_change="render_new")
+    job = run_until_final(after, job_id)
+    assert job.status == "succeeded"
+    assert job.payload["template"] == {"name": "welcome", "version": "3"}
+    assert job.result["template"] == {"name": "welcome", "version": "4", "enqueued_version": "3"}
+    assert smtp.received[0].message["Subject"] == "Welcome aboard, Ada"
+
+
+def test_a_template_changed_since_enqueue_can_fail_the_job(backend, queues, server):
+    smtp, port = server
+    _, before = new_mailer(backend, queues, port)
+    job_id = send(backend, before)
+    after, _ = redeploy(backend, queues, port, on_template_change="fail")
+    job = run_until_final(after, job_id)
+    assert (job.status, job.attempts, smtp.received) == ("dead", 1, [])
+    assert str(job.last_error) == (
+        "TemplateChanged: template 'welcome' is version 4 now, the job was enqueued for "
+        "version 3 (on_template_change='fail')"
+    )
+
+
+# -- bad input: refused before any row ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "error", "text"),
+    [
+        (
+            {"template": "farewell"},
+            "UnknownTemplate",
+            "no template named 'farewell' (registered: welcome)",
+        ),
+        ({"to": "not an address"}, "InvalidAddress", "'not an address' is not a valid"),
+        ({"to": "a@"}, "InvalidAddress", "to[0]: 'a@' is not a valid email address"),
+        ({"to": "a@x.org, b@x.org"}, "InvalidAddress", "must be one address, not 2"),
+        ({"to": []}, "InvalidAddress", "to: expected an address or a non-empty list"),
+        ({"to": "ada@example.com\r\nBcc: x@y.z"}, "InvalidAddress", "contains a line break"),
+        ({"context": {}}, "EmailInputError", "missing a required argument: 'user_name'"),
+        ({"context": {"user_name": "Ada", "age": 3}}, "EmailInputError", "unexpected keyword"),
+        ({"context": {"user_name": {1, 2}}}, "PayloadError", "is a set"),
+        ({"subject": "Hi", "template": "welcome"}, "EmailInputError", "not both"),
+        ({"subject": "Hi"}, "EmailInputError", "subject= and text="),
+        ({"subject": "Hi\nBcc: x@y.z", "text": "t"}, "EmailInputError", "one line"),
+    ],
+)
+def test_bad_input_is_refused_before_any_row_is_written(backend, queues, message, error, text):
+    _, mailer = new_mailer(backend, queues, 25)
+    if "subject" in message:
+        message.setdefault("to", "ada@example.com")
+        if message.get("template"):
+            message["context"] = {"user_name": "Ada"}
+    with backend.engine.begin() as conn:
+        with pytest.raises(sqlqueue.EnqueueError) as raised:
+            send_in(conn, mailer, message)
+        assert type(raised.value).__name__ == error
+        assert text in str(raised.value)
+        conn.execute(sa.text("SELECT 1"))  # the caller's transaction is still usable
+    assert count_jobs(backend.engine) == 0
+
+
+def send_in(conn: sa.Connection, mailer: Mailer, message: dict[str, Any]) -> int:
+    message.setdefault("to", "ada@example.com")
+    if "subject" not in message:
+        message.setdefault("template", "welcome")
+        message.setdefault("context", {"user_name": "Ada"})
+    return mailer.send(conn, **message)
+
+
+def test_a_mailer_checks_its_settings(backend):
+    queue = backend.queue()
+    smtp = SMTP(host="127.0.0.1", port=25, starttls=False)
+    with pytest.raises(sqlqueue.ConfigurationError, match="sender: 'nobody' is not a valid"):
+        Mailer(queue, smtp=smtp, sender="nobody")
+    with pytest.raises(sqlqueue.ConfigurationError, match="on_template_change must be"):
+        Mailer(queue, smtp=smtp, sender=SENDER, on_template_change="ignore")  # type: ignore[arg-type]
+    with pytest.raises(sqlqueue.ConfigurationError, match="exclude each other"):
+        SMTP(host="h", starttls=True, use_tls=True)
+    with pytest.raises(sqlqueue.ConfigurationError, match="go together"):
+        SMTP(host="h", username="app")
+    with pytest.raises(sqlqueue.ConfigurationError, match="timeout must be > 0"):
+        SMTP(host="h", timeout=0)
+
+
+# -- flow control -------------------------------------------------------------------------------
+
+
+def test_the_circuit_breaker_and_rate_limit_are_keyed_by_the_provider(backend, queues, server):
+    smtp, port = server
+    smtp.drops = 1
+    queue, mailer = new_mailer(
+        backend,
+        queues,
+        port,
+        backoff=[60],
+        rate_limit=sqlqueue.RateLimit(per_second=100),
+        circuit_breaker=sqlqueue.CircuitBreaker(failure_threshold=1, cooldown_seconds=60),
+    )
+    provider = f"smtp:127.0.0.1:{port}"
+    assert mailer.task.rate_limit is not None
+    assert mailer.task.rate_limit.key == provider
+    assert mailer.task.circuit_breaker is not None
+    assert mailer.task.circuit_breaker.key == provider
+    first = send(backend, mailer)
+    drain(queue)
+    assert job_of(queue, first).status == "failed"  # the dropped connection opened the breaker
+    second = send(backend, mailer)
+    drain(queue)
+    held = job_of(queue, second)
+    assert (held.status, held.attempts) == ("queued", 0)  # deferred, not failed
+    assert smtp.data_commands == 1
+    with backend.engine.connect() as conn:
+        state = conn.execute(
+            sa.text("SELECT state FROM sqlqueue_circuit_breakers WHERE key = :key"),
+            {"key": provider},
+        ).scalar_one()
+    assert state == "open"
