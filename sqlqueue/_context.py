@@ -51,8 +51,9 @@ class JobContext:
 
     Facts: ``job_id``, ``job_type``, ``queue``, ``attempt`` (1 for the first), ``max_attempts``,
     ``enqueued_at`` and ``errors`` (the history of earlier failed attempts); ``logger`` is bound
-    to the job. ``cancelled`` turns true when the worker is shutting down (or the job is
-    cancelled): a long handler should check it and wrap up.
+    to the job; ``engine`` is the queue's, for reads outside the job's transaction.
+    ``cancelled`` turns true when the worker is shutting down (or the job is cancelled): a long
+    handler should check it and wrap up.
     """
 
     def __init__(

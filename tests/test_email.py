@@ -314,6 +314,31 @@ def test_starttls_with_a_self_signed_certificate_and_login(backend, queues, tmp_
     assert smtp.logins == ["app"]  # the server requires STARTTLS before AUTH and MAIL
 
 
+def test_an_untrusted_certificate_is_retried(backend, queues, tmp_path):
+    server_side, _ = tls_contexts(tmp_path)
+    smtp = SMTPServer()
+    with smtp.running(tls_context=server_side) as port:
+        config = SMTP(host="127.0.0.1", port=port, starttls=True)  # the system's CAs only
+        queue, mailer = new_mailer(backend, queues, port, smtp=config, backoff=[60])
+        job_id = send(backend, mailer)
+        drain(queue)
+    job = job_of(queue, job_id)
+    assert (job.status, job.attempts, smtp.received) == ("failed", 1, [])
+    assert "CERTIFICATE_VERIFY_FAILED" in str(job.last_error)
+
+
+def test_a_server_without_the_starttls_the_settings_ask_for_is_dead_at_once(
+    backend, queues, server
+):
+    smtp, port = server
+    config = SMTP(host="127.0.0.1", port=port, starttls=True)
+    queue, mailer = new_mailer(backend, queues, port, smtp=config)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, smtp.received) == ("dead", 1, [])
+    assert "STARTTLS extension not supported" in str(job.last_error)
+    assert str(job.last_error).endswith("check the Mailer's SMTP settings")
+
+
 def test_a_refused_login_is_dead_at_once(backend, queues):
     smtp = SMTPServer()
     with smtp.running(auth=True) as port:

@@ -95,7 +95,9 @@ def explain(error: Exception, smtp: SMTP) -> HandlerSignal | Exception:
         if 500 <= error.code < 600:
             return SMTPPermanentError(reason, code=error.code)
         return SMTPTemporaryError(reason, code=error.code)
-    if isinstance(error, aiosmtplib.SMTPNotSupported):
+    if isinstance(error, aiosmtplib.SMTPNotSupported) or type(error) is aiosmtplib.SMTPException:
+        # aiosmtplib raises its base class itself when the server lacks what the settings ask
+        # for (STARTTLS, AUTH, a usable AUTH mechanism): no retry makes the server grow it.
         return SMTPPermanentError(f"{where}: {_text(error)}; check the Mailer's SMTP settings")
     if isinstance(error, aiosmtplib.SMTPException | OSError):  # refused, dropped, TLS failures
         return SMTPTemporaryError(f"{where}: {type(error).__name__}: {_text(error)}")
