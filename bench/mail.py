@@ -29,9 +29,32 @@ from typing import Any
 
 import sqlalchemy as sa
 
+import sqlqueue
 from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, ROOT, Target, fresh_database
+from sqlqueue.email import SMTP, Content, Mailer
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "make_mailer", "measure"]
+
+
+def make_mailer(url: str, port: int) -> tuple[sqlqueue.Queue, Mailer]:
+    """The benchmark's queue on ``url`` and its Mailer, sending to 127.0.0.1:``port``."""
+    queue = sqlqueue.Queue(url)
+    mailer = Mailer(
+        queue,
+        smtp=SMTP(host="127.0.0.1", port=port, starttls=False),
+        sender="Bench <bench@example.com>",
+    )
+
+    @mailer.template("bench", version="1")
+    def bench_message(n: int) -> Content:
+        """A small message with a text and an HTML part, like a typical notification."""
+        return Content(
+            subject=f"Message {n}",
+            text=f"This is message {n}.\n" * 20,
+            html=f"<p>This is message <b>{n}</b>.</p>" * 20,
+        )
+
+    return queue, mailer
 
 
 class _Sink:
@@ -67,13 +90,8 @@ def measure(url: str, *, messages: int, concurrency: int, timeout: float = 600.0
         "SQLQUEUE_BENCH_SMTP_PORT": str(port),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
+    queue, mailer = make_mailer(url, port)
     try:
-        # The app module reads the URL and port from the environment when imported.
-        os.environ.update(SQLQUEUE_DATABASE_URL=url, SQLQUEUE_BENCH_SMTP_PORT=str(port))
-        from bench import mail_app
-
-        queue = mail_app.queue.rebind(url)
-        mailer = mail_app.mailer
         with queue.engine.begin() as conn:
             for n in range(messages):
                 mailer.send(

@@ -1,5 +1,5 @@
 """The application ``python -m bench.mail`` runs its worker on: one Mailer sending to the local
-SMTP sink on ``SQLQUEUE_BENCH_SMTP_PORT``, with one template.
+SMTP sink on ``SQLQUEUE_BENCH_SMTP_PORT``, with one template (see :func:`bench.mail.make_mailer`).
 
 The worker loads it with ``python -m sqlqueue worker bench.mail_app:queue``; the database comes
 from ``SQLQUEUE_DATABASE_URL``.
@@ -9,32 +9,16 @@ from __future__ import annotations
 
 import os
 
-import sqlqueue
-from sqlqueue.email import SMTP, Content, Mailer
+from bench.mail import make_mailer
 
 __all__ = ["mailer", "queue"]
 
 _url = os.environ.get("SQLQUEUE_DATABASE_URL")
-if not _url:
-    raise SystemExit("bench.mail_app needs SQLQUEUE_DATABASE_URL (the benchmark sets it)")
-
-queue = sqlqueue.Queue(_url)
-mailer = Mailer(
-    queue,
-    smtp=SMTP(
-        host="127.0.0.1",
-        port=int(os.environ.get("SQLQUEUE_BENCH_SMTP_PORT", "8025")),
-        starttls=False,
-    ),
-    sender="Bench <bench@example.com>",
-)
-
-
-@mailer.template("bench", version="1")
-def bench_message(n: int) -> Content:
-    """A small message with a text and an HTML part, like a typical notification."""
-    return Content(
-        subject=f"Message {n}",
-        text=f"This is message {n}.\n" * 20,
-        html=f"<p>This is message <b>{n}</b>.</p>" * 20,
+_port = os.environ.get("SQLQUEUE_BENCH_SMTP_PORT")
+if not _url or not _port:
+    raise SystemExit(
+        "bench.mail_app needs SQLQUEUE_DATABASE_URL and SQLQUEUE_BENCH_SMTP_PORT "
+        "(python -m bench.mail sets them)"
     )
+
+queue, mailer = make_mailer(_url, int(_port))

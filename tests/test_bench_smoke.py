@@ -67,3 +67,20 @@ def test_quick_run_on_sqlite_measures_every_scenario(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "changes against" in shown.stdout
     assert "0.0%" in shown.stdout
+
+
+def test_the_email_bench_sends_every_message_on_sqlite(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.mail", "--messages", "20", "--runs", "1"),
+            *("--backends", "sqlite", "--concurrency", "4", "--sqlite-dir", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sqlite     concurrency   4:" in done.stdout
+    assert "messages/s" in done.stdout
