@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 
-from sqlqueue._errors import ConfigurationError
+from sqlqueue import ConfigurationError
 
 __all__ = ["SMTP", "Content"]
 

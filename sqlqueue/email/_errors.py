@@ -18,7 +18,7 @@ them as the ``kind`` of a job's errors, and in its ``last_error``.
 
 from __future__ import annotations
 
-from sqlqueue._errors import EnqueueError, PermanentError, Retry
+from sqlqueue import EnqueueError, PermanentError, Retry
 
 __all__ = [
     "EmailInputError",

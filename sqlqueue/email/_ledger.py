@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sqlqueue._schema import email_sent
+from sqlqueue._schema import email_sent  # declared with every table; written only here
 from sqlqueue.email._smtp import Delivery
 
 __all__ = ["find_sent", "record_sent"]

@@ -24,13 +24,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlqueue._backoff import Backoff
-from sqlqueue._circuit import CircuitBreaker
-from sqlqueue._context import JobContext
-from sqlqueue._errors import ConfigurationError, PermanentError
-from sqlqueue._queue import Queue
-from sqlqueue._ratelimit import RateLimit
-from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, Task
+from sqlqueue import (
+    Backoff,
+    CircuitBreaker,
+    ConfigurationError,
+    JobContext,
+    PermanentError,
+    Queue,
+    RateLimit,
+    Task,
+)
+from sqlqueue._task import DEFAULT_MAX_ATTEMPTS  # the same default as any task's
 from sqlqueue.email._config import SMTP, Content
 from sqlqueue.email._errors import EmailInputError, TemplateChanged, UnknownTemplate
 from sqlqueue.email._ledger import find_sent, record_sent

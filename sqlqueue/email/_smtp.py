@@ -20,7 +20,7 @@ from email.message import EmailMessage
 
 import aiosmtplib
 
-from sqlqueue._errors import HandlerSignal
+from sqlqueue import HandlerSignal
 from sqlqueue.email._config import SMTP
 from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
 
