@@ -616,3 +616,24 @@ def test_the_circuit_breaker_and_rate_limit_are_keyed_by_the_provider(backend, q
             {"key": provider},
         ).scalar_one()
     assert state == "open"
+
+
+def test_an_async_template_and_an_orm_session(backend, queues, server):
+    from sqlalchemy.orm import Session
+
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+
+    @mailer.template("receipt", version="2")
+    async def receipt(order: int) -> Content:
+        await asyncio.sleep(0)
+        return Content(subject=f"Receipt for order {order}", text="Thanks.")
+
+    with Session(backend.engine) as session, session.begin():
+        job_id = mailer.send(
+            session, to="ada@example.com", template="receipt", context={"order": 7}
+        )
+    assert mailer.templates == {"welcome": "3", "receipt": "2"}
+    job = run_until_final(queue, job_id)
+    assert job.result["template"] == {"name": "receipt", "version": "2", "enqueued_version": "2"}
+    assert smtp.received[0].message["Subject"] == "Receipt for order 7"
