@@ -575,6 +575,13 @@ def test_a_mailer_checks_its_settings(backend):
         Mailer(queue, smtp=smtp, sender="nobody")
     with pytest.raises(sqlqueue.ConfigurationError, match="on_template_change must be"):
         Mailer(queue, smtp=smtp, sender=SENDER, on_template_change="ignore")  # type: ignore[arg-type]
+    with pytest.raises(
+        sqlqueue.ConfigurationError, match=r"rate_limit must be a sqlqueue\.RateLimit"
+    ):
+        Mailer(queue, smtp=smtp, sender=SENDER, rate_limit=5)  # type: ignore[arg-type]
+    Mailer(queue, smtp=smtp, sender=SENDER)
+    with pytest.raises(sqlqueue.ConfigurationError, match="a task named 'email' is already"):
+        Mailer(queue, smtp=smtp, sender=SENDER)  # a second Mailer needs name=
     with pytest.raises(sqlqueue.ConfigurationError, match="exclude each other"):
         SMTP(host="h", starttls=True, use_tls=True)
     with pytest.raises(sqlqueue.ConfigurationError, match="go together"):

@@ -104,9 +104,10 @@ class Mailer:
             self.sender = check_address(sender, "sender")
         except EmailInputError as error:
             raise ConfigurationError(str(error)) from None
-        if rate_limit is not None and rate_limit.key is None:
+        # Anything else is refused, with its field named, when the task is built below.
+        if isinstance(rate_limit, RateLimit) and rate_limit.key is None:
             rate_limit = replace(rate_limit, key=smtp.provider)
-        if circuit_breaker is not None and circuit_breaker.key is None:
+        if isinstance(circuit_breaker, CircuitBreaker) and circuit_breaker.key is None:
             circuit_breaker = replace(circuit_breaker, key=smtp.provider)
         self.smtp = smtp
         self.on_template_change: TemplateChangePolicy = on_template_change
