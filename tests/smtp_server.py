@@ -7,6 +7,7 @@ Every message it accepts is kept, parsed, in ``received``: the tests count deliv
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ipaddress
 import socket
@@ -51,6 +52,8 @@ class SMTPServer:
     data_replies: list[str] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)
     drops: int = 0
+    #: Never answer QUIT (after accepting the message).
+    hang_at_quit: bool = False
     received: list[Received] = field(default_factory=list)
     logins: list[str] = field(default_factory=list)
     data_commands: int = 0
@@ -83,6 +86,11 @@ class SMTPServer:
                 )
             )
             return f"250 2.0.0 Ok: queued as Q{len(self.received)}"
+
+    async def handle_QUIT(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.hang_at_quit:
+            await asyncio.sleep(3600)
+        return "221 Bye"
 
     def authenticate(
         self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any

@@ -270,6 +270,17 @@ def test_a_hung_server_costs_one_attempt_bounded_by_the_timeout(backend, queues)
     assert (job.errors[0].details or {})["elapsed_seconds"] < 5
 
 
+def test_a_server_that_stalls_after_accepting_the_message_is_not_sent_to_again(
+    backend, queues, server
+):
+    smtp, port = server
+    smtp.hang_at_quit = True  # 250 to the data, then no answer to QUIT
+    config = SMTP(host="127.0.0.1", port=port, starttls=False, timeout=0.5)
+    queue, mailer = new_mailer(backend, queues, port, smtp=config)
+    job = run_until_final(queue, send(backend, mailer))
+    assert (job.status, job.attempts, len(smtp.received)) == ("succeeded", 1, 1)
+
+
 def test_a_server_that_is_down_is_retried(backend, queues):
     from tests.smtp_server import free_port
 

@@ -14,6 +14,7 @@ the server lacks the STARTTLS or AUTH the config asks    SMTPPermanentError: dea
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -25,6 +26,11 @@ from sqlqueue.email._config import SMTP
 from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
 
 __all__ = ["Delivery", "deliver", "explain"]
+
+log = logging.getLogger("sqlqueue.email")
+
+#: The most a polite QUIT after a delivered message may take.
+_QUIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,16 +63,19 @@ async def deliver(
     )
     try:
         async with asyncio.timeout(smtp.timeout):
-            async with client:
-                refused, reply = await client.send_message(
-                    message, sender=sender, recipients=list(recipients)
-                )
+            await client.connect()  # and STARTTLS and AUTH, as configured
+            refused, reply = await client.send_message(
+                message, sender=sender, recipients=list(recipients)
+            )
     except TimeoutError as error:  # aiosmtplib's own timeouts are TimeoutErrors too
+        client.close()
         raise SMTPTemporaryError(
             f"{_where(smtp)}: no answer within {smtp.timeout:g} s ({_text(error)})"
         ) from None
     except Exception as error:
+        client.close()
         raise explain(error, smtp) from None
+    await _say_goodbye(client, smtp.timeout)
     refused_replies = {
         address: f"{answer.code} {answer.message}" for address, answer in refused.items()
     }
@@ -74,6 +83,18 @@ async def deliver(
     # aiosmtplib returns the text of the reply to the data; its code can only be 250 (any other
     # raised SMTPDataError above), so it is put back: the reply as the server sent it.
     return Delivery(reply=f"250 {reply}", accepted=accepted, refused=refused_replies)
+
+
+async def _say_goodbye(client: aiosmtplib.SMTP, timeout: float) -> None:
+    """QUIT politely, then close. The server has accepted the message by now, so nothing here
+    may fail the attempt: a retry would send the message again."""
+    try:
+        async with asyncio.timeout(min(timeout, _QUIT_SECONDS)):
+            await client.quit()
+    except Exception:  # a server that hangs up or stalls after 250 has the message anyway
+        log.debug("QUIT after a delivered message failed; closing", exc_info=True)
+    finally:
+        client.close()
 
 
 def explain(error: Exception, smtp: SMTP) -> HandlerSignal | Exception:
