@@ -655,3 +655,20 @@ def test_an_async_template_and_an_orm_session(backend, queues, server):
     job = run_until_final(queue, job_id)
     assert job.result["template"] == {"name": "receipt", "version": "2", "enqueued_version": "2"}
     assert smtp.received[0].message["Subject"] == "Receipt for order 7"
+
+
+def test_non_ascii_names_subjects_and_bodies_arrive_intact(backend, queues, server):
+    smtp, port = server
+    queue, mailer = new_mailer(backend, queues, port)
+    job_id = send(
+        backend,
+        mailer,
+        to="Ада Лавлейс <ada@example.com>",
+        subject="Добро пожаловать ✉",
+        text="Здравствуйте, Ада! 🎉",
+    )
+    assert run_until_final(queue, job_id).status == "succeeded"
+    (received,) = smtp.received
+    assert received.message["To"] == "Ада Лавлейс <ada@example.com>"
+    assert received.message["Subject"] == "Добро пожаловать ✉"
+    assert received.message.get_content().strip() == "Здравствуйте, Ада! 🎉"
