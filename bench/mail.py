@@ -3,16 +3,17 @@
 A backlog of templated messages is enqueued with ``Mailer.send`` (one transaction), then one
 ``python -m sqlqueue worker bench.mail_app:queue --burst`` process sends them all to an
 aiosmtpd sink in this process (127.0.0.1, a free port; it accepts and counts). Each message is
-one SMTP connection (connect, EHLO, MAIL, RCPT, DATA, QUIT) plus the ledger lookup and the
-ledger row written with the job's success. The rate is messages divided by the drain window on
+one SMTP exchange — a new connection per message (connect, EHLO, MAIL, RCPT, DATA, QUIT), or
+with ``--connections reused`` a kept one (NOOP, MAIL, RCPT, DATA) — plus the ledger lookup and
+the ledger row written with the job's success. The rate is messages divided by the drain window on
 the database clock (first ``started_at`` to last ``finished_at``), so interpreter start-up is not
 measured; each figure is the median of ``--runs`` runs, each on a fresh database.
 
 Needs ``pip install -e '.[test]'`` (aiosmtplib and aiosmtpd). Kept apart from ``python -m
 bench``, whose default run it does not slow down::
 
-    python -m bench.mail                                 # 1,000 messages, concurrency 1 and 10
-    python -m bench.mail --messages 200 --backends sqlite --concurrency 4
+    python -m bench.mail                     # 1,000 messages, concurrency 1 and 10, new and reused
+    python -m bench.mail --messages 200 --backends sqlite --concurrency 4 --connections new
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from sqlqueue.email import SMTP, Content, Mailer
 __all__ = ["main", "make_mailer", "measure"]
 
 
-def make_mailer(url: str, port: int) -> tuple[sqlqueue.Queue, Mailer]:
-    """The benchmark's queue on ``url`` and its Mailer, sending to 127.0.0.1:``port``."""
+def make_mailer(url: str, port: int, pool_size: int = 0) -> tuple[sqlqueue.Queue, Mailer]:
+    """The benchmark's queue on ``url`` and its Mailer, sending to 127.0.0.1:``port`` over
+    ``pool_size`` kept connections (0: one connection per message)."""
     queue = sqlqueue.Queue(url)
     mailer = Mailer(
         queue,
-        smtp=SMTP(host="127.0.0.1", port=port, starttls=False),
+        smtp=SMTP(host="127.0.0.1", port=port, starttls=False, pool_size=pool_size),
         sender="Bench <bench@example.com>",
     )
 
@@ -76,8 +78,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def measure(url: str, *, messages: int, concurrency: int, timeout: float = 600.0) -> float:
-    """Send ``messages`` through one worker with ``concurrency`` slots; return messages/s."""
+def measure(
+    url: str, *, messages: int, concurrency: int, reuse: bool, timeout: float = 600.0
+) -> float:
+    """Send ``messages`` through one worker with ``concurrency`` slots, over one connection per
+    message or (``reuse``) up to ``concurrency`` kept connections; return messages/s."""
     from aiosmtpd.controller import Controller
 
     sink = _Sink()
@@ -88,6 +93,7 @@ def measure(url: str, *, messages: int, concurrency: int, timeout: float = 600.0
         **os.environ,
         "SQLQUEUE_DATABASE_URL": url,
         "SQLQUEUE_BENCH_SMTP_PORT": str(port),
+        "SQLQUEUE_BENCH_SMTP_POOL": str(concurrency if reuse else 0),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     queue, mailer = make_mailer(url, port)
@@ -134,23 +140,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (3)")
     parser.add_argument("--concurrency", default="1,10", help="worker slots to try (1,10)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgresql")
+    parser.add_argument(
+        "--connections",
+        default="new,reused",
+        help="new (one per message) and/or reused (SMTP(pool_size=concurrency)): new,reused",
+    )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument("--sqlite-dir", type=Path)
     args = parser.parse_args(argv)
     target = Target(postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir)
-    print(f"{args.messages} messages, 1 worker process, one SMTP connection per message")
+    modes = [name.strip() for name in args.connections.split(",") if name.strip()]
+    if not modes or set(modes) - {"new", "reused"}:
+        parser.error(f"--connections: expected new and/or reused, got {args.connections!r}")
+    print(f"{args.messages} messages, 1 worker process")
     for backend in [name.strip() for name in args.backends.split(",") if name.strip()]:
         for concurrency in [int(part) for part in args.concurrency.split(",")]:
-            rates = []
-            for _ in range(args.runs):
-                with fresh_database(backend, target) as url:
-                    rates.append(measure(url, messages=args.messages, concurrency=concurrency))
-            print(
-                f"{backend:<10} concurrency {concurrency:>3}: "
-                f"{statistics.median(rates):7.1f} messages/s "
-                f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.runs} runs)",
-                flush=True,
-            )
+            for mode in modes:
+                rates = []
+                for _ in range(args.runs):
+                    with fresh_database(backend, target) as url:
+                        rates.append(
+                            measure(
+                                url,
+                                messages=args.messages,
+                                concurrency=concurrency,
+                                reuse=mode == "reused",
+                            )
+                        )
+                print(
+                    f"{backend:<10} concurrency {concurrency:>3}, {mode:<6} connections: "
+                    f"{statistics.median(rates):7.1f} messages/s "
+                    f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.runs} runs)",
+                    flush=True,
+                )
     return 0
 
 

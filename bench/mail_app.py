@@ -21,4 +21,6 @@ if not _url or not _port:
         "(python -m bench.mail sets them)"
     )
 
-queue, mailer = make_mailer(_url, int(_port))
+queue, mailer = make_mailer(
+    _url, int(_port), pool_size=int(os.environ.get("SQLQUEUE_BENCH_SMTP_POOL", "0"))
+)

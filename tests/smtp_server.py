@@ -57,6 +57,8 @@ class SMTPServer:
     received: list[Received] = field(default_factory=list)
     logins: list[str] = field(default_factory=list)
     data_commands: int = 0
+    #: The client address and port of each accepted message: one per connection used.
+    peers: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_RCPT(
@@ -76,6 +78,7 @@ class SMTPServer:
                 return "421 4.4.2 connection dropped"
             if self.data_replies:
                 return self.data_replies.pop(0)
+            self.peers.append(session.peer)
             parsed = message_from_bytes(envelope.content, policy=policy.default)
             assert isinstance(parsed, EmailMessage)
             self.received.append(
@@ -107,10 +110,11 @@ class SMTPServer:
 
     @contextmanager
     def running(
-        self, *, tls_context: ssl.SSLContext | None = None, auth: bool = False
+        self, *, tls_context: ssl.SSLContext | None = None, auth: bool = False, **smtp: Any
     ) -> Iterator[int]:
-        """Serve on a free port (yielded) until the block ends."""
-        options: dict[str, Any] = {}
+        """Serve on a free port (yielded) until the block ends; ``smtp`` goes to aiosmtpd's
+        ``SMTP`` (e.g. ``timeout``: how long it lets a connection sit idle)."""
+        options: dict[str, Any] = dict(smtp)
         if tls_context is not None:
             options.update(tls_context=tls_context, require_starttls=True)
         if auth:

@@ -82,5 +82,5 @@ def test_the_email_bench_sends_every_message_on_sqlite(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "sqlite     concurrency   4:" in done.stdout
-    assert "messages/s" in done.stdout
+    assert "sqlite     concurrency   4, new    connections:" in done.stdout
+    assert "sqlite     concurrency   4, reused connections:" in done.stdout

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._schema import email_sent
 from sqlqueue.email import SMTP, Content, Mailer
-from tests._support import count_jobs, drain
+from tests._support import WorkerThread, count_jobs, drain, wait_until
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
 
@@ -672,3 +672,33 @@ def test_non_ascii_names_subjects_and_bodies_arrive_intact(backend, queues, serv
     assert received.message["To"] == "Ада Лавлейс <ada@example.com>"
     assert received.message["Subject"] == "Добро пожаловать ✉"
     assert received.message.get_content().strip() == "Здравствуйте, Ада! 🎉"
+
+
+# -- reused connections -------------------------------------------------------------------------
+
+
+def test_a_pool_sends_many_messages_over_one_connection(backend, queues, server):
+    smtp, port = server
+    config = SMTP(host="127.0.0.1", port=port, starttls=False, pool_size=2)
+    queue, mailer = new_mailer(backend, queues, port, smtp=config)
+    ids = [send(backend, mailer, to=f"user{n}@example.com") for n in range(4)]
+    drain(queue, concurrency=1)
+    assert [job_of(queue, job_id).status for job_id in ids] == ["succeeded"] * 4
+    assert len(smtp.received) == 4
+    assert len(set(smtp.peers)) == 1
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_without_a_failed_attempt(backend, queues):
+    smtp = SMTPServer()
+    with smtp.running(timeout=0.2) as port:  # the server drops connections idle for 0.2 s
+        config = SMTP(host="127.0.0.1", port=port, starttls=False, pool_size=1)
+        queue, mailer = new_mailer(backend, queues, port, smtp=config)
+        with WorkerThread(queue.worker(concurrency=1, poll_interval=0.02)):
+            first = send(backend, mailer, to="ada@example.com")
+            wait_until(lambda: job_of(queue, first).status == "succeeded")
+            time.sleep(0.6)  # the kept connection is closed by the server meanwhile
+            second = send(backend, mailer, to="bob@example.com")
+            wait_until(lambda: job_of(queue, second).status == "succeeded")
+    assert [job_of(queue, job_id).attempts for job_id in (first, second)] == [1, 1]
+    assert len(smtp.received) == 2
+    assert len(set(smtp.peers)) == 2

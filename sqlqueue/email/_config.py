@@ -17,8 +17,11 @@ class SMTP:
     ``starttls=True`` upgrades a plain connection (port 587); ``use_tls=True`` speaks TLS from
     the first byte (port 465); not both. ``timeout`` bounds one whole attempt (connect, greet,
     authenticate, send), so a server that hangs costs one attempt, not a worker slot. Give
-    ``tls_context`` to trust a private CA. The password stays here, in the process that built
-    the Mailer: it is never written to a job, an error or a log line (it is not in ``repr``).
+    ``tls_context`` to trust a private CA. ``pool_size`` connections per worker are kept open
+    between messages (checked with NOOP before reuse, closed after ``pool_idle_seconds`` idle);
+    the default, 0, opens one connection per message. The password stays here, in the process
+    that built the Mailer: it is never written to a job, an error or a log line (it is not in
+    ``repr``).
     """
 
     host: str
@@ -29,6 +32,10 @@ class SMTP:
     password: str | None = field(default=None, repr=False)
     timeout: float = 20.0
     tls_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    #: Connections each worker keeps open between messages (0: one connection per message).
+    pool_size: int = 0
+    #: How long a kept connection may sit idle before it is closed.
+    pool_idle_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -43,9 +50,13 @@ class SMTP:
             )
         if (self.username is None) != (self.password is None):
             raise ConfigurationError("SMTP.username and SMTP.password go together (or neither)")
-        timeout = self.timeout
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
-            raise ConfigurationError(f"SMTP.timeout must be > 0 seconds, got {timeout!r}")
+        for name in ("timeout", "pool_idle_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise ConfigurationError(f"SMTP.{name} must be > 0 seconds, got {value!r}")
+        size = self.pool_size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ConfigurationError(f"SMTP.pool_size must be an integer >= 0, got {size!r}")
 
     @property
     def provider(self) -> str:

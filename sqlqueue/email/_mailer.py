@@ -36,6 +36,7 @@ from sqlqueue import (
 )
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS  # the same default as any task's
 from sqlqueue.email._config import SMTP, Content
+from sqlqueue.email._connections import ConnectionPool
 from sqlqueue.email._errors import EmailInputError, TemplateChanged, UnknownTemplate
 from sqlqueue.email._ledger import find_sent, record_sent
 from sqlqueue.email._message import (
@@ -110,6 +111,11 @@ class Mailer:
         if isinstance(circuit_breaker, CircuitBreaker) and circuit_breaker.key is None:
             circuit_breaker = replace(circuit_breaker, key=smtp.provider)
         self.smtp = smtp
+        self._pool = (
+            ConnectionPool(size=smtp.pool_size, idle_seconds=smtp.pool_idle_seconds)
+            if smtp.pool_size
+            else None
+        )
         self.on_template_change: TemplateChangePolicy = on_template_change
         self._templates: dict[str, _Template] = {}
         self.task: Task = jobs.task(
@@ -299,6 +305,7 @@ class Mailer:
             message,
             sender=envelope_address(sender),
             recipients=[envelope_address(address) for address in to],
+            pool=self._pool,
         )
         sent_at = ctx.now()
         async with ctx.transaction_async() as conn:

@@ -23,6 +23,7 @@ import aiosmtplib
 
 from sqlqueue import HandlerSignal
 from sqlqueue.email._config import SMTP
+from sqlqueue.email._connections import ConnectionPool
 from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
 
 __all__ = ["Delivery", "deliver", "explain"]
@@ -44,38 +45,50 @@ class Delivery:
 
 
 async def deliver(
-    smtp: SMTP, message: EmailMessage, *, sender: str, recipients: Sequence[str]
+    smtp: SMTP,
+    message: EmailMessage,
+    *,
+    sender: str,
+    recipients: Sequence[str],
+    pool: ConnectionPool | None = None,
 ) -> Delivery:
-    """Send ``message`` over one connection, within ``smtp.timeout`` for the whole exchange.
+    """Send ``message`` within ``smtp.timeout`` for the whole exchange, over a connection kept
+    in ``pool`` or a new one.
 
     Raises :class:`SMTPTemporaryError` or :class:`SMTPPermanentError` (see the table above);
     the password is given to aiosmtplib and to nothing else.
     """
-    client = aiosmtplib.SMTP(
-        hostname=smtp.host,
-        port=smtp.port,
-        username=smtp.username,
-        password=smtp.password,
-        use_tls=smtp.use_tls,
-        start_tls=smtp.starttls,
-        timeout=smtp.timeout,
-        tls_context=smtp.tls_context,
-    )
+    client: aiosmtplib.SMTP | None = None
     try:
         async with asyncio.timeout(smtp.timeout):
-            await client.connect()  # and STARTTLS and AUTH, as configured
+            client = await _kept(pool)
+            if client is None:
+                client = aiosmtplib.SMTP(
+                    hostname=smtp.host,
+                    port=smtp.port,
+                    username=smtp.username,
+                    password=smtp.password,
+                    use_tls=smtp.use_tls,
+                    start_tls=smtp.starttls,
+                    timeout=smtp.timeout,
+                    tls_context=smtp.tls_context,
+                )
+                await client.connect()  # and STARTTLS and AUTH, as configured
             refused, reply = await client.send_message(
                 message, sender=sender, recipients=list(recipients)
             )
     except TimeoutError as error:  # aiosmtplib's own timeouts are TimeoutErrors too
-        client.close()
+        if client is not None:
+            client.close()
         raise SMTPTemporaryError(
             f"{_where(smtp)}: no answer within {smtp.timeout:g} s ({_text(error)})"
         ) from None
     except Exception as error:
-        client.close()
+        if client is not None:
+            client.close()
         raise explain(error, smtp) from None
-    await _say_goodbye(client, smtp.timeout)
+    if pool is None or not pool.give_back(client):
+        await _say_goodbye(client, smtp.timeout)
     refused_replies = {
         address: f"{answer.code} {answer.message}" for address, answer in refused.items()
     }
@@ -83,6 +96,18 @@ async def deliver(
     # aiosmtplib returns the text of the reply to the data; its code can only be 250 (any other
     # raised SMTPDataError above), so it is put back: the reply as the server sent it.
     return Delivery(reply=f"250 {reply}", accepted=accepted, refused=refused_replies)
+
+
+async def _kept(pool: ConnectionPool | None) -> aiosmtplib.SMTP | None:
+    """A kept connection that still answers NOOP, or ``None`` (then the caller connects)."""
+    while pool is not None and (client := pool.take()) is not None:
+        try:
+            await client.noop()
+        except Exception:  # closed by the server while idle: try the next one, or a new one
+            client.close()
+            continue
+        return client
+    return None
 
 
 async def _say_goodbye(client: aiosmtplib.SMTP, timeout: float) -> None:
