@@ -87,6 +87,10 @@ async def deliver(
         if client is not None:
             client.close()
         raise explain(error, smtp) from None
+    except BaseException:  # cancelled (the worker stops): the job is released; close the socket
+        if client is not None:
+            client.close()
+        raise
     if pool is None or not pool.give_back(client):
         await _say_goodbye(client, smtp.timeout)
     refused_replies = {
