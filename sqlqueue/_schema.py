@@ -28,6 +28,7 @@ __all__ = [
     "circuit_breakers",
     "count_marks",
     "duties",
+    "email_sent",
     "finished_counts",
     "jobs",
     "metadata",
@@ -41,7 +42,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 metadata = MetaData(
     naming_convention={
@@ -229,4 +230,22 @@ webhook_endpoints = Table(
     Column("disabled_reason", Text, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# The email kind's ledger of sent messages (added by 0007; see sqlqueue/email/_ledger.py): one
+# row per message the SMTP server accepted, written in the same transaction as its job's success,
+# so an attempt that finds its key here does not send again.
+email_sent = Table(
+    "sqlqueue_email_sent",
+    metadata,
+    # The message's dedup key (the job's idempotency key), or its Message-ID when it has none.
+    Column("key", String(255), primary_key=True),
+    Column("message_id", String(255), nullable=False),
+    Column("job_id", Id, nullable=False),
+    # The database time of the sending attempt, and the server's final reply to it.
+    Column("sent_at", UtcDateTime, nullable=False),
+    Column("reply", Text, nullable=False),
+    # Recipients the server took, and those it refused with its reply to each.
+    Column("accepted", JsonDocument, nullable=False),
+    Column("refused", JsonDocument, nullable=False),
 )

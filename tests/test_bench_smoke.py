@@ -85,3 +85,20 @@ def test_the_operations_benchmark_runs_end_to_end_on_sqlite() -> None:
     assert "stats()" in done.stdout
     assert "requeue_where over 600 dead jobs: 600 requeued" in done.stdout
     assert "claim latency, during the prune" in done.stdout
+
+
+def test_the_email_bench_sends_every_message_on_sqlite(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.mail", "--messages", "20", "--runs", "1"),
+            *("--backends", "sqlite", "--concurrency", "4", "--sqlite-dir", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sqlite     concurrency   4, new    connections:" in done.stdout
+    assert "sqlite     concurrency   4, reused connections:" in done.stdout

@@ -62,10 +62,38 @@ def test_every_error_derives_from_sqlqueue_error():
             assert issubclass(value, sqlqueue.SqlqueueError), name
 
 
-def test_modules_other_than_dialects_are_private():
+def test_modules_other_than_dialects_and_the_kinds_are_private():
     names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
-    public_subpackages = {"dialects", "webhooks"}
+    public_subpackages = {"dialects", "email", "webhooks"}
     assert names - public_subpackages == {name for name in names if name.startswith("_")}
+
+
+EMAIL_PUBLIC = {
+    "SMTP",
+    "Content",
+    "EmailInputError",
+    "InvalidAddress",
+    "Mailer",
+    "SMTPPermanentError",
+    "SMTPTemporaryError",
+    "TemplateChangePolicy",
+    "TemplateChanged",
+    "UnknownTemplate",
+}
+
+
+def test_the_email_kind_names_exactly_its_public_api():
+    import sqlqueue.email
+
+    assert set(sqlqueue.email.__all__) == EMAIL_PUBLIC
+    for name in EMAIL_PUBLIC:
+        assert getattr(sqlqueue.email, name) is not None
+    modules = {info.name for info in pkgutil.iter_modules(sqlqueue.email.__path__)}
+    assert all(name.startswith("_") for name in modules)
+    for name in EMAIL_PUBLIC:
+        value = getattr(sqlqueue.email, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, sqlqueue.SqlqueueError), name
 
 
 def test_job_status_compares_equal_to_plain_strings():

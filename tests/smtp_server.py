@@ -1,0 +1,178 @@
+"""A real SMTP server for the email tests: aiosmtpd on a free port of 127.0.0.1, in a thread,
+scripted to answer the way a provider would (4xx, 5xx, refused recipients, a dropped
+connection), optionally with STARTTLS (a self-signed certificate made here) and AUTH.
+
+Every message it accepts is kept, parsed, in ``received``: the tests count deliveries there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+__all__ = ["Received", "SMTPServer", "free_port", "hung_server", "self_signed_certificate"]
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Received:
+    """One message the server accepted: its envelope and the parsed message."""
+
+    sender: str
+    recipients: list[str]
+    message: EmailMessage
+
+
+@dataclass
+class SMTPServer:
+    """The scripted server. ``data_replies`` are answered to DATA one by one (then 250);
+    ``refuse`` maps a recipient to its RCPT reply; ``drops`` is how many DATA commands end in a
+    dropped connection (nothing delivered)."""
+
+    data_replies: list[str] = field(default_factory=list)
+    refuse: dict[str, str] = field(default_factory=dict)
+    drops: int = 0
+    #: Never answer QUIT (after accepting the message).
+    hang_at_quit: bool = False
+    received: list[Received] = field(default_factory=list)
+    logins: list[str] = field(default_factory=list)
+    data_commands: int = 0
+    #: The client address and port of each accepted message: one per connection used.
+    peers: list[Any] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: Any
+    ) -> str:
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        with self.lock:
+            self.data_commands += 1
+            if self.drops > 0:
+                self.drops -= 1
+                server.transport.close()  # the message is lost with the connection
+                return "421 4.4.2 connection dropped"
+            if self.data_replies:
+                return self.data_replies.pop(0)
+            self.peers.append(session.peer)
+            parsed = message_from_bytes(envelope.content, policy=policy.default)
+            assert isinstance(parsed, EmailMessage)
+            self.received.append(
+                Received(
+                    sender=envelope.mail_from,
+                    recipients=list(envelope.rcpt_tos),
+                    message=parsed,
+                )
+            )
+            return f"250 2.0.0 Ok: queued as Q{len(self.received)}"
+
+    async def handle_QUIT(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.hang_at_quit:
+            await asyncio.sleep(3600)
+        return "221 Bye"
+
+    def authenticate(
+        self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any
+    ) -> AuthResult:
+        """Accept ``app`` / ``s3cret-Pa55`` only."""
+        ok = (
+            isinstance(auth_data, LoginPassword)
+            and auth_data.login == b"app"
+            and auth_data.password == b"s3cret-Pa55"
+        )
+        if ok:
+            self.logins.append(auth_data.login.decode())
+        return AuthResult(success=ok, handled=False)  # False: aiosmtpd answers 535 itself
+
+    @contextmanager
+    def running(
+        self, *, tls_context: ssl.SSLContext | None = None, auth: bool = False, **smtp: Any
+    ) -> Iterator[int]:
+        """Serve on a free port (yielded) until the block ends; ``smtp`` goes to aiosmtpd's
+        ``SMTP`` (e.g. ``timeout``: how long it lets a connection sit idle)."""
+        options: dict[str, Any] = dict(smtp)
+        if tls_context is not None:
+            options.update(tls_context=tls_context, require_starttls=True)
+        if auth:
+            options.update(
+                authenticator=self.authenticate,
+                auth_required=True,
+                auth_require_tls=tls_context is not None,
+            )
+        port = free_port()
+        controller = Controller(self, hostname="127.0.0.1", port=port, **options)
+        controller.start()
+        try:
+            yield port
+        finally:
+            controller.stop()
+
+
+@contextmanager
+def hung_server() -> Iterator[int]:
+    """A port whose connections are taken by the kernel and never answered (no greeting)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``directory``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "smtp-cert.pem", directory / "smtp-key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
