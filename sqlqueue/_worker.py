@@ -11,12 +11,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import secrets
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +29,13 @@ from sqlqueue._heartbeat import Heartbeat
 from sqlqueue._launch import Launcher
 from sqlqueue._listener import Listener
 from sqlqueue._outcomes import log_outcome
-from sqlqueue._pauses import Pauses
 from sqlqueue._periodic import Scheduler
 from sqlqueue._reaper import Reaper
-from sqlqueue._retention import RetentionDuty
 from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.maintenance import PAUSES_CHANGED
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._threads import HandlerThreads
+from sqlqueue._upkeep import Upkeep, every
 from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
 
 if TYPE_CHECKING:
@@ -49,8 +47,6 @@ log = logging.getLogger("sqlqueue.worker")
 
 #: How long the claim loop waits for more jobs to finish when only a few slots are free.
 _GATHER_SECONDS = 0.001
-#: How often a worker folds newly finished jobs into the stats' rollup (see _store/counts.py).
-_FOLD_SECONDS = 60.0
 
 
 class Worker:
@@ -92,19 +88,7 @@ class Worker:
         self._listener: Listener | None = None
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
-        #: Queues an operator paused: no claims from them until resumed (re-read every poll).
-        self._pauses = Pauses(queue.admin, self._served)
-        self._pause_read: asyncio.Future[None] | None = None
-        self._retention = (
-            RetentionDuty(
-                queue.admin,
-                queue.retention,
-                holder=self.worker_id,
-                single_writer=queue.dialect.single_writer,
-            )
-            if queue.retention is not None and any(queue.retention.ages())
-            else None
-        )
+        self._upkeep: Upkeep | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -203,8 +187,16 @@ class Worker:
             self.queue.dialect,
             lambda queue_name: loop.call_soon_threadsafe(self._woken_for, queue_name),
         )
+        upkeep = self._upkeep = Upkeep(
+            self.queue,
+            self._db,
+            worker_id=self.worker_id,
+            served=self._served,
+            poll_interval=self.settings.poll_interval,
+            on_resumed=self._resumed,
+        )
         try:
-            await self._read_paused(strict=burst)
+            await upkeep.read_paused(strict=burst)
         except DatabaseError:
             self._db.close()
             threads.shutdown()
@@ -229,22 +221,8 @@ class Worker:
                 every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
                 name="sqlqueue-scheduler",
             ),
-            asyncio.create_task(
-                every(self.settings.poll_interval, self._read_paused, "paused-queues read"),
-                name="sqlqueue-pauses",
-            ),
-            asyncio.create_task(
-                every(_FOLD_SECONDS, self._fold_counts, "finished-count fold"),
-                name="sqlqueue-counts",
-            ),
         ]
-        if self._retention is not None:
-            duties.append(
-                asyncio.create_task(
-                    every(self._retention.retention.interval, self._retain_once, "retention"),
-                    name="sqlqueue-retention",
-                )
-            )
+        duties += upkeep.start(self._stop_requested.is_set)
         try:
             await self._claim_loop(burst)
             await self._shut_down()
@@ -252,9 +230,7 @@ class Worker:
             for duty in duties:
                 duty.cancel()
             await asyncio.gather(*duties, return_exceptions=True)
-            if self._retention is not None:
-                with contextlib.suppress(DatabaseError):
-                    await self._db.call(self._retention.release)
+            await upkeep.stop()
             await asyncio.to_thread(listener.stop)
             threads.shutdown()
             self._db.close()
@@ -268,7 +244,8 @@ class Worker:
 
     def _woken_for(self, queue_name: str) -> None:
         if queue_name == PAUSES_CHANGED:
-            self._pause_read = asyncio.ensure_future(self._read_paused())
+            if self._upkeep is not None:
+                self._upkeep.pauses_changed()
             return
         if queue_name in self._served:
             self._slots.wake([queue_name])
@@ -353,7 +330,7 @@ class Worker:
 
     def _active(self, pool: Pool) -> tuple[str, ...]:
         """The queues of ``pool`` that are not paused."""
-        return self._pauses.active(pool.queues)
+        return self._upkeep.pauses.active(pool.queues) if self._upkeep else pool.queues
 
     def _cycle(
         self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
@@ -438,30 +415,10 @@ class Worker:
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)
 
-    async def _read_paused(self, *, strict: bool = False) -> None:
-        """Re-read which queues are paused. ``strict`` (a burst worker's first read): a database
-        that is unreachable or not migrated stops the worker instead of being waited for."""
-        try:
-            paused = await self._db.call(self._pauses.read)
-        except DatabaseError as error:
-            if strict:
-                raise
-            self._pauses.failed(error)
-            return
-        resumed = self._pauses.update(paused)
-        if resumed:
-            self._slots.wake(resumed)
-            self._wake.set()
-
-    async def _fold_counts(self) -> None:
-        """Count jobs finished since the last fold into the stats' rollup, so ``stats()`` reads
-        at most a minute or so of finished jobs row by row."""
-        await self._db.call(self.queue.admin.fold_counts)
-
-    async def _retain_once(self) -> None:
-        """One retention pass, if this worker holds the duty (see ``RetentionDuty.run_pass``)."""
-        if self._retention is not None:
-            await self._retention.run_pass(self._db, self._stop_requested.is_set)
+    def _resumed(self, queues: frozenset[str]) -> None:
+        """Paused queues were resumed: their pools may claim at once."""
+        self._slots.wake(queues)
+        self._wake.set()
 
     async def _schedule_once(self) -> None:
         if self.queue.periodic_schedules:
@@ -516,13 +473,3 @@ class Worker:
             len(released),
             sorted(released),
         )
-
-
-async def every(interval: float, duty: Callable[[], Awaitable[object]], name: str) -> None:
-    """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
-    while True:
-        await asyncio.sleep(interval * random.uniform(0.9, 1.1))
-        try:
-            await duty()
-        except DatabaseError as error:
-            log.warning("%s failed: %s", name, error)

@@ -1,0 +1,124 @@
+"""A worker's duties for the operators: follow pauses, fold finished jobs into the stats'
+counts, and prune by the queue's retention — each a periodic task beside the claim loop, its
+SQL run on the worker's database thread between claims."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from sqlqueue._dbthread import DatabaseThread
+from sqlqueue._errors import DatabaseError
+from sqlqueue._pauses import Pauses
+from sqlqueue._retention import RetentionDuty
+
+if TYPE_CHECKING:
+    from sqlqueue._queue import Queue
+
+__all__ = ["FOLD_SECONDS", "Upkeep", "every"]
+
+log = logging.getLogger("sqlqueue.worker")
+
+#: How often a worker folds newly finished jobs into the stats' rollup (see _store/counts.py).
+FOLD_SECONDS = 60.0
+
+
+async def every(interval: float, duty: Callable[[], Awaitable[object]], name: str) -> None:
+    """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
+    while True:
+        await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+        try:
+            await duty()
+        except DatabaseError as error:
+            log.warning("%s failed: %s", name, error)
+
+
+class Upkeep:
+    """Pauses, count folding and retention for one worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        db: DatabaseThread,
+        *,
+        worker_id: str,
+        served: Iterable[str],
+        poll_interval: float,
+        on_resumed: Callable[[frozenset[str]], None],
+    ) -> None:
+        self._admin = queue.admin
+        self._db = db
+        self._poll_interval = poll_interval
+        self._on_resumed = on_resumed
+        self.pauses = Pauses(queue.admin, served)
+        self._reading: asyncio.Future[None] | None = None
+        retention = queue.retention
+        self._retention = (
+            RetentionDuty(
+                queue.admin,
+                retention,
+                holder=worker_id,
+                single_writer=queue.dialect.single_writer,
+            )
+            if retention is not None and any(retention.ages())
+            else None
+        )
+
+    async def read_paused(self, *, strict: bool = False) -> None:
+        """Re-read which queues are paused. ``strict`` (a burst worker's first read): a database
+        that is unreachable or not migrated stops the worker instead of being waited for."""
+        try:
+            paused = await self._db.call(self.pauses.read)
+        except DatabaseError as error:
+            if strict:
+                raise
+            self.pauses.failed(error)
+            return
+        resumed = self.pauses.update(paused)
+        if resumed:
+            self._on_resumed(resumed)
+
+    def pauses_changed(self) -> None:
+        """A wake-up said an operator paused or resumed a queue: re-read now (on the loop)."""
+        self._reading = asyncio.ensure_future(self.read_paused())
+
+    async def fold_counts(self) -> None:
+        """Count jobs finished since the last fold into the stats' rollup, so ``stats()`` reads
+        at most a minute or so of finished jobs row by row."""
+        await self._db.call(self._admin.fold_counts)
+
+    def start(self, stopping: Callable[[], bool]) -> list[asyncio.Task[None]]:
+        """The periodic tasks; ``stopping`` ends a retention pass early."""
+        tasks = [
+            asyncio.create_task(
+                every(self._poll_interval, self.read_paused, "paused-queues read"),
+                name="sqlqueue-pauses",
+            ),
+            asyncio.create_task(
+                every(FOLD_SECONDS, self.fold_counts, "finished-count fold"),
+                name="sqlqueue-counts",
+            ),
+        ]
+        retention = self._retention
+        if retention is not None:
+
+            async def retain() -> None:
+                await retention.run_pass(self._db, stopping)
+
+            tasks.append(
+                asyncio.create_task(
+                    every(retention.retention.interval, retain, "retention"),
+                    name="sqlqueue-retention",
+                )
+            )
+        return tasks
+
+    async def stop(self) -> None:
+        """Give up the retention duty, so another worker takes it at its next pass."""
+        if self._retention is not None:
+            with contextlib.suppress(DatabaseError):
+                await self._db.call(self._retention.release)
