@@ -27,10 +27,16 @@ log = logging.getLogger("sqlqueue.worker")
 FOLD_SECONDS = 60.0
 
 
-async def every(interval: float, duty: Callable[[], Awaitable[object]], name: str) -> None:
-    """Run ``duty`` every ``interval`` seconds (±10 %), for ever; database errors are logged."""
+async def every(
+    interval: float, duty: Callable[[], Awaitable[object]], name: str, *, at_once: bool = False
+) -> None:
+    """Run ``duty`` every ``interval`` seconds (±10 %), for ever (``at_once``: first right
+    away); database errors are logged."""
+    first = at_once
     while True:
-        await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+        if not first:
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+        first = False
         try:
             await duty()
         except DatabaseError as error:
@@ -54,6 +60,7 @@ class Upkeep:
         self._db = db
         self._poll_interval = poll_interval
         self._on_resumed = on_resumed
+        self._single_writer = queue.dialect.single_writer
         self.pauses = Pauses(queue.admin, served)
         self._reading: asyncio.Future[None] | None = None
         retention = queue.retention
@@ -88,8 +95,17 @@ class Upkeep:
 
     async def fold_counts(self) -> None:
         """Count jobs finished since the last fold into the stats' rollup, so ``stats()`` reads
-        at most a minute or so of finished jobs row by row."""
-        await self._db.call(self._admin.fold_counts)
+        at most a minute or so of finished jobs row by row: a window per database call until
+        caught up (a first fold of a long history takes several), with a gap after each on a
+        single-writer database so other processes' claims get the lock."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            fold = await self._db.call(self._admin.fold_counts)
+            if fold.caught_up:
+                return
+            if self._single_writer:
+                await asyncio.sleep(min(loop.time() - started, 0.2))
 
     def start(self, stopping: Callable[[], bool]) -> list[asyncio.Task[None]]:
         """The periodic tasks; ``stopping`` ends a retention pass early."""
@@ -99,7 +115,7 @@ class Upkeep:
                 name="sqlqueue-pauses",
             ),
             asyncio.create_task(
-                every(FOLD_SECONDS, self.fold_counts, "finished-count fold"),
+                every(FOLD_SECONDS, self.fold_counts, "finished-count fold", at_once=True),
                 name="sqlqueue-counts",
             ),
         ]

@@ -7,6 +7,7 @@ finished or failed long ago.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,8 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._schema import jobs
+from sqlqueue._store.counts import reset_counts
+from sqlqueue.dialects import dialect_for
 from tests._support import db_now, drain
 from tests.conftest import Backend
 
@@ -48,8 +51,12 @@ def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: object)
 
 
 def set_times(engine: sa.Engine, ids: list[int], **values: datetime) -> None:
+    """Move jobs' times by hand (to the past, mostly), then forget the finished-count rollup a
+    worker may have folded meanwhile: a finished job moved below its mark would drop out of the
+    counts (jobs never change their finishing time but by hand)."""
     with engine.begin() as conn:
         conn.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(**values))
+        reset_counts(conn)
 
 
 # -- stats and health ---------------------------------------------------------------------------
@@ -407,8 +414,8 @@ def test_stats_stay_exact_across_folds_prunes_requeues_and_discards(backend: Bac
     set_times(backend.engine, ok[:8] + dead[:2], finished_at=long_ago)
     assert stats_counts(queue) == expected(backend.engine)  # nothing folded yet: all live
 
-    assert queue.admin.fold_counts(margin=0) == 18  # everything finished before now
-    assert queue.admin.fold_counts(margin=0) == 0  # nothing new since
+    assert queue.admin.fold_all_counts(margin=0) == 18  # everything finished before now
+    assert queue.admin.fold_all_counts(margin=0) == 0  # nothing new since
     assert stats_counts(queue) == expected(backend.engine)
 
     more = enqueue(queue, "ok", 5)  # finished after the fold: counted live
@@ -421,8 +428,69 @@ def test_stats_stay_exact_across_folds_prunes_requeues_and_discards(backend: Bac
     # ones too (never counted there).
     assert queue.prune(older_than=86400, batch_size=3) == 8
     assert stats_counts(queue) == expected(backend.engine)
-    queue.admin.fold_counts(margin=0)
+    queue.admin.fold_all_counts(margin=0)
     assert stats_counts(queue) == expected(backend.engine)
     assert queue.prune(older_than=0, statuses=["succeeded", "dead"]) == 4 + len(more) + 6
     assert stats_counts(queue) == expected(backend.engine)
     assert queue.stats().by_status["succeeded"] == 0
+
+
+def test_stats_read_one_snapshot_when_jobs_finish_during_the_read(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlqueue._store import counts, readmodel
+
+    queue = make_queue(backend)
+    ids = enqueue(queue, "ok", 3)
+    counted = counts.read_finished_counts
+
+    def a_job_is_cancelled_meanwhile(conn: sa.Connection, dialect: object) -> object:
+        queue.cancel(ids[0])  # another connection commits between stats' statements
+        return counted(conn, dialect)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readmodel, "read_finished_counts", a_job_is_cancelled_meanwhile)
+    stats = queue.stats()
+
+    assert sum(stats.by_status.values()) == 3  # the job counted once, queued or cancelled
+    assert stats.by_status["queued"] == 3  # as it was when the read began
+
+
+def test_a_fold_never_passes_a_writing_transaction_still_open(backend: Backend) -> None:
+    if dialect_for(backend.engine).single_writer:
+        pytest.skip("a single-writer database commits every write before the fold can start")
+    queue = make_queue(backend)
+    ids = enqueue(queue, "ok", 5)
+    with backend.engine.connect() as writer, writer.begin():
+        assert queue.cancel_where(job_type="nothing") == 0
+        # cancel in a transaction that stays open across the fold (a slow cancel_where)
+        writer.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(ids))
+            .values(status="cancelled", finished_at=sa.func.statement_timestamp())
+        )
+        time.sleep(0.3)
+        queue.admin.fold_all_counts(margin=0)
+    # committed now, with finishing times older than the fold's "now"
+    assert queue.stats().by_status["cancelled"] == 5
+    queue.admin.fold_all_counts(margin=0)
+    assert queue.stats().by_status["cancelled"] == 5
+    assert queue.prune(older_than=0, statuses=["cancelled"]) == 5
+    assert queue.stats().by_status["cancelled"] == 0
+
+
+def test_a_long_history_is_folded_in_day_windows(backend: Backend) -> None:
+    queue = make_queue(backend)
+    done = enqueue(queue, "ok", 6)
+    drain(queue)
+    now = db_now(backend.engine)
+    for age_days, job_id in zip((30, 20, 10, 5, 3, 2), done, strict=True):
+        set_times(backend.engine, [job_id], finished_at=now - timedelta(days=age_days))
+
+    folds = []
+    while not (fold := queue.admin.fold_counts(margin=0)).caught_up:
+        folds.append(fold.folded)
+    folds.append(fold.folded)
+
+    assert sum(folds) == 6
+    assert len(folds) == 7  # a window per job (empty spans skipped), then one to catch up
+    assert queue.stats().by_status["succeeded"] == 6

@@ -38,6 +38,19 @@ class Admin:
 
         return translated(self.dialect, run)
 
+    def _snapshot(self, operation: Callable[[Connection], T]) -> T:
+        """``operation`` in one read-only transaction that sees one snapshot throughout."""
+
+        def run() -> T:
+            with self.engine.connect() as conn:
+                self.dialect.begin_snapshot(conn)
+                try:
+                    return operation(conn)
+                finally:
+                    conn.rollback()
+
+        return translated(self.dialect, run)
+
     def _write(self, operation: Callable[[Connection], T]) -> T:
         return in_write(self.engine, self.dialect, operation)
 
@@ -67,7 +80,7 @@ class Admin:
 
     def stats(self, *, now: datetime | None = None) -> StatsRows:
         """See :func:`readmodel.read_stats`."""
-        return self._read(lambda conn: readmodel.read_stats(conn, self.dialect, now=now))
+        return self._snapshot(lambda conn: readmodel.read_stats(conn, self.dialect, now=now))
 
     def jobs(self, job_filter: JobFilter, *, limit: int, before_id: int | None) -> list[Job]:
         """See :func:`readmodel.find_jobs`."""
@@ -129,9 +142,23 @@ class Admin:
             )
         )
 
-    def fold_counts(self, *, margin: float = 60.0) -> int:
-        """See :func:`counts.fold_counts`."""
+    def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:
+        """One fold (see :func:`counts.fold_counts`): a window of the history per call."""
         return self._write(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
+
+    def reset_counts(self) -> None:
+        """See :func:`counts.reset_counts`."""
+        self._write(counts.reset_counts)
+
+    def fold_all_counts(self, *, margin: float = 60.0) -> int:
+        """Fold until the mark has caught up, one short transaction per window; return how
+        many jobs were counted in."""
+        folded = 0
+        while True:
+            fold = self.fold_counts(margin=margin)
+            folded += fold.folded
+            if fold.caught_up:
+                return folded
 
     def take_duty(self, *, name: str, holder: str, seconds: float) -> bool:
         """See :func:`maintenance.take_duty`."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, case, func, literal, select, union_all
@@ -27,10 +28,13 @@ from sqlqueue.dialects import Dialect
 
 __all__ = [
     "FINISHED",
+    "FOLD_WINDOW_SECONDS",
+    "Fold",
     "fold_counts",
     "lock_for_prune",
     "prune_counted",
     "read_finished_counts",
+    "reset_counts",
 ]
 
 #: The statuses a job never leaves (its row changes no more but for dead-letter bookkeeping).
@@ -38,6 +42,9 @@ FINISHED = ("succeeded", "dead", "cancelled")
 
 #: The mark row of the finished-jobs rollup.
 MARK = "finished"
+
+#: The most finishing time one fold counts in (a long history folds in several transactions).
+FOLD_WINDOW_SECONDS = 86400.0
 
 #: The mark before any fold: every finished job is counted live.
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
@@ -125,29 +132,60 @@ def _add(conn: Connection, dialect: Dialect, counts: Iterable[tuple[Key, int]]) 
         )
 
 
-def fold_counts(conn: Connection, dialect: Dialect, *, margin: float = 60.0) -> int:
-    """Count the jobs that finished between the mark and ``margin`` seconds ago into the
-    rollup, and move the mark there; return how many were folded. The margin leaves alone the
-    latest moments, whose transactions may not all have committed yet."""
+@dataclass(frozen=True, kw_only=True)
+class Fold:
+    """What one fold did: how many jobs it counted in, and whether the mark caught up."""
+
+    folded: int
+    caught_up: bool
+
+
+def fold_counts(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    margin: float = 60.0,
+    window: float = FOLD_WINDOW_SECONDS,
+) -> Fold:
+    """Count the jobs that finished after the mark and before ``margin`` seconds ago into the
+    rollup, at most ``window`` seconds of them (from the first finish after the mark), and move
+    the mark there.
+
+    The margin and the oldest open writing transaction bound the mark: a job whose
+    transaction has not committed yet may still have finished before it (PostgreSQL stamps
+    ``finished_at`` when the statement starts), and it must not fall below the mark uncounted.
+    The window keeps each fold a short transaction (SQLite holds its write lock meanwhile): a
+    long history is folded in several."""
     mark = _locked_mark(conn, dialect)
     until: datetime = conn.execute(select(dialect.now_plus(-float(margin)))).scalar_one()
+    open_since = dialect.oldest_open_write(conn)
+    if open_since is not None and open_since < until:
+        until = open_since
     if until <= mark:
-        return 0
-    window = (
-        select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count())
-        .where(
-            jobs.c.status.in_(FINISHED),
-            jobs.c.finished_at >= mark,
-            jobs.c.finished_at < literal(until, UtcDateTime()),
+        return Fold(folded=0, caught_up=True)
+    first = conn.execute(
+        select(func.min(jobs.c.finished_at)).where(
+            jobs.c.status.in_(FINISHED), jobs.c.finished_at >= literal(mark, UtcDateTime())
         )
-        .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
-    )
-    counts = [
-        ((status, queue, job_type), int(n)) for status, queue, job_type, n in conn.execute(window)
-    ]
-    _add(conn, dialect, counts)
+    ).scalar_one()
+    caught_up = True
+    if first is not None and first + timedelta(seconds=window) < until:
+        until, caught_up = first + timedelta(seconds=window), False
+    counts: list[tuple[Key, int]] = []
+    if first is not None and first < until:
+        span = (
+            select(jobs.c.status, jobs.c.queue, jobs.c.job_type, func.count())
+            .where(
+                jobs.c.status.in_(FINISHED),
+                dialect.selective(jobs.c.finished_at >= literal(mark, UtcDateTime())),
+                jobs.c.finished_at < literal(until, UtcDateTime()),
+            )
+            .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
+        )
+        counts = [((s, q, t), int(n)) for s, q, t, n in conn.execute(span)]
+        _add(conn, dialect, counts)
     conn.execute(count_marks.update().where(count_marks.c.name == MARK).values(folded_until=until))
-    return sum(n for _, n in counts)
+    return Fold(folded=sum(n for _, n in counts), caught_up=caught_up)
 
 
 def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
@@ -166,3 +204,11 @@ def prune_counted(
         if status in FINISHED and finished_at is not None and finished_at < mark:
             counted[(status, queue, job_type)] -= 1
     _add(conn, dialect, counted.items())
+
+
+def reset_counts(conn: Connection) -> None:
+    """Forget the rollup: stats count every finished job live until the next fold counts
+    them in again. For after finished jobs were changed or deleted by hand (prune keeps the
+    rollup right by itself)."""
+    conn.execute(count_marks.delete())
+    conn.execute(finished_counts.delete())

@@ -301,6 +301,16 @@ class Dialect(abc.ABC):
         """The execution parameters of ``holds_lease(…, fences=None)`` for ``fences``."""
         return {"fence_ids": [job_id for job_id, _ in fences], "fences": list(fences)}
 
+    def oldest_open_write(self, conn: Connection) -> datetime | None:
+        """When the oldest transaction that has written and not yet ended began (other than
+        ``conn``'s), where the database says; ``None`` when none is open or it cannot tell. A
+        single-writer database needs none: its writes commit before the next writer starts."""
+        return None
+
+    def begin_snapshot(self, conn: Connection) -> None:  # noqa: B027 - READ COMMITTED default
+        """Start a read-only transaction whose statements all see one snapshot, where the
+        backend's default would give each statement its own."""
+
     def selective(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, marked as true for few rows, where the planner takes such a hint: it
         then prefers the index that ``condition`` narrows over one that only orders rows."""

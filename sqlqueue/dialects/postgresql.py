@@ -107,6 +107,21 @@ class PostgresDialect(Dialect):
         """``SELECT pg_notify('sqlqueue', payload)``: delivered when the transaction commits."""
         return select(func.pg_notify(WAKE_CHANNEL, bindparam(None, payload, type_=String())))
 
+    def oldest_open_write(self, conn: Connection) -> datetime | None:
+        """The start of the oldest other transaction that holds a transaction id (it has
+        written), from ``pg_stat_activity`` (sessions of other roles show no times there
+        without ``pg_read_all_stats``: sqlqueue's own sessions share a role in practice)."""
+        started: datetime | None = conn.exec_driver_sql(
+            "SELECT min(xact_start) FROM pg_stat_activity "
+            "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+        ).scalar()
+        return started
+
+    def begin_snapshot(self, conn: Connection) -> None:
+        """``REPEATABLE READ, READ ONLY``: under the default READ COMMITTED each statement has
+        its own snapshot, and a job finishing between two counts was counted twice."""
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
     def relax_commit(self, conn: Connection) -> None:
         """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""
         conn.exec_driver_sql("SET LOCAL synchronous_commit = off")

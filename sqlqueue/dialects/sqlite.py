@@ -174,6 +174,11 @@ class SQLiteDialect(Dialect):
         """The standard library driver's asyncio twin: aiosqlite."""
         return url.set(drivername="sqlite+aiosqlite")
 
+    def begin_snapshot(self, conn: Connection) -> None:
+        """A deferred ``BEGIN``: in WAL mode the first read fixes the snapshot for the whole
+        transaction (the driver starts none for plain reads)."""
+        conn.exec_driver_sql("BEGIN")
+
     def begin_write(self, conn: Connection) -> None:
         """``BEGIN IMMEDIATE``: take the write lock now, so a later write cannot hit SQLITE_BUSY."""
         conn.exec_driver_sql("BEGIN IMMEDIATE")
