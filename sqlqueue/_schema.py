@@ -145,6 +145,14 @@ Index(
     postgresql_where=_FINISHED,
     sqlite_where=_FINISHED,
 )
+# Dead jobs waiting for a person: what requeue_where, discard_where and the top errors read (0005).
+_UNHANDLED_DEAD = text("status = 'dead' AND requeued_as IS NULL AND discarded_at IS NULL")
+Index(
+    "ix_sqlqueue_jobs_unhandled_dead",
+    jobs.c.id,
+    postgresql_where=_UNHANDLED_DEAD,
+    sqlite_where=_UNHANDLED_DEAD,
+)
 
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
 # and the state of each circuit breaker key (see sqlqueue/_ratelimit.py and sqlqueue/_circuit.py).

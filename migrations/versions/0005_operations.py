@@ -18,6 +18,7 @@ depends_on = None
 
 _TIME = sa.DateTime(timezone=True)
 _FINISHED = sa.text("finished_at IS NOT NULL")
+_UNHANDLED_DEAD = sa.text("status = 'dead' AND requeued_as IS NULL AND discarded_at IS NULL")
 
 
 def upgrade() -> None:
@@ -37,6 +38,14 @@ def upgrade() -> None:
         ["status", "finished_at", "queue", "job_type"],
         postgresql_where=_FINISHED,
         sqlite_where=_FINISHED,
+    )
+    # Dead jobs waiting for a person: what requeue_where, discard_where and the top errors read.
+    op.create_index(
+        "ix_sqlqueue_jobs_unhandled_dead",
+        "sqlqueue_jobs",
+        ["id"],
+        postgresql_where=_UNHANDLED_DEAD,
+        sqlite_where=_UNHANDLED_DEAD,
     )
     op.create_table(
         "sqlqueue_queues",
@@ -75,6 +84,7 @@ def downgrade() -> None:
     op.drop_table("sqlqueue_count_marks")
     op.drop_table("sqlqueue_finished_counts")
     op.drop_table("sqlqueue_queues")
+    op.drop_index("ix_sqlqueue_jobs_unhandled_dead", table_name="sqlqueue_jobs")
     op.drop_index("ix_sqlqueue_jobs_finished", table_name="sqlqueue_jobs")
     op.drop_index("ix_sqlqueue_jobs_status", table_name="sqlqueue_jobs")
     op.create_index("ix_sqlqueue_jobs_status", "sqlqueue_jobs", ["status", "job_type"])
