@@ -1,27 +1,35 @@
-"""A sign-up and its background jobs, end to end, on the database you already have.
+"""A sign-up and its background jobs, end to end, with a real mail server and a real CRM receiver.
 
 Run it as it is (an SQLite file in a temporary directory)::
 
+    pip install -e ".[demo]"
     python examples/signup_demo.py
     python examples/signup_demo.py --database-url postgresql+psycopg://user@host/db
 
+The program starts its own services on free ports of 127.0.0.1 and talks to nothing else:
+
+- a mail server (aiosmtpd, in a thread) that answers "421 too busy" to the first message;
+- a CRM that receives webhooks (a small HTTP server, in a thread). It is down at first (it answers
+  503) and, once back, checks every request's signature with :func:`sqlqueue.webhooks.verify`.
+
 What it shows, in order:
 
-1. A sign-up writes the user row AND its three jobs (welcome email, CRM sync, analytics event)
-   in ONE transaction; each job carries an idempotency key such as ``welcome_email:user:1``.
+1. A sign-up writes the user row AND its three jobs in ONE transaction: the welcome email (through
+   the :class:`~sqlqueue.email.Mailer`, from a template, with a dedup key), the CRM's
+   ``user.created`` webhook (through :meth:`~sqlqueue.webhooks.Webhooks.deliver`) and an
+   analytics event (a plain task).
 2. A double-submit of the same form enqueues nothing new: the keys return the existing jobs.
 3. A sign-up whose transaction rolls back leaves neither a user nor a job behind.
-4. A worker runs the jobs. The mail server answers "421 try again later" twice, so the welcome
-   email retries on a short explicit backoff and then succeeds. The CRM is down, so its job
-   runs out of attempts and ends ``dead``.
-5. Running the email handler again (as after a crash between "sent" and "commit") sends nothing:
-   the side effect is recorded under its key.
-6. Support "fixes" the CRM and requeues the dead job with
-   ``queue.requeue(job_id, by=..., reason=...)``: a NEW job runs and succeeds; the dead row
-   keeps who, when and why.
+4. A worker runs the jobs. The email is retried once and arrives; the CRM answers 503, so the
+   delivery retries on a short backoff and ends ``dead``.
+5. The mail server holds the message under the Message-ID and Subject the job recorded.
+6. The CRM comes back and support requeues the dead delivery as they would in production, with
+   ``sqlqueue dead requeue --type sqlqueue.webhooks.deliver --by … --reason …`` (a subprocess on
+   the same database). The new job delivers the same message, under the same ``webhook-id``; the
+   CRM verifies its signature and records the contact, and refuses a tampered copy.
 
-The handlers do real local work: rows in the demo's own tables and ``.eml`` files in an outbox
-directory. No network. The program checks what it claims and exits 1 if anything differs.
+The program checks every claim it prints and exits 1 if anything differs (2 if the database
+already holds a previous run). It takes a few seconds.
 """
 
 from __future__ import annotations
@@ -29,21 +37,41 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 import sqlqueue
 
+try:
+    from aiosmtpd.controller import Controller
+
+    from sqlqueue.email import SMTP, Content, Mailer
+    from sqlqueue.webhooks import TASK_NAME, Webhooks, WebhookVerificationError, verify
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise SystemExit(f'{missing}: the demo needs its extra: pip install -e ".[demo]"') from None
+
 URL_VARIABLE = "SQLQUEUE_DATABASE_URL"
+SUPPORT = "support@example.com"
+REQUEUE_REASON = "CRM is back"
 
 # -- the application's own tables (SQLAlchemy Core) -------------------------------------------
 
@@ -57,24 +85,7 @@ users = sa.Table(
     sa.Column("name", sa.String(255), nullable=False),
 )
 
-#: Welcome emails actually handed to the mail server, one per dedup key (effect-time dedup).
-sent_emails = sa.Table(
-    "demo_sent_emails",
-    app_metadata,
-    sa.Column("dedup_key", sa.String(255), primary_key=True),
-    sa.Column("user_id", sa.Integer, nullable=False),
-    sa.Column("message_id", sa.String(255), nullable=False),
-    sa.Column("template", sa.String(100), nullable=False),
-)
-
-#: The contacts our pretend CRM knows about.
-crm_contacts = sa.Table(
-    "demo_crm_contacts",
-    app_metadata,
-    sa.Column("user_id", sa.Integer, primary_key=True),
-    sa.Column("email", sa.String(255), nullable=False),
-)
-
+#: What the analytics job records: one row per sign-up, written in the job's own transaction.
 analytics_events = sa.Table(
     "demo_analytics_events",
     app_metadata,
@@ -85,42 +96,136 @@ analytics_events = sa.Table(
 
 sqlqueue_jobs = sa.table("sqlqueue_jobs", sa.column("id"))
 
-# -- pretend external services ---------------------------------------------------------------
+# -- the mail server: aiosmtpd on 127.0.0.1 --------------------------------------------------
 
 
-class TemporaryMailError(Exception):
-    """The mail server said "try again later" (an SMTP 4xx): worth retrying."""
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now (aiosmtpd needs a number)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @dataclass
-class FlakyMailServer:
-    """Delivers into an outbox directory, but first answers 421 ``failures`` times."""
+class MailServer:
+    """An aiosmtpd handler: answers "421 too busy" to the first ``busy`` messages (a real
+    provider under load does), then accepts and keeps every message, parsed."""
 
-    outbox: Path
-    failures: int = 2
-    deliveries: int = 0
+    busy: int = 1
+    received: list[EmailMessage] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def send(self, *, message_id: str, to: str, subject: str, body: str) -> None:
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         with self._lock:
-            if self.failures > 0:
-                self.failures -= 1
-                raise TemporaryMailError("421 4.7.0 mail.example.test: too busy, try again later")
-            self.deliveries += 1
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        message = f"Message-ID: {message_id}\nTo: {to}\nSubject: {subject}\n\n{body}\n"
-        (self.outbox / f"{message_id.strip('<>')}.eml").write_text(message, encoding="utf-8")
+            if self.busy > 0:
+                self.busy -= 1
+                return "421 4.7.0 mail.example.com: too busy, try again later"
+            message = message_from_bytes(envelope.content, policy=policy.default)
+            assert isinstance(message, EmailMessage)
+            self.received.append(message)
+            return f"250 2.0.0 Ok: queued as Q{len(self.received)}"
 
 
-@dataclass
-class PretendCrm:
-    """A CRM that is down until someone fixes it."""
+@contextmanager
+def running_mail_server(handler: MailServer) -> Iterator[int]:
+    """Serve ``handler`` on a free port of 127.0.0.1 (yielded) until the block ends."""
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port
+    finally:
+        controller.stop()
 
-    up: bool = False
 
-    def check(self) -> None:
-        if not self.up:
-            raise ConnectionError("crm.example.test:443: connection timed out after 10 s")
+# -- the CRM: a webhook receiver on 127.0.0.1 ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrmRequest:
+    """One request the CRM got, and what it made of it."""
+
+    webhook_id: str
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    #: The verified payload, or ``None`` when the CRM was down or the signature did not hold.
+    event: Any
+    #: Why the signature was refused, if it was.
+    refused: str | None = None
+
+
+class Crm:
+    """The partner's CRM, as its webhook endpoint would behave.
+
+    While ``up`` is false it answers 503 (down for maintenance) without reading the message.
+    Once up, it does what any receiver should: :func:`verify` the signature with the secret it
+    was given (400 if it does not hold), drop a ``webhook-id`` it has processed already (the
+    sender reuses it on every attempt), record the contact, answer 200.
+    """
+
+    def __init__(self) -> None:
+        self.up = False
+        self.secret: str | None = None
+        self.contacts: dict[int, str] = {}
+        self.requests: list[CrmRequest] = []
+        self._processed: set[str] = set()
+        self._lock = threading.Lock()
+        crm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the demo prints :attr:`Crm.requests` instead."""
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                status, text = crm.receive(headers, body)
+                reply = text.encode("utf-8")
+                self.send_response(status)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/hooks"
+
+    def receive(self, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        """Answer one request: its status and a short body."""
+        webhook_id = headers.get("webhook-id", "?")
+        with self._lock:
+            if not self.up:
+                self.requests.append(CrmRequest(webhook_id, 503, headers, body, None))
+                return 503, "CRM down for maintenance"
+            assert self.secret is not None, "the CRM is up but was never given its secret"
+            try:
+                event = verify(self.secret, headers, body)
+            except WebhookVerificationError as error:
+                self.requests.append(CrmRequest(webhook_id, 400, headers, body, None, str(error)))
+                return 400, f"bad signature: {error}"
+            self.requests.append(CrmRequest(webhook_id, 200, headers, body, event))
+            if webhook_id not in self._processed:
+                self._processed.add(webhook_id)
+                if event["type"] == "user.created":
+                    self.contacts[event["data"]["user_id"]] = event["data"]["email"]
+            return 200, "ok"
+
+    def __enter__(self) -> Crm:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
 
 
 # -- the queue and its tasks -----------------------------------------------------------------
@@ -128,90 +233,62 @@ class PretendCrm:
 
 @dataclass
 class App:
-    """The demo application: its engine, queue, tasks and pretend services."""
+    """The demo application: its engine, queue, mailer, webhooks and the analytics task."""
 
     engine: sa.Engine
     queue: sqlqueue.Queue
-    mail: FlakyMailServer
-    crm: PretendCrm
-    send_welcome_email: sqlqueue.Task
-    sync_crm_contact: sqlqueue.Task
+    mailer: Mailer
+    hooks: Webhooks
     track_signup: sqlqueue.Task
 
 
-def build_app(engine: sa.Engine, outbox: Path) -> App:
-    """Register the three tasks on a queue bound to ``engine``."""
-    queue = sqlqueue.Queue(engine, lease_seconds=10.0)
-    mail = FlakyMailServer(outbox=outbox)
-    crm = PretendCrm()
+def build_app(engine: sa.Engine, smtp_port: int) -> App:
+    """Register the three kinds of job on a queue bound to ``engine``.
 
-    @queue.task(
-        "send_welcome_email",
-        queue="mail",
-        max_attempts=5,
-        backoff=sqlqueue.schedule([0.5, 1.0]),  # short on purpose; production: minutes
-        retry_on=TemporaryMailError,  # anything else is a bug: dead at once
+    Retry delays are fractions of a second so the story fits in a few seconds; in production
+    they are minutes to hours (the Mailer's and Webhooks' defaults).
+    """
+    queue = sqlqueue.Queue(engine, lease_seconds=10.0)
+
+    mailer = Mailer(
+        queue,
+        smtp=SMTP(host="127.0.0.1", port=smtp_port, starttls=False, timeout=5.0),
+        sender="Example <hello@example.com>",
+        max_attempts=3,
+        backoff=[0.5],
     )
-    def send_welcome_email(user_id: int, template: str) -> None:
-        key = f"welcome_email:user:{user_id}"
-        with engine.connect() as conn:
-            if conn.scalar(
-                sa.select(sent_emails.c.dedup_key).where(sent_emails.c.dedup_key == key)
-            ):
-                print(f"    handler │ {key} is already recorded as sent: not sending it again")
-                return
-            user = conn.execute(sa.select(users).where(users.c.id == user_id)).one()
-        message_id = f"<{key.replace(':', '.')}@signup-demo.example>"  # deterministic
-        mail.send(
-            message_id=message_id,
-            to=user.email,
-            subject=f"Welcome, {user.name}!",
-            body=f"Hi {user.name}, thanks for signing up. (template {template})",
+
+    @mailer.template("welcome", version="1")
+    def welcome(name: str) -> Content:
+        return Content(
+            subject=f"Welcome, {name}!",
+            text=f"Hi {name}, thanks for signing up.",
+            html=f"<p>Hi <b>{name}</b>, thanks for signing up.</p>",
         )
-        with engine.begin() as conn:
+
+    hooks = Webhooks(
+        queue,
+        timeout=5.0,
+        max_attempts=3,
+        backoff=[0.3, 0.6],
+        # The SSRF guard refuses loopback and private addresses by default: a partner's URL must
+        # not be a way into our own network. The demo's CRM listens on 127.0.0.1 in this very
+        # process, so it is allowed here; never do this for URLs that partners give you.
+        allow_private_addresses=True,
+    )
+
+    @queue.task("track_signup", queue="analytics")
+    def track_signup(user_id: int, ctx: sqlqueue.JobContext) -> None:
+        # The event row commits in the same transaction as the job's success, or not at all:
+        # an attempt that fails or dies half-way leaves nothing, so the event counts once.
+        with ctx.transaction() as conn:
             conn.execute(
-                sa.insert(sent_emails).values(
-                    dedup_key=key, user_id=user_id, message_id=message_id, template=template
+                sa.insert(analytics_events).values(
+                    dedup_key=f"analytics:signup:user:{user_id}", event="signup", user_id=user_id
                 )
             )
 
-    @queue.task(
-        "sync_crm_contact",
-        queue="integrations",
-        max_attempts=3,
-        backoff=sqlqueue.schedule([0.3, 0.6]),
-    )
-    def sync_crm_contact(user_id: int) -> None:
-        crm.check()
-        with engine.begin() as conn:
-            if conn.scalar(
-                sa.select(crm_contacts.c.user_id).where(crm_contacts.c.user_id == user_id)
-            ):
-                return  # already synced by an earlier run
-            email = conn.scalar(sa.select(users.c.email).where(users.c.id == user_id))
-            conn.execute(sa.insert(crm_contacts).values(user_id=user_id, email=email))
-
-    @queue.task("track_signup", queue="analytics")
-    def track_signup(user_id: int) -> None:
-        key = f"analytics:signup:user:{user_id}"
-        with engine.begin() as conn:
-            if conn.scalar(
-                sa.select(analytics_events.c.dedup_key).where(analytics_events.c.dedup_key == key)
-            ):
-                return
-            conn.execute(
-                sa.insert(analytics_events).values(dedup_key=key, event="signup", user_id=user_id)
-            )
-
-    return App(
-        engine=engine,
-        queue=queue,
-        mail=mail,
-        crm=crm,
-        send_welcome_email=send_welcome_email,
-        sync_crm_contact=sync_crm_contact,
-        track_signup=track_signup,
-    )
+    return App(engine=engine, queue=queue, mailer=mailer, hooks=hooks, track_signup=track_signup)
 
 
 # -- the request path ------------------------------------------------------------------------
@@ -231,27 +308,36 @@ class Signup:
 
 def sign_up(app: App, conn: sa.Connection, *, email: str, name: str) -> Signup:
     """Create the user (or find it, on a double-submit) and enqueue its jobs in ``conn``'s
-    transaction: both commit together or neither does."""
+    transaction: they all commit together or none does. Each job has a key derived from the
+    user, so submitting the form twice enqueues each job once."""
     user_id = conn.scalar(sa.select(users.c.id).where(users.c.email == email))
     if user_id is None:
         user_id = conn.execute(
             sa.insert(users).values(email=email, name=name).returning(users.c.id)
         ).scalar_one()
     job_ids = {
-        "send_welcome_email": app.send_welcome_email.options(
-            idempotency_key=f"welcome_email:user:{user_id}"
-        ).enqueue(conn, user_id=user_id, template="welcome-v3"),
-        "sync_crm_contact": app.sync_crm_contact.options(
-            idempotency_key=f"crm_sync:user:{user_id}"
-        ).enqueue(conn, user_id=user_id),
-        "track_signup": app.track_signup.options(
+        "email": app.mailer.send(
+            conn,
+            to=f"{name} <{email}>",
+            template="welcome",
+            context={"name": name},
+            dedup_key=f"welcome:user:{user_id}",
+        ),
+        "crm": app.hooks.deliver(
+            conn,
+            endpoint="crm",
+            event_type="user.created",
+            data={"user_id": user_id, "email": email},
+            idempotency_key=f"crm:user:{user_id}:created",
+        ),
+        "analytics": app.track_signup.options(
             idempotency_key=f"analytics:signup:user:{user_id}"
         ).enqueue(conn, user_id=user_id),
     }
     return Signup(user_id=user_id, job_ids=job_ids)
 
 
-# -- running workers -------------------------------------------------------------------------
+# -- running workers and the operator's command ----------------------------------------------
 
 UNFINISHED = {sqlqueue.JobStatus.QUEUED, sqlqueue.JobStatus.RUNNING, sqlqueue.JobStatus.FAILED}
 
@@ -275,6 +361,26 @@ def run_workers_until_settled(app: App, job_ids: Iterable[int], *, limit: float 
         time.sleep(min(max((soonest - datetime.now(UTC)).total_seconds(), 0.02), 1.0))
 
 
+def operator(database_url: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sqlqueue ARGUMENTS`` as support would, in a process of its own, and print it.
+
+    The database URL goes in ``SQLQUEUE_DATABASE_URL`` rather than ``--database-url``: a
+    password in the environment is not on display in the process list.
+    """
+    print(f"  $ sqlqueue {shlex.join(arguments)}")
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", *arguments],
+        env={**os.environ, URL_VARIABLE: database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    for line in (result.stdout + result.stderr).splitlines():
+        print(f"  {line}")
+    return result
+
+
 # -- printing --------------------------------------------------------------------------------
 
 
@@ -284,7 +390,7 @@ def heading(text: str) -> None:
 
 def describe(job: sqlqueue.Job) -> str:
     attempts = f"{job.attempts}/{job.max_attempts}"
-    line = f"job {job.id:<3} {job.job_type:<19} {job.status.value:<9} attempts {attempts}"
+    line = f"job {job.id:<3} {job.job_type:<25} {job.status.value:<9} attempts {attempts}"
     if job.idempotency_key:
         line += f"  key {job.idempotency_key}"
     if job.requeued_from is not None:
@@ -294,8 +400,6 @@ def describe(job: sqlqueue.Job) -> str:
 
 def describe_in_full(job: sqlqueue.Job) -> list[str]:
     lines = [describe(job)]
-    if job.last_error:
-        lines.append(f"    last error: {job.last_error}")
     for record in job.errors:
         at = f"{record.at:%H:%M:%S.%f}"[:-3]
         lines.append(f"    attempt {record.attempt} failed at {at}: {record.error}")
@@ -330,6 +434,31 @@ def count_rows(engine: sa.Engine, table: sa.TableClause) -> int:
         return int(conn.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
 
 
+def holding_rows(engine: sa.Engine) -> list[str]:
+    """The tables the demo would write to that hold rows already (a previous run, or someone
+    else's data): checked before anything is created, so such a database is left untouched."""
+    names = ["sqlqueue_jobs", "sqlqueue_webhook_endpoints", users.name, analytics_events.name]
+    with engine.connect() as conn:
+        present = set(sa.inspect(conn).get_table_names())
+        return [name for name in names if name in present and count_rows(engine, sa.table(name))]
+
+
+def post(url: str, headers: dict[str, str], body: bytes) -> int:
+    """POST ``body`` to ``url`` (the demo's own CRM) and return the status it answers.
+
+    Only the ``webhook-*`` and ``content-type`` headers are sent along (urllib sets the length),
+    and no proxy from the environment is used: the request goes straight to 127.0.0.1.
+    """
+    kept = {k: v for k, v in headers.items() if k.startswith("webhook-") or k == "content-type"}
+    request = urllib.request.Request(url, data=body, headers=kept, method="POST")
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with direct.open(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 class Checks:
     """What the narrative claims, checked; any miss makes the program exit 1."""
 
@@ -345,26 +474,39 @@ class Checks:
 # -- the story -------------------------------------------------------------------------------
 
 
-def run_demo(engine: sa.Engine, outbox: Path) -> int:
+def run_demo(engine: sa.Engine, mail: MailServer, smtp_port: int, crm: Crm) -> int:
     checks = Checks()
+    # The Queue first: it sets up every connection the engine opens from now on (on SQLite:
+    # WAL and a 30 s busy timeout), so no connection in the pool misses it.
+    app = build_app(engine, smtp_port)
+    queue = app.queue
+    held = holding_rows(engine)
+    if held:
+        print(f"this database already has rows in {', '.join(held)}; ", end="")
+        print("point --database-url at a new one")
+        return 2
     sqlqueue.migrate(engine)
     app_metadata.create_all(engine)
-    if count_rows(engine, users) or count_rows(engine, sqlqueue_jobs):
-        print("this database already has demo users or jobs; point --database-url at a new one")
-        return 2
-    app = build_app(engine, outbox)
-    queue = app.queue
+    database_url = engine.url.render_as_string(hide_password=False)
 
-    heading("1. Ada signs up: the user row and its jobs are written in ONE transaction")
+    heading("0. The partner's CRM is registered as a webhook endpoint")
     with engine.begin() as conn:
-        ada = sign_up(app, conn, email="ada@example.test", name="Ada")
-    print(f"  committed user {ada.user_id} (ada@example.test) with {len(ada.job_ids)} jobs:")
+        endpoint = app.hooks.add_endpoint(conn, name="crm", url=crm.url)
+    crm.secret = endpoint.secret  # what the partner is given, out of band
+    print(f"  mail server: aiosmtpd at 127.0.0.1:{smtp_port} (answers 421 to the first message)")
+    print(f"  CRM:         endpoint 'crm' -> {endpoint.url} (down: answers 503)")
+    print(f"  signing secret {endpoint.secret[:10]}… handed to the CRM")
+
+    heading("1. Ada signs up: the user row and its three jobs are written in ONE transaction")
+    with engine.begin() as conn:
+        ada = sign_up(app, conn, email="ada@example.com", name="Ada")
+    print(f"  committed user {ada.user_id} (ada@example.com) with {len(ada.job_ids)} jobs:")
     show_jobs(app, ada.job_ids.values())
     jobs_after_signup = count_rows(engine, sqlqueue_jobs)
 
     heading("2. Ada's browser submits the form again (double-submit)")
     with engine.begin() as conn:
-        again = sign_up(app, conn, email="ada@example.test", name="Ada")
+        again = sign_up(app, conn, email="ada@example.com", name="Ada")
     jobs_now = count_rows(engine, sqlqueue_jobs)
     print(f"  same user id: {again.user_id == ada.user_id}; same job ids: {again == ada}")
     print(f"  rows in sqlqueue_jobs: {jobs_after_signup} before, {jobs_now} after: nothing new")
@@ -376,7 +518,7 @@ def run_demo(engine: sa.Engine, outbox: Path) -> int:
     bob_jobs: dict[str, int] = {}
     try:
         with engine.begin() as conn:
-            bob = sign_up(app, conn, email="bob@example.test", name="Bob")
+            bob = sign_up(app, conn, email="bob@example.com", name="Bob")
             bob_jobs = bob.job_ids
             print(f"  inside the transaction: user {bob.user_id} and {len(bob_jobs)} jobs written")
             raise SignupRejected("the payment profile could not be created")
@@ -384,7 +526,7 @@ def run_demo(engine: sa.Engine, outbox: Path) -> int:
         print(f"  sign-up rejected ({error}); the transaction rolled back")
     with engine.connect() as conn:
         bob_rows = conn.scalar(
-            sa.select(sa.func.count()).select_from(users).where(users.c.email == "bob@example.test")
+            sa.select(sa.func.count()).select_from(users).where(users.c.email == "bob@example.com")
         )
     leftovers = [job_id for job_id in bob_jobs.values() if queue.get_job(job_id) is not None]
     print(f"  users named bob: {bob_rows}; Bob's jobs still in the queue: {len(leftovers)}")
@@ -395,59 +537,116 @@ def run_demo(engine: sa.Engine, outbox: Path) -> int:
         count_rows(engine, sqlqueue_jobs) == jobs_after_signup, "the job count is unchanged"
     )
 
-    heading("4. A worker runs Ada's jobs (the mail server is flaky, the CRM is down)")
-    print("  welcome email: up to 5 attempts, retried after 0.5 s then 1 s, only on 421s")
-    print("  CRM sync:      up to 3 attempts, retried after 0.3 s then 0.6 s")
+    heading("4. A worker runs Ada's jobs (the mail server is busy once, the CRM is down)")
+    print("  welcome email: up to 3 attempts, retried after 0.5 s (SMTP 4xx and network errors)")
+    print("  CRM webhook:   up to 3 attempts, retried after 0.3 s then 0.6 s (5xx, 408, 429 …)")
     run_workers_until_settled(app, ada.job_ids.values())
     show_jobs(app, ada.job_ids.values(), full=True)
-    email_job = fetch(queue, ada.job_ids["send_welcome_email"])
-    crm_job = fetch(queue, ada.job_ids["sync_crm_contact"])
-    event_job = fetch(queue, ada.job_ids["track_signup"])
+    email_job = fetch(queue, ada.job_ids["email"])
+    crm_job = fetch(queue, ada.job_ids["crm"])
+    event_job = fetch(queue, ada.job_ids["analytics"])
     checks.expect(
-        email_job.status == "succeeded" and email_job.attempts == 3 and len(email_job.errors) == 2,
-        "the welcome email succeeded on its third attempt",
+        email_job.status == "succeeded" and email_job.attempts == 2 and len(email_job.errors) == 1,
+        "the welcome email succeeded on its second attempt",
     )
     checks.expect(event_job.status == "succeeded" and event_job.attempts == 1, "analytics ran once")
     checks.expect(
-        crm_job.status == "dead" and crm_job.attempts == 3 and len(crm_job.errors) == 3,
-        "the CRM sync is dead after 3 attempts",
+        crm_job.status == "dead"
+        and crm_job.attempts == 3
+        and [record.details and record.details.get("status") for record in crm_job.errors]
+        == [503, 503, 503],
+        "the CRM webhook is dead after three 503s",
+    )
+    print(f"  the CRM answered: {[request.status for request in crm.requests]}")
+
+    heading("5. The welcome email, as the mail server received it")
+    result = email_job.result if isinstance(email_job.result, dict) else {}
+    for message in mail.received:
+        print(f"  Message-ID: {message['Message-ID']}")
+        print(f"  To:         {message['To']}")
+        print(f"  Subject:    {message['Subject']}")
+    print(
+        f"  the job's result: Message-ID {result.get('message_id')}, reply {result.get('reply')!r}"
+    )
+    checks.expect(
+        len(mail.received) == 1
+        and mail.received[0]["Message-ID"] == email_job.payload["message_id"]
+        and result.get("message_id") == email_job.payload["message_id"]
+        and mail.received[0]["Subject"] == "Welcome, Ada!",
+        "one welcome email arrived, under the Message-ID the job recorded",
     )
 
-    heading("5. The email job runs again (as after a crash between sending and committing)")
-    app.send_welcome_email(user_id=ada.user_id, template="welcome-v3")
-    emails = sorted(path.name for path in outbox.glob("*.eml"))
-    print(f"  outbox: {emails}; mail server deliveries: {app.mail.deliveries}")
-    checks.expect(len(emails) == 1 and app.mail.deliveries == 1, "exactly one welcome email")
-
-    heading("6. Next morning: support sees the dead job, the CRM is fixed, the job is requeued")
-    app.crm.up = True
-    new_id = queue.requeue(crm_job.id, by="support@example.test", reason="CRM is back up")
-    print(f"  requeued dead job {crm_job.id} as new job {new_id}")
-    run_workers_until_settled(app, [new_id])
-    show_jobs(app, [crm_job.id, new_id], full=True)
-    requeued = fetch(queue, new_id)
+    heading("6. The CRM is back; support finds the dead delivery and requeues it")
+    crm.up = True
+    listing = operator(database_url, "dead", "list", "--type", TASK_NAME)
+    checks.expect(
+        listing.returncode == 0 and f"\n{crm_job.id} " in listing.stdout,
+        "`sqlqueue dead list` shows the dead delivery",
+    )
+    requeue = operator(
+        database_url,
+        *("dead", "requeue", "--type", TASK_NAME, "--by", SUPPORT, "--reason", REQUEUE_REASON),
+    )
     dead = fetch(queue, crm_job.id)
     checks.expect(
-        requeued.status == "succeeded" and requeued.requeued_from == crm_job.id,
-        "the requeued job succeeded",
+        requeue.returncode == 0 and dead.requeued_as is not None,
+        "`sqlqueue dead requeue` requeued the dead delivery",
+    )
+    if dead.requeued_as is None:
+        return report(checks)
+    new_id = dead.requeued_as
+    run_workers_until_settled(app, [new_id])
+    show_jobs(app, [dead.id, new_id], full=True)
+    requeued = fetch(queue, new_id)
+    checks.expect(
+        requeued.status == "succeeded" and requeued.requeued_from == dead.id,
+        "the requeued delivery succeeded",
     )
     checks.expect(
-        dead.status == "dead" and dead.requeued_as == new_id and dead.requeued_by is not None,
-        "the dead row stays dead and records who requeued it",
+        dead.status == "dead"
+        and (dead.requeued_by, dead.requeue_reason) == (SUPPORT, REQUEUE_REASON),
+        "the dead row stays dead and records who requeued it and why",
+    )
+    webhook_id = crm_job.payload["message_id"]
+    accepted = [request for request in crm.requests if request.status == 200]
+    print(f"  the CRM answered: {[request.status for request in crm.requests]}")
+    ids = sorted({request.webhook_id for request in crm.requests})
+    print(f"  webhook-id of all {len(crm.requests)} requests: {', '.join(ids)}")
+    for request in accepted:
+        print(f"  signature verified with sqlqueue.webhooks.verify(); event: {request.event}")
+    checks.expect(
+        len(accepted) == 1
+        and {request.webhook_id for request in crm.requests} == {webhook_id}
+        and accepted[0].event["type"] == "user.created"
+        and accepted[0].event["data"] == {"user_id": ada.user_id, "email": "ada@example.com"},
+        "the CRM verified one user.created event, under the webhook-id of every attempt",
+    )
+
+    heading("7. Someone replays that request with a changed body: the signature no longer holds")
+    original = accepted[0] if accepted else None
+    status, refused = 0, None
+    if original is not None:
+        forged = original.body.replace(b'"ada@example.com"', b'"mallory@example.com"')
+        status = post(crm.url, original.headers, forged)
+        refused = crm.requests[-1].refused
+        print(f"  same headers, email changed in the body: the CRM answered {status} ({refused})")
+    checks.expect(
+        status == 400 and refused is not None and crm.contacts == {ada.user_id: "ada@example.com"},
+        "the CRM refuses a tampered copy and keeps one contact",
     )
 
     heading("Summary")
-    everything = [*ada.job_ids.values(), new_id]
-    show_jobs(app, everything)
+    show_jobs(app, [*ada.job_ids.values(), new_id])
     print(
-        f"  app tables: {count_rows(engine, users)} user, {count_rows(engine, sent_emails)} "
-        f"welcome email sent, {count_rows(engine, crm_contacts)} CRM contact, "
-        f"{count_rows(engine, analytics_events)} analytics event"
+        f"  app tables: {count_rows(engine, users)} user, "
+        f"{count_rows(engine, analytics_events)} analytics event; "
+        f"mail server: {len(mail.received)} message; CRM contacts: {crm.contacts}"
     )
-    checks.expect(
-        (count_rows(engine, crm_contacts), count_rows(engine, analytics_events)) == (1, 1),
-        "one CRM contact and one analytics event",
-    )
+    checks.expect(count_rows(engine, analytics_events) == 1, "one analytics event")
+    return report(checks)
+
+
+def report(checks: Checks) -> int:
     if checks.misses:
         print(f"\n{len(checks.misses)} check(s) failed: {checks.misses}")
         return 1
@@ -475,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workdir",
         type=Path,
-        help="where the outbox (and the default SQLite file) go; default: a temporary "
+        help="where the default SQLite file goes, kept at exit; default: a temporary "
         "directory, removed at exit",
     )
     args = parser.parse_args(argv)
@@ -486,8 +685,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = args.database_url or f"sqlite:///{workdir / 'signup.db'}"
     engine = sa.create_engine(url)
     print(f"database: {engine.url.render_as_string(hide_password=True)}")
+    started = time.monotonic()
+    mail = MailServer()
     try:
-        return run_demo(engine, workdir / "outbox")
+        with running_mail_server(mail) as smtp_port, Crm() as crm:
+            code = run_demo(engine, mail, smtp_port, crm)
+        print(f"(took {time.monotonic() - started:.1f} s)")
+        return code
     finally:
         engine.dispose()
         if args.workdir is None:

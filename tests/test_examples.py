@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "signup_demo.py"
+WEBHOOK_TASK = "sqlqueue.webhooks.deliver"
 
 
 def run_demo(
@@ -39,12 +40,13 @@ def test_signup_demo_runs_as_is_on_the_embedded_sqlite_default(tmp_path):
     assert match, result.stdout
     database = Path(match.group(1))
     assert not database.parent.exists(), "the temporary work directory is removed at exit"
+    took = re.search(r"^\(took (\d+\.\d) s\)$", result.stdout, re.MULTILINE)
+    assert took, result.stdout
+    assert float(took.group(1)) < 30, "the demo finishes in seconds"
 
 
 def test_signup_demo_tells_its_story_and_leaves_this_database(backend, tmp_path):
-    workdir = tmp_path / "work"
-
-    result = run_demo("--database-url", backend.url, "--workdir", str(workdir), cwd=tmp_path)
+    result = run_demo("--database-url", backend.url, cwd=tmp_path)
 
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
@@ -52,57 +54,79 @@ def test_signup_demo_tells_its_story_and_leaves_this_database(backend, tmp_path)
     assert "UNEXPECTED" not in out
     assert "rows in sqlqueue_jobs: 3 before, 3 after" in out
     assert "users named bob: 0; Bob's jobs still in the queue: 0" in out
-    assert "send_welcome_email) attempt 2/5 failed: TemporaryMailError: 421" in out
-    assert "retrying in 1.0 s" in out
-    assert "sync_crm_contact) is dead after attempt 3/3: ConnectionError" in out
-    assert "already recorded as sent: not sending it again" in out
-    assert "by support@example.test" in out
+    assert "(email) attempt 1/3 failed: SMTPTemporaryError: SMTP server 127.0.0.1:" in out
+    assert f"({WEBHOOK_TASK}) attempt 2/3 failed: DeliveryFailed: 503 Service Unavailable" in out
+    assert f"({WEBHOOK_TASK}) is dead after attempt 3/3" in out
+    assert (
+        f"$ sqlqueue dead requeue --type {WEBHOOK_TASK} --by support@example.com "
+        "--reason 'CRM is back'" in out
+    )
+    assert "the CRM answered: [503, 503, 503, 200]" in out
+    assert "signature verified with sqlqueue.webhooks.verify()" in out
+    assert "the CRM answered 400 (no matching signature" in out
 
     engine = backend.engine
     meta = sa.MetaData()
     jobs = sa.Table("sqlqueue_jobs", meta, autoload_with=engine)
     users = sa.Table("demo_users", meta, autoload_with=engine)
+    ledger = sa.Table("sqlqueue_email_sent", meta, autoload_with=engine)
+    endpoints = sa.Table("sqlqueue_webhook_endpoints", meta, autoload_with=engine)
     with engine.connect() as conn:
         (ada_id,) = conn.execute(sa.select(users.c.id)).scalars().all()
         rows = conn.execute(sa.select(jobs).order_by(jobs.c.id)).mappings().all()
-        counts = {
-            name: conn.scalar(sa.select(sa.func.count()).select_from(sa.table(name)))
-            for name in ("demo_sent_emails", "demo_crm_contacts", "demo_analytics_events")
-        }
-    assert counts == {"demo_sent_emails": 1, "demo_crm_contacts": 1, "demo_analytics_events": 1}
+        sent = conn.execute(sa.select(ledger)).mappings().all()
+        (crm,) = conn.execute(sa.select(endpoints)).mappings().all()
+        events = conn.scalar(
+            sa.select(sa.func.count()).select_from(sa.table("demo_analytics_events"))
+        )
+    assert events == 1
 
-    # Bob's rolled-back sign-up left nothing; Ada's double-submit added nothing.
+    # Bob's rolled-back sign-up left nothing; Ada's double-submit added nothing; the requeue
+    # added one job.
     assert len(rows) == 4
-    assert all(row["payload"]["user_id"] == ada_id for row in rows)
     by_type: dict[str, list[sa.RowMapping]] = {}
     for row in rows:
         by_type.setdefault(row["job_type"], []).append(row)
+    assert sorted(by_type) == ["email", WEBHOOK_TASK, "track_signup"]
 
-    (email,) = by_type["send_welcome_email"]
-    assert (email["status"], email["attempts"]) == ("succeeded", 3)
-    assert email["idempotency_key"] == f"welcome_email:user:{ada_id}"
-    assert [entry["attempt"] for entry in email["errors"]] == [1, 2]
-    assert all("421" in entry["error"] for entry in email["errors"])
+    (email,) = by_type["email"]
+    assert (email["status"], email["attempts"]) == ("succeeded", 2)
+    assert email["idempotency_key"] == f"welcome:user:{ada_id}"
+    assert [entry["attempt"] for entry in email["errors"]] == [1]
+    assert "421 4.7.0" in email["errors"][0]["error"]
+    message_id = email["payload"]["message_id"]
+    assert email["payload"]["template"] == {"name": "welcome", "version": "1"}
+    assert email["result"]["message_id"] == message_id
+    assert email["result"]["reply"].startswith("250 ")
+    assert [(row["message_id"], row["key"]) for row in sent] == [
+        (message_id, f"welcome:user:{ada_id}")
+    ]
+    # What the aiosmtpd server received, as the demo printed it.
+    assert f"Message-ID: {message_id}" in out
+    assert "Subject:    Welcome, Ada!" in out
 
     (event,) = by_type["track_signup"]
     assert (event["status"], event["attempts"], event["errors"]) == ("succeeded", 1, [])
+    assert event["payload"] == {"user_id": ada_id}
 
-    dead, requeued = by_type["sync_crm_contact"]
-    assert (dead["status"], dead["attempts"], len(dead["errors"])) == ("dead", 3, 3)
-    assert dead["last_error"].startswith("ConnectionError: ")
+    dead, requeued = by_type[WEBHOOK_TASK]
+    assert (dead["status"], dead["attempts"]) == ("dead", 3)
+    assert [entry["details"]["status"] for entry in dead["errors"]] == [503, 503, 503]
+    assert dead["last_error"].startswith("DeliveryFailed: 503 Service Unavailable from 127.0.0.1")
     assert dead["requeued_as"] == requeued["id"]
-    assert (dead["requeued_by"], dead["requeue_reason"]) == (
-        "support@example.test",
-        "CRM is back up",
-    )
+    assert (dead["requeued_by"], dead["requeue_reason"]) == ("support@example.com", "CRM is back")
     assert dead["idempotency_key"] is None, "the key moved to the live job"
+    assert f"requeued 1 dead job(s) as new job(s): {requeued['id']}" in out
     assert (requeued["status"], requeued["attempts"]) == ("succeeded", 1)
     assert requeued["requeued_from"] == dead["id"]
-    assert requeued["idempotency_key"] == f"crm_sync:user:{ada_id}"
+    assert requeued["idempotency_key"] == f"crm:user:{ada_id}:created"
+    assert requeued["payload"] == dead["payload"], "the same message, under the same webhook-id"
+    assert requeued["payload"]["endpoint"] == "crm"
+    assert requeued["result"]["status"] == 200
+    assert f"webhook-id of all 4 requests: {dead['payload']['message_id']}" in out
+    assert (crm["name"], crm["enabled"]) == ("crm", True)
+    assert crm["url"].startswith("http://127.0.0.1:")
 
-    (mail,) = (workdir / "outbox").glob("*.eml")
-    assert f"Message-ID: <welcome_email.user.{ada_id}@signup-demo.example>" in mail.read_text()
-
-    again = run_demo("--database-url", backend.url, "--workdir", str(workdir), cwd=tmp_path)
+    again = run_demo("--database-url", backend.url, cwd=tmp_path)
     assert again.returncode == 2
     assert "point --database-url at a new one" in again.stdout
