@@ -89,3 +89,17 @@ def test_a_url_built_queue_does_not_ping_each_checkout(postgres_url):
         assert pings == []
     finally:
         queue.engine.dispose()
+
+
+def test_sqlite_connections_opened_before_the_queue_are_not_kept_unconfigured(tmp_path):
+    """An app that used its engine first (create_all, a query) had that connection pooled without
+    WAL or the busy timeout, and enqueues on it failed with "database is locked" under load."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")  # pooled before sqlqueue saw the engine
+    sqlqueue.Queue(engine)
+
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    engine.dispose()

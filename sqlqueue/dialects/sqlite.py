@@ -169,6 +169,13 @@ class SQLiteDialect(Dialect):
         check_sqlite_json(driver)
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
+            if engine.url.database not in (None, "", ":memory:"):
+                # Connections the app opened before (create_all, a first query) sit in the pool
+                # without the busy timeout and would fail with "database is locked" under load:
+                # close the idle ones, so every connection from now on is configured. (Checked-out
+                # ones stay valid and are discarded when returned; a memory database would be
+                # lost with its connection, so it keeps its pool.)
+                engine.dispose()
 
     def async_url(self, url: URL) -> URL:
         """The standard library driver's asyncio twin: aiosqlite."""
