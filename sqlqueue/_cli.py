@@ -15,9 +15,9 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -54,38 +54,40 @@ def open_engine(url: str | None, *, existing: bool = False) -> Engine:
     ``existing``: a SQLite file must be there already (reading must not create an empty one)."""
     if not url:
         raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
+    shown = hide_password(url)
     try:
         engine = create_engine(url)
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
         raise UsageError(
-            f"--database-url: cannot use {url!r}: {error} (expected e.g. "
+            f"--database-url: cannot use {shown!r}: {hide_password(str(error))} (expected e.g. "
             "sqlite:///jobs.db or postgresql+psycopg://user@host/db)"
         ) from None
     except ImportError as error:
         raise UsageError(
-            f"--database-url: the driver for {url!r} is not installed ({error}); for "
+            f"--database-url: the driver for {shown!r} is not installed ({error}); for "
             'PostgreSQL: pip install "sqlqueue[postgres]"'
         ) from None
     try:
-        dialect_for(engine)
+        dialect = dialect_for(engine)
     except UnsupportedDatabase as error:
         engine.dispose()
         raise UsageError(f"--database-url: {error}") from None
-    if existing and _missing_sqlite_file(engine):
+    missing = dialect.missing_database(engine.url) if existing else None
+    if missing is not None:
         engine.dispose()
         raise SchemaNotMigrated(
-            f"there is no SQLite database at {engine.url.database}; create it with "
-            f"`sqlqueue migrate --database-url {url}`"
+            f"{missing}; create it with `sqlqueue migrate --database-url {shown}`"
         )
     return engine
 
 
-def _missing_sqlite_file(engine: Engine) -> bool:
-    """A SQLite URL naming a file that is not there (opening it would create it empty)."""
-    database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
-        return False
-    return not database.startswith("file:") and not Path(database).exists()
+_USERINFO = re.compile(r"(?<=://)([^:/@\s]*):[^@/\s]*@")
+
+
+def hide_password(text: str) -> str:
+    """``text`` with the password of any URL in it replaced by ``***`` (errors and messages
+    must not print it)."""
+    return _USERINFO.sub(r"\1:***@", text)
 
 
 def load_queue(target: str) -> Queue:

@@ -18,7 +18,7 @@ from sqlqueue._cli_text import (
     short,
     table,
 )
-from sqlqueue._errors import ConfigurationError, JobNotFound
+from sqlqueue._errors import ConfigurationError, JobNotFound, JobStateError
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._queue import Queue
 
@@ -56,7 +56,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     _filter_options(jobs_list)
     _page_options(jobs_list)
     jobs_show = command("show", _jobs_show, "show one job with its error history", jobs)
-    jobs_show.add_argument("job_id", type=int)
+    jobs_show.add_argument("job_id", type=job_id)
     _json_option(jobs_show)
 
     dead = commands.add_parser("dead", help="dead jobs: list, requeue, discard").add_subparsers(
@@ -83,7 +83,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
         _json_option(action)
 
     cancel = command("cancel", _cancel, "cancel queued or failed jobs (running: ask to stop)")
-    cancel.add_argument("job_ids", type=int, nargs="*", metavar="ID")
+    cancel.add_argument("job_ids", type=job_id, nargs="*", metavar="ID")
     cancel.add_argument("--type", dest="job_type")
     cancel.add_argument("--queue")
     cancel.add_argument("--group-key")
@@ -124,7 +124,7 @@ def _filter_options(parser: argparse.ArgumentParser) -> None:
 
 def _page_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=50)
-    parser.add_argument("--before-id", type=int, help="the page after this id (keyset paging)")
+    parser.add_argument("--before-id", type=job_id, help="the page after this id (keyset paging)")
     _json_option(parser)
 
 
@@ -140,10 +140,10 @@ def _moments(queue: Queue, args: argparse.Namespace) -> tuple[datetime | None, d
 
 def _filters(queue: Queue, args: argparse.Namespace) -> dict[str, Any]:
     since, until = _moments(queue, args)
-    return {
-        "job_type": args.job_type,
-        "queue": args.queue,
-        "error_contains": args.error_contains,
+    return {  # an empty value ("$VAR" unset) filters nothing: it must not pass for a filter
+        "job_type": args.job_type or None,
+        "queue": args.queue or None,
+        "error_contains": args.error_contains or None,
         "since": since,
         "until": until,
     }
@@ -311,13 +311,18 @@ def _dead_discard(queue: Queue, args: argparse.Namespace) -> int:
 def _all_matching(
     queue: Queue, filters: dict[str, Any], ids: list[int] | None, limit: int | None
 ) -> list[Job]:
-    """Every unhandled dead job an action would take, oldest first, page by page."""
+    """The unhandled dead jobs an action would take: the oldest ``limit`` of them (it takes the
+    oldest first), read newest first page by page."""
+    return _every_job(queue, limit, status="dead", unhandled=True, job_ids=ids, **filters)
+
+
+def _every_job(source: Queue, limit: int | None, /, **filters: Any) -> list[Job]:
+    """Every job matching ``filters`` (``queue`` among them), oldest first (at most the oldest
+    ``limit``)."""
     found: list[Job] = []
     before: int | None = None
-    while limit is None or len(found) < limit:
-        page = queue.jobs(
-            status="dead", unhandled=True, job_ids=ids, limit=1000, before_id=before, **filters
-        )
+    while True:
+        page = source.jobs(limit=1000, before_id=before, **filters)
         found.extend(page)
         if len(page) < 1000:
             break
@@ -337,13 +342,11 @@ def _cancel(queue: Queue, args: argparse.Namespace) -> int:
             found = [queue.get_job(job_id) for job_id in args.job_ids]
             jobs = [job for job in found if job is not None]
         else:
+            where = {"job_type": args.job_type, "queue": args.queue, "group_key": args.group_key}
             jobs = [
                 job
-                for status in ("queued", "failed")
-                for job in queue.jobs(
-                    status=status, job_type=args.job_type, queue=args.queue, limit=10_000
-                )
-                if args.group_key is None or job.group_key == args.group_key
+                for status in ("queued", "failed", "running")
+                for job in _every_job(queue, None, status=status, **where)
             ]
         print(
             json_text({"dry_run": True, "would_cancel": [j.id for j in jobs]})
@@ -352,16 +355,30 @@ def _cancel(queue: Queue, args: argparse.Namespace) -> int:
         )
         return 0
     if args.job_ids:
-        jobs = [queue.cancel(job_id) for job_id in args.job_ids]
-        if args.json:
-            print(json_text({"jobs": [{"id": j.id, "status": j.status.value} for j in jobs]}))
-        for job in [] if args.json else jobs:
-            state = "stop requested" if job.status == JobStatus.RUNNING else job.status.value
-            print(f"job {job.id}: {state}")
-        return 0
+        return _cancel_each(queue, args.job_ids, as_json=args.json)
     count = queue.cancel_where(job_type=args.job_type, queue=args.queue, group_key=args.group_key)
     print(json_text({"cancelled": count}) if args.json else f"cancelled {count} job(s)")
     return 0
+
+
+def _cancel_each(queue: Queue, job_ids: list[int], *, as_json: bool) -> int:
+    """Cancel each job on its own, saying what became of every one; exit 1 if any could not
+    be cancelled (not there, or already finished) — the others are cancelled all the same."""
+    outcomes: list[dict[str, Any]] = []
+    for job_id in job_ids:
+        try:
+            job = queue.cancel(job_id)
+        except JobStateError as error:  # JobNotFound included
+            outcomes.append({"id": job_id, "error": str(error)})
+            continue
+        state = "stop requested" if job.status == JobStatus.RUNNING else job.status.value
+        outcomes.append({"id": job_id, "status": state})
+    if as_json:
+        print(json_text({"jobs": outcomes}))
+    else:
+        for outcome in outcomes:
+            print(f"job {outcome['id']}: {outcome.get('status') or 'error: ' + outcome['error']}")
+    return EXIT_ALARM if any("error" in outcome for outcome in outcomes) else 0
 
 
 def _prune(queue: Queue, args: argparse.Namespace) -> int:
@@ -397,9 +414,24 @@ def _ids(text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
+        return [job_id(part) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError:
         raise ConfigurationError(f"--ids: expected comma-separated job ids, got {text!r}") from None
+
+
+#: Job ids are 64-bit signed integers on every backend.
+MAX_JOB_ID = 2**63 - 1
+
+
+def job_id(text: str) -> int:
+    """A job id from the command line (argparse makes a bad one a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a job id, got {text!r}") from None
+    if not 1 <= value <= MAX_JOB_ID:
+        raise argparse.ArgumentTypeError(f"a job id is between 1 and {MAX_JOB_ID}, got {value}")
+    return value
 
 
 def _id_list(ids: list[int], shown: int = 20) -> str:

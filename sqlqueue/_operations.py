@@ -28,9 +28,16 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Operations"]
 DEFAULT_BATCH_SIZE = 500
 
 
+#: The longest ``by`` (who acted) and queue name the job table stores.
+_MAX_BY = 255
+_MAX_QUEUE_NAME = 100
+
+
 def _who_and_why(action: str, by: str, reason: str) -> None:
     if not by or not reason:
         raise ConfigurationError(f"{action} needs by= (who) and reason= (why)")
+    if len(by) > _MAX_BY:
+        raise ConfigurationError(f"{action}: by= is longer than {_MAX_BY} characters")
 
 
 def _page_limit(limit: int) -> int:
@@ -104,6 +111,7 @@ class Operations:
         limit: int = 50,
         before_id: int | None = None,
         job_ids: Iterable[int] | None = None,
+        group_key: str | None = None,
         unhandled: bool = False,
     ) -> list[Job]:
         """Jobs matching every given filter, newest first, at most ``limit``. Page on with
@@ -119,6 +127,7 @@ class Operations:
             since=_timestamp("since", since),
             until=_timestamp("until", until),
             job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            group_key=group_key,
             unhandled=unhandled,
         )
         return self.admin.jobs(job_filter, limit=_page_limit(limit), before_id=before_id)
@@ -195,6 +204,11 @@ class Operations:
         until: datetime | None,
         job_ids: Iterable[int] | None,
     ) -> JobFilter:
+        if error_contains == "":
+            raise ConfigurationError(
+                "error_contains must not be empty (it would match every dead job); pass None "
+                "for no filter"
+            )
         return JobFilter(
             job_type=job_type,
             queue=queue,
@@ -264,8 +278,10 @@ class Operations:
         """Stop every worker claiming from queue ``name`` (within its poll interval; at once
         where wake-ups reach it); running jobs finish, and enqueueing still works."""
         _who_and_why("pause", by, reason)
-        if not name:
-            raise ConfigurationError("pause needs a queue name")
+        if not name or len(name) > _MAX_QUEUE_NAME:
+            raise ConfigurationError(
+                f"pause needs a queue name of 1 to {_MAX_QUEUE_NAME} characters"
+            )
         self.admin.pause(name=name, by=by, reason=reason)
 
     def resume(self, name: str) -> bool:

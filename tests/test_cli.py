@@ -262,3 +262,54 @@ def test_an_older_schema_is_named_with_the_revision_it_needs(backend: Backend) -
     assert result.returncode == 3
     assert "is at revision 0004" in _one_line(result)
     assert "run `sqlqueue migrate`" in result.stderr
+
+
+def test_review_findings_each_command_refuses_or_reports_cleanly(backend: Backend) -> None:
+    queue = failing_queue(backend)
+    with backend.engine.begin() as conn:
+        waiting = queue.enqueue(conn, "send_email", {"user_id": 9})
+
+    # An empty filter ("$VAR" unset) is no filter: refused like none at all, nothing requeued.
+    empty = cli(
+        "dead", "requeue", "--error-contains", "", "--by", "a", "--reason", "b", url=backend.url
+    )
+    assert empty.returncode == 2
+    assert queue.stats().by_status["queued"] == 1
+
+    # A dry run with --limit lists the jobs the action takes: the oldest.
+    dry = cli(
+        "dead", "requeue", "--all", "--limit", "2", "--by", "a", "--reason", "b",
+        "--dry-run", "--json", url=backend.url,
+    )  # fmt: skip
+    would = json.loads(dry.stdout)["would_requeue"]
+    done = cli(
+        "dead", "requeue", "--all", "--limit", "2", "--by", "a", "--reason", "b", "--json",
+        url=backend.url,
+    )  # fmt: skip
+    requeued = json.loads(done.stdout)["requeued"]
+    assert [queue.get_job(new).requeued_from for new in requeued] == would  # type: ignore[union-attr]
+
+    # cancel of several ids: each one is tried; exit 1 when one could not be cancelled.
+    mixed = cli("cancel", str(waiting), "999999", url=backend.url)
+    assert mixed.returncode == 1
+    assert f"job {waiting}: cancelled" in mixed.stdout
+    assert "job 999999: error: there is no job 999999" in mixed.stdout
+
+    # Out-of-range input is a usage error, not a traceback or "database unreachable".
+    for args in (
+        ("jobs", "show", "99999999999999999999"),
+        ("jobs", "list", "--since", "1000000d"),
+        ("prune", "--older-than", "999999999d"),
+        ("pause", "q" * 101, "--by", "a", "--reason", "b"),
+    ):
+        result = cli(*args, url=backend.url)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_a_password_in_the_url_is_never_printed(tmp_path: Path) -> None:
+    for url in ("garbage://ops:hunter2@db.example/app", "postgresql+psycopg2://ops:hunter2@h/db"):
+        result = cli("stats", url=url)
+        assert result.returncode == 2
+        assert "hunter2" not in result.stderr
+        assert "ops:***@" in result.stderr

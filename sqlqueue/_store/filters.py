@@ -30,6 +30,7 @@ class JobFilter:
     since: datetime | None = None
     until: datetime | None = None
     job_ids: Sequence[int] | None = None
+    group_key: str | None = None
     unhandled: bool = False
 
     def clauses(self) -> list[ColumnElement[bool]]:
@@ -47,6 +48,8 @@ class JobFilter:
             where.append(jobs.c.updated_at >= self.since)
         if self.until is not None:
             where.append(jobs.c.updated_at < self.until)
+        if self.group_key is not None:
+            where.append(jobs.c.group_key == self.group_key)
         if self.job_ids is not None:
             where.append(jobs.c.id.in_(list(self.job_ids)))
         if self.unhandled:

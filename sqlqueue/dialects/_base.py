@@ -301,6 +301,11 @@ class Dialect(abc.ABC):
         """The execution parameters of ``holds_lease(…, fences=None)`` for ``fences``."""
         return {"fence_ids": [job_id for job_id, _ in fences], "fences": list(fences)}
 
+    def missing_database(self, url: URL) -> str | None:
+        """Where ``url`` names a database that does not exist and opening it would create it
+        empty (a SQLite file), say so; ``None`` otherwise (a server reports its own)."""
+        return None
+
     def oldest_open_write(self, conn: Connection) -> datetime | None:
         """When the oldest transaction that has written and not yet ended began (other than
         ``conn``'s), where the database says; ``None`` when none is open or it cannot tell. A

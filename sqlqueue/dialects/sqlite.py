@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -176,6 +177,13 @@ class SQLiteDialect(Dialect):
                 # ones stay valid and are discarded when returned; a memory database would be
                 # lost with its connection, so it keeps its pool.)
                 engine.dispose()
+
+    def missing_database(self, url: URL) -> str | None:
+        """A file path that is not there: reading it must not create it empty."""
+        database = url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        return None if Path(database).exists() else f"there is no SQLite database at {database}"
 
     def async_url(self, url: URL) -> URL:
         """The standard library driver's asyncio twin: aiosqlite."""
