@@ -46,11 +46,13 @@ class Received:
 @dataclass
 class SMTPServer:
     """The scripted server. ``data_replies`` are answered to DATA one by one (then 250);
-    ``refuse`` maps a recipient to its RCPT reply; ``drops`` is how many DATA commands end in a
-    dropped connection (nothing delivered)."""
+    ``refuse`` maps a recipient to its RCPT reply; ``refuse_once`` too, for the first RCPT of that
+    recipient only (then it is accepted); ``drops`` is how many DATA commands end in a dropped
+    connection (nothing delivered)."""
 
     data_replies: list[str] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)
+    refuse_once: dict[str, str] = field(default_factory=dict)
     drops: int = 0
     #: Never answer QUIT (after accepting the message).
     hang_at_quit: bool = False
@@ -66,6 +68,10 @@ class SMTPServer:
     ) -> str:
         if address in self.refuse:
             return self.refuse[address]
+        with self.lock:
+            once = self.refuse_once.pop(address, None)
+        if once is not None:
+            return once
         envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
 

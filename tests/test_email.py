@@ -21,9 +21,10 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import email_sent
+from sqlqueue._schema import email_sent, jobs
 from sqlqueue.email import SMTP, Content, Mailer
-from tests._support import WorkerThread, count_jobs, drain, wait_until
+from sqlqueue.email._mailer import deferred_key
+from tests._support import WorkerThread, count_jobs, db_now, drain, wait_until
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
 
@@ -243,6 +244,128 @@ def test_a_partial_refusal_succeeds_for_the_accepted_and_records_the_refused(
     assert smtp.data_commands == 1
     (entry,) = ledger(backend.engine)
     assert entry["refused"] == job.result["refused"]
+
+
+@pytest.mark.parametrize("code", [451, 452])
+def test_a_recipient_refused_with_4xx_gets_the_same_message_from_a_follow_up_job(
+    backend, queues, server, code
+):
+    """The server takes Ada and answers Bob "try again later": the job succeeds for Ada (a
+    retry would send her a second copy), and a follow-up job, enqueued with that success,
+    sends the same message (Message-ID, headers, template version) to Bob alone."""
+    smtp, port = server
+    refusal = f"{code} 4.5.3 Too many recipients, try again later"
+    smtp.refuse_once = {"bob@example.com": refusal}
+    queue, mailer = new_mailer(backend, queues, port)
+    to = ["Ada Lovelace <ada@example.com>", "bob@example.com"]
+    job_id = send(backend, mailer, to=to, dedup_key="welcome:batch:7")
+    job = run_until_final(queue, job_id)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.result["accepted"] == ["ada@example.com"]
+    assert job.result["refused"] == {"bob@example.com": refusal}
+    assert job.result["deferred"] == ["bob@example.com"]
+    follow_up_id = job.result["deferred_job"]
+    assert isinstance(follow_up_id, int)
+    assert follow_up_id != job_id
+
+    follow_up = run_until_final(queue, follow_up_id)
+    assert (follow_up.status, follow_up.attempts) == ("succeeded", 1)
+    payload = follow_up.payload
+    assert payload["message_id"] == job.payload["message_id"]
+    assert payload["to"] == to  # the same To header
+    assert payload["recipients"] == ["bob@example.com"]  # sent to Bob alone
+    assert payload["template"] == {"name": "welcome", "version": "3"}
+    assert payload["context"] == {"user_name": "Ada"}
+    assert payload["deferred_from"] == job_id
+    assert payload["key"].startswith("welcome:batch:7:deferred:")
+    assert follow_up.idempotency_key == payload["key"]
+    assert follow_up.result["accepted"] == ["bob@example.com"]
+    assert follow_up.result["refused"] == {}
+    assert follow_up.result["deferred_from"] == job_id
+    assert "deferred" not in follow_up.result
+
+    first, second = smtp.received
+    assert [first.recipients, second.recipients] == [["ada@example.com"], ["bob@example.com"]]
+    for copy in (first, second):
+        assert copy.message["Message-ID"] == job.payload["message_id"]
+        assert copy.message["To"] == "Ada Lovelace <ada@example.com>, bob@example.com"
+        assert copy.message["Subject"] == "Welcome, Ada"
+    drain(queue)
+    copies = [r for received in smtp.received for r in received.recipients]
+    assert copies.count("ada@example.com") == 1  # one copy each, overall
+    assert copies.count("bob@example.com") == 1
+    assert smtp.data_commands == 2
+    assert sorted(entry["key"] for entry in ledger(backend.engine)) == sorted(
+        ["welcome:batch:7", payload["key"]]
+    )
+
+
+def test_only_the_4xx_refused_are_deferred_the_5xx_refused_never_retried(backend, queues, server):
+    smtp, port = server
+    smtp.refuse = {"cy@example.com": "550 5.1.1 <cy@example.com>: Recipient unknown"}
+    smtp.refuse_once = {"bob@example.com": "451 4.3.0 Local error, try again"}
+    queue, mailer = new_mailer(backend, queues, port)
+    to = ["ada@example.com", "bob@example.com", "cy@example.com"]
+    job_id = send(backend, mailer, to=to, subject="Hi", text="Plain only.")
+    job = run_until_final(queue, job_id)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.result["accepted"] == ["ada@example.com"]
+    assert job.result["refused"] == {
+        "bob@example.com": "451 4.3.0 Local error, try again",
+        "cy@example.com": "550 5.1.1 <cy@example.com>: Recipient unknown",
+    }
+    assert job.result["deferred"] == ["bob@example.com"]
+    follow_up = run_until_final(queue, job.result["deferred_job"])
+    assert follow_up.status == "succeeded"
+    assert follow_up.payload["recipients"] == ["bob@example.com"]
+    assert follow_up.payload["content"] == job.payload["content"]
+    assert follow_up.result["content_hash"] == job.result["content_hash"]
+    drain(queue)
+    assert [r.recipients for r in smtp.received] == [["ada@example.com"], ["bob@example.com"]]
+    assert smtp.data_commands == 2
+    assert count_jobs(backend.engine) == 2  # no job ever goes to Cy again
+
+
+def test_the_success_path_run_twice_enqueues_one_follow_up(backend, queues, server):
+    """The follow-up's dedup key comes from the message's key and the deferred recipients: when
+    the same attempt's success path runs again (here: its ledger entry gone and the job made
+    due again, as a crash or a lost lease could leave it), it finds the follow-up it made."""
+    smtp, port = server
+    smtp.refuse = {"bob@example.com": "452 4.5.3 Too many recipients"}
+    queue, mailer = new_mailer(backend, queues, port, backoff=[60])  # the follow-up waits
+    job_id = send(backend, mailer, to=["ada@example.com", "bob@example.com"])
+    first = run_until_final(queue, job_id)
+    follow_up_id = first.result["deferred_job"]
+    held = job_of(queue, follow_up_id)
+    assert (held.status, held.attempts) == ("queued", 0)
+    assert (held.next_run_at - db_now(backend.engine)).total_seconds() > 30  # backoff step 1
+
+    with backend.engine.begin() as conn:
+        conn.execute(email_sent.delete())
+        conn.execute(
+            jobs.update()
+            .where(jobs.c.id == job_id)
+            .values(status="queued", next_run_at=db_now(backend.engine), finished_at=None)
+        )
+    again = run_until_final(queue, job_id)
+    assert (again.status, again.attempts) == ("succeeded", 2)
+    assert len(smtp.received) == 2  # Ada got it twice: the ledger entry was gone
+    assert again.result["deferred"] == ["bob@example.com"]
+    assert again.result["deferred_job"] == follow_up_id
+    assert count_jobs(backend.engine) == 2
+    assert count_jobs(backend.engine, idempotency_key=held.idempotency_key) == 1
+
+
+def test_a_follow_ups_dedup_key_is_stable_and_bounded():
+    one = deferred_key("welcome:user:1", ["b@example.com", "a@example.com"])
+    assert one == deferred_key("welcome:user:1", ["a@example.com", "b@example.com"])
+    assert one != deferred_key("welcome:user:1", ["a@example.com"])
+    assert one != deferred_key("welcome:user:2", ["a@example.com", "b@example.com"])
+    long = deferred_key("k" * 255, ["a@example.com"])
+    assert len(long) <= 255
+    assert long != deferred_key("k" * 254 + "j", ["a@example.com"])
+    nested = deferred_key(deferred_key("k" * 240, ["a@x.org", "b@x.org"]), ["b@x.org"])
+    assert len(nested) <= 255
 
 
 def test_a_dropped_connection_is_retried(backend, queues, server):

@@ -19,8 +19,9 @@ message in your transaction, and workers deliver it over SMTP::
 Each message gets a Message-ID at enqueue (the same on every attempt), the job records the
 template's name and version (or a hash of the content), and its result holds the server's
 reply with the accepted and refused recipients. 4xx replies and network errors retry; 5xx
-replies go to dead at once. A ledger written with the job's success keeps a retried job from
-sending a message that already went out.
+replies go to dead at once. Recipients answered with a 4xx while others were accepted are sent
+the same message (same Message-ID) by a follow-up job, enqueued with the success. A ledger
+written with the job's success keeps a retried job from sending a message that already went out.
 """
 
 from __future__ import annotations

@@ -13,11 +13,19 @@ Message-ID and enqueues one job in the caller's transaction. Each attempt of tha
 4. writes the ledger entry through ``ctx.transaction_async()``, so it commits together with the
    job's success. The one window left: the server accepted and the worker died before that
    commit. The next attempt sends again, with the same Message-ID, which lets receivers drop it.
+5. when the server took some recipients and answered others with a 4xx ("try again later", as
+   ``452 Too many recipients``), enqueues in that same transaction a follow-up job that sends
+   the same message (same Message-ID, headers and template version or content) to those
+   recipients only, after the task's first backoff step. Its dedup key is derived from this
+   message's key and the deferred recipients, so if this success path runs again for them, it
+   finds the follow-up there and makes no second one. Retrying *this* job instead would resend
+   to those who accepted. Recipients refused with a 5xx are never sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -285,8 +293,15 @@ class Mailer:
         template: dict[str, str] | None = None,
         context: dict[str, Any] | None = None,
         content: dict[str, Any] | None = None,
+        recipients: list[str] | None = None,
+        deferred_from: int | None = None,
     ) -> dict[str, Any]:
-        """One attempt at one message (see the module's docstring for the steps)."""
+        """One attempt at one message (see the module's docstring for the steps).
+
+        ``recipients`` (a follow-up's payload only) are the envelope recipients when they are
+        not all of ``to``: the message keeps its ``To`` header and goes to these alone.
+        ``deferred_from`` is the job whose 4xx-refused recipients they are.
+        """
         sent = await asyncio.to_thread(find_sent, ctx.engine, key)
         if sent is not None:
             ctx.logger.info(
@@ -304,10 +319,15 @@ class Mailer:
             self.smtp,
             message,
             sender=envelope_address(sender),
-            recipients=[envelope_address(address) for address in to],
+            recipients=(
+                recipients
+                if recipients is not None
+                else [envelope_address(address) for address in to]
+            ),
             pool=self._pool,
         )
         sent_at = ctx.now()
+        follow_up: int | None = None
         async with ctx.transaction_async() as conn:
             await record_sent(
                 conn,
@@ -317,11 +337,24 @@ class Mailer:
                 sent_at=sent_at,
                 delivery=delivery,
             )
+            if delivery.deferred:
+                follow_up = await self._enqueue_deferred(
+                    conn,
+                    ctx,
+                    message_id=message_id,
+                    sender=sender,
+                    to=to,
+                    key=key,
+                    deferred=delivery.deferred,
+                    template=what.get("template"),
+                    context=context,
+                    content=content,
+                )
         if delivery.refused:
             ctx.logger.warning(
                 "%s: the server refused %s", message_id, ", ".join(sorted(delivery.refused))
             )
-        return {
+        result: dict[str, Any] = {
             "message_id": message_id,
             "reply": delivery.reply,
             "accepted": delivery.accepted,
@@ -329,6 +362,54 @@ class Mailer:
             "sent_at": sent_at.isoformat(),
             **what,
         }
+        if deferred_from is not None:
+            result["deferred_from"] = deferred_from
+        if delivery.deferred:
+            ctx.logger.warning(
+                "%s: %s deferred (4xx) to job %s",
+                message_id,
+                ", ".join(delivery.deferred),
+                follow_up,
+            )
+            result["deferred"] = delivery.deferred
+            result["deferred_job"] = follow_up
+        return result
+
+    async def _enqueue_deferred(
+        self,
+        conn: Any,
+        ctx: JobContext,
+        *,
+        message_id: str,
+        sender: str,
+        to: list[str],
+        key: str,
+        deferred: list[str],
+        template: dict[str, str] | None,
+        context: dict[str, Any] | None,
+        content: dict[str, Any] | None,
+    ) -> int:
+        """Enqueue, in the attempt's transaction ``conn``, the job that sends this message to
+        the ``deferred`` recipients alone; return its id (the existing one's, when this success
+        path already ran: the dedup key is the same)."""
+        follow_up_key = deferred_key(key, deferred)
+        payload: dict[str, Any] = {
+            "message_id": message_id,
+            "sender": sender,
+            "to": to,
+            "recipients": deferred,
+            # Its own ledger entry: this message's key says the message went out to the others.
+            "key": follow_up_key,
+            "deferred_from": ctx.job_id,
+        }
+        if template is not None:
+            # The version this attempt rendered: the deferred get what the others got.
+            payload["template"] = {"name": template["name"], "version": template["version"]}
+            payload["context"] = context or {}
+        else:
+            payload["content"] = content
+        call = self.task.options(idempotency_key=follow_up_key, delay=self.task.backoff.delay(1))
+        return await call.enqueue_async(conn, **payload)
 
     async def _render(
         self,
@@ -373,3 +454,17 @@ class Mailer:
         return rendered, {
             "template": {"name": name, "version": current.version, "enqueued_version": enqueued}
         }
+
+
+#: The longest dedup key the jobs' ``idempotency_key`` and the ledger's ``key`` hold.
+_MAX_KEY = 255
+
+
+def deferred_key(key: str, recipients: Sequence[str]) -> str:
+    """The dedup key of the follow-up that sends message ``key`` to ``recipients``: the same
+    for the same message and recipients (in any order), so it is enqueued once."""
+    digest = hashlib.sha256("\n".join(sorted(recipients)).encode()).hexdigest()[:16]
+    derived = f"{key}:deferred:{digest}"
+    if len(derived) > _MAX_KEY:  # a long dedup key, or a follow-up's follow-up: still bounded
+        derived = f"sha256:{hashlib.sha256(key.encode()).hexdigest()}:deferred:{digest}"
+    return derived

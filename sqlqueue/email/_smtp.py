@@ -5,6 +5,10 @@ what happened                                            the job
 -------------------------------------------------------  ----------------------------------------
 250 for every recipient                                  succeeded
 250 for some, 5xx for the others                         succeeded; the refused are in the result
+250 for some, 4xx for others (451, 452 …)                succeeded for the accepted; the 4xx-
+                                                         refused are deferred: a follow-up job,
+                                                         enqueued with the success, sends them
+                                                         the same message (``_mailer``)
 4xx (421, 450, 451, 452 …) to a command or every RCPT    SMTPTemporaryError: retried (backoff)
 connection refused or dropped, TLS failure, timeout      SMTPTemporaryError: retried (backoff)
 5xx (550, 553, 554 …) to a command or every RCPT         SMTPPermanentError: dead at once
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 
 import aiosmtplib
@@ -37,11 +41,16 @@ _QUIT_SECONDS = 5.0
 @dataclass(frozen=True, kw_only=True)
 class Delivery:
     """What the server said to one message: its final reply to the data, the recipients it took,
-    and those it refused with its reply to each (``"550 5.1.1 no such user"``)."""
+    and those it refused with its reply to each (``"550 5.1.1 no such user"``).
+
+    ``deferred`` are the refused whose reply was a 4xx ("try again later", e.g. ``452 Too many
+    recipients``), in the order they were given: they are refused for this exchange only and
+    are to be sent the message again. The others (5xx) are refused for good."""
 
     reply: str
     accepted: list[str]
     refused: dict[str, str]
+    deferred: list[str] = field(default_factory=list)
 
 
 async def deliver(
@@ -97,9 +106,19 @@ async def deliver(
         address: f"{answer.code} {answer.message}" for address, answer in refused.items()
     }
     accepted = [address for address in recipients if address not in refused]
+    # aiosmtplib raises only when every recipient is refused; a partial refusal comes back here.
+    # A 4xx to RCPT means "not now" (452 too many recipients, 451 local error, 450 busy mailbox):
+    # those recipients did not get the message and must be tried again.
+    deferred = [
+        address
+        for address in recipients
+        if address in refused and 400 <= refused[address].code < 500
+    ]
     # aiosmtplib returns the text of the reply to the data; its code can only be 250 (any other
     # raised SMTPDataError above), so it is put back: the reply as the server sent it.
-    return Delivery(reply=f"250 {reply}", accepted=accepted, refused=refused_replies)
+    return Delivery(
+        reply=f"250 {reply}", accepted=accepted, refused=refused_replies, deferred=deferred
+    )
 
 
 async def _kept(pool: ConnectionPool | None) -> aiosmtplib.SMTP | None:
