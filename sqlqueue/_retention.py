@@ -100,8 +100,13 @@ class RetentionDuty:
         if not await db.call(self.acquire):
             return
         loop = asyncio.get_running_loop()
+        renewed = loop.time()
         for status, age in self.retention.ages():
             while not stopping():
+                if loop.time() - renewed > self.retention.interval / 2:
+                    if not await db.call(self.acquire):  # lost to another worker: its turn
+                        return
+                    renewed = loop.time()
                 started = loop.time()
                 deleted = await db.call(partial(self.prune, status, age))
                 if deleted < self.retention.batch_size:
