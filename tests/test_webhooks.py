@@ -12,8 +12,9 @@ import asyncio
 import ipaddress
 import json
 import ssl
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from functools import partial
@@ -564,6 +565,88 @@ def test_a_secret_rotation_signs_with_old_and_new_until_the_grace_ends(backend, 
     standardwebhooks.Webhook(final.secret).verify(last.body, last.headers)
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
         standardwebhooks.Webhook(OTHER_SECRET).verify(last.body, last.headers)
+
+
+def _in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``work`` in a thread of its own (a second client); its error lands in the list."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_concurrent_rotations_take_turns_and_keep_both_new_secrets(backend):
+    _queue, hooks = hooks_for(backend)
+    add(backend, hooks, "crm", "https://crm.example.com/hooks", secret=SECRET)
+    first, second = sqlqueue.webhooks.generate_secret(), sqlqueue.webhooks.generate_secret()
+
+    def rotate_second() -> None:
+        with backend.engine.begin() as conn:
+            hooks.rotate_secret(conn, "crm", grace=3600, secret=second)
+
+    with backend.engine.begin() as conn:
+        hooks.rotate_secret(conn, "crm", grace=3600, secret=first)
+        # A second client rotates while this transaction is still open: it must wait for it,
+        # not read the secrets as they were and write its own over the first new one.
+        thread, errors = _in_thread(rotate_second)
+        thread.join(0.5)
+        assert thread.is_alive()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    with backend.engine.connect() as conn:
+        assert hooks.get_endpoint(conn, "crm").secrets == (second, first, SECRET)
+
+
+def test_rotations_from_many_threads_at_once_lose_no_secret(backend):
+    _queue, hooks = hooks_for(backend)
+    add(backend, hooks, "crm", "https://crm.example.com/hooks", secret=SECRET)
+    new = [sqlqueue.webhooks.generate_secret() for _ in range(6)]
+    start = threading.Barrier(len(new))
+
+    def rotate(secret: str) -> None:
+        start.wait(5)
+        with backend.engine.begin() as conn:
+            hooks.rotate_secret(conn, "crm", grace=3600, secret=secret)
+
+    started = [_in_thread(partial(rotate, secret)) for secret in new]
+    for thread, errors in started:
+        thread.join(30)
+        assert not thread.is_alive()
+        assert errors == []
+    with backend.engine.connect() as conn:
+        secrets = hooks.get_endpoint(conn, "crm").secrets
+    assert sorted(secrets) == sorted([*new, SECRET])
+    assert secrets[-1] == SECRET
+
+
+def test_a_concurrent_add_of_a_taken_name_is_the_clear_error(backend):
+    _queue, hooks = hooks_for(backend)
+
+    def add_again() -> None:
+        with backend.engine.begin() as conn:
+            hooks.add_endpoint(conn, name="crm", url="https://other.example.com/hooks")
+
+    with backend.engine.begin() as conn:
+        hooks.add_endpoint(conn, name="crm", url="https://crm.example.com/hooks")
+        # The second client cannot see the uncommitted row; its insert meets it anyway.
+        thread, errors = _in_thread(add_again)
+        thread.join(0.5)
+        assert thread.is_alive()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(errors) == 1
+    assert isinstance(errors[0], sqlqueue.ConfigurationError), repr(errors[0])
+    assert str(errors[0]) == "an endpoint named 'crm' already exists"
+    with backend.engine.connect() as conn:
+        assert [e.url for e in hooks.endpoints(conn)] == ["https://crm.example.com/hooks"]
 
 
 def test_a_delivery_to_a_disabled_endpoint_goes_dead_without_a_request(backend, receiver):

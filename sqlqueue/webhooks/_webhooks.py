@@ -248,7 +248,9 @@ class Webhooks:
     ) -> Endpoint:
         """Add a receiver in the caller's transaction; ``secret=None`` generates one (give it to
         the receiver: ``endpoint.secret``). ``retry_statuses`` lists 4xx answers this receiver
-        means as "try again later", e.g. ``[404, 409]``."""
+        means as "try again later", e.g. ``[404, 409]``. A name already taken, also by a
+        transaction still open, is a :class:`sqlqueue.ConfigurationError` (the caller's
+        transaction stays usable)."""
         return _endpoints.insert_endpoint(
             conn,
             self.owner.dialect,
@@ -274,7 +276,9 @@ class Webhooks:
     ) -> Endpoint:
         """Give endpoint ``name`` a new secret (generated unless given). Deliveries are signed
         with the new and the old ones until ``grace`` seconds pass, so the receiver can switch
-        at any moment within it."""
+        at any moment within it. The endpoint's row stays locked until the caller's
+        transaction ends: concurrent rotations take turns, and each keeps the others' new
+        secrets."""
         if (
             not isinstance(grace, int | float)
             or isinstance(grace, bool)
