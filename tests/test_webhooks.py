@@ -12,10 +12,12 @@ import asyncio
 import ipaddress
 import json
 import ssl
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -127,6 +129,10 @@ def test_the_subpackage_exports_exactly_its_public_names():
         ({"allow_private_addresses": "yes"}, "allow_private_addresses"),
         ({"rate_limit": sqlqueue.RateLimit(per_second=1, key="shared")}, "rate_limit"),
         ({"circuit_breaker": sqlqueue.CircuitBreaker(key="shared")}, "circuit_breaker"),
+        ({"max_in_flight_per_endpoint": 0}, "max_in_flight_per_endpoint"),
+        ({"max_in_flight_per_endpoint": 1.5}, "max_in_flight_per_endpoint"),
+        ({"max_in_flight_per_endpoint": True}, "max_in_flight_per_endpoint"),
+        ({"max_in_flight_per_endpoint": "2"}, "max_in_flight_per_endpoint"),
     ],
 )
 def test_bad_settings_are_refused_at_construction_naming_the_field(options, field):
@@ -145,9 +151,17 @@ def test_the_kind_is_an_ordinary_task_gated_per_endpoint():
     for gate in (task.rate_limit, task.circuit_breaker):
         assert callable(gate.key)
         assert gate.key({"endpoint": "crm"}) == "webhook:crm"
-    unguarded = Webhooks(sqlqueue.Queue("sqlite://"), rate_limit=None, circuit_breaker=None)
+    assert hooks.max_in_flight_per_endpoint == 2
+    unguarded = Webhooks(
+        sqlqueue.Queue("sqlite://"),
+        rate_limit=None,
+        circuit_breaker=None,
+        max_in_flight_per_endpoint=None,
+    )
     assert unguarded.task.rate_limit is None
     assert unguarded.task.circuit_breaker is None
+    assert unguarded.max_in_flight_per_endpoint is None
+    assert unguarded.in_flight("crm") == 0
 
 
 # -- verify(): the receiver's side, against the oracle ----------------------------------------
@@ -553,6 +567,88 @@ def test_a_secret_rotation_signs_with_old_and_new_until_the_grace_ends(backend, 
         standardwebhooks.Webhook(OTHER_SECRET).verify(last.body, last.headers)
 
 
+def _in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``work`` in a thread of its own (a second client); its error lands in the list."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_concurrent_rotations_take_turns_and_keep_both_new_secrets(backend):
+    _queue, hooks = hooks_for(backend)
+    add(backend, hooks, "crm", "https://crm.example.com/hooks", secret=SECRET)
+    first, second = sqlqueue.webhooks.generate_secret(), sqlqueue.webhooks.generate_secret()
+
+    def rotate_second() -> None:
+        with backend.engine.begin() as conn:
+            hooks.rotate_secret(conn, "crm", grace=3600, secret=second)
+
+    with backend.engine.begin() as conn:
+        hooks.rotate_secret(conn, "crm", grace=3600, secret=first)
+        # A second client rotates while this transaction is still open: it must wait for it,
+        # not read the secrets as they were and write its own over the first new one.
+        thread, errors = _in_thread(rotate_second)
+        thread.join(0.5)
+        assert thread.is_alive()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    with backend.engine.connect() as conn:
+        assert hooks.get_endpoint(conn, "crm").secrets == (second, first, SECRET)
+
+
+def test_rotations_from_many_threads_at_once_lose_no_secret(backend):
+    _queue, hooks = hooks_for(backend)
+    add(backend, hooks, "crm", "https://crm.example.com/hooks", secret=SECRET)
+    new = [sqlqueue.webhooks.generate_secret() for _ in range(6)]
+    start = threading.Barrier(len(new))
+
+    def rotate(secret: str) -> None:
+        start.wait(5)
+        with backend.engine.begin() as conn:
+            hooks.rotate_secret(conn, "crm", grace=3600, secret=secret)
+
+    started = [_in_thread(partial(rotate, secret)) for secret in new]
+    for thread, errors in started:
+        thread.join(30)
+        assert not thread.is_alive()
+        assert errors == []
+    with backend.engine.connect() as conn:
+        secrets = hooks.get_endpoint(conn, "crm").secrets
+    assert sorted(secrets) == sorted([*new, SECRET])
+    assert secrets[-1] == SECRET
+
+
+def test_a_concurrent_add_of_a_taken_name_is_the_clear_error(backend):
+    _queue, hooks = hooks_for(backend)
+
+    def add_again() -> None:
+        with backend.engine.begin() as conn:
+            hooks.add_endpoint(conn, name="crm", url="https://other.example.com/hooks")
+
+    with backend.engine.begin() as conn:
+        hooks.add_endpoint(conn, name="crm", url="https://crm.example.com/hooks")
+        # The second client cannot see the uncommitted row; its insert meets it anyway.
+        thread, errors = _in_thread(add_again)
+        thread.join(0.5)
+        assert thread.is_alive()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(errors) == 1
+    assert isinstance(errors[0], sqlqueue.ConfigurationError), repr(errors[0])
+    assert str(errors[0]) == "an endpoint named 'crm' already exists"
+    with backend.engine.connect() as conn:
+        assert [e.url for e in hooks.endpoints(conn)] == ["https://crm.example.com/hooks"]
+
+
 def test_a_delivery_to_a_disabled_endpoint_goes_dead_without_a_request(backend, receiver):
     queue, hooks = hooks_for(backend)
     add(backend, hooks, "crm", receiver.url("/crm"))
@@ -655,13 +751,72 @@ def test_https_is_verified_against_the_name_while_connecting_to_the_checked_addr
 # -- isolation --------------------------------------------------------------------------------
 
 
-def test_a_hanging_endpoint_does_not_delay_another(backend, receiver):
+def test_a_hanging_endpoint_does_not_delay_another_with_the_default_settings(backend, receiver):
+    # Every isolation setting is the default: rate limit (5/s, burst 10), circuit breaker (5
+    # failures), max_in_flight_per_endpoint (2), and the worker's default 4 slots. Only the
+    # timeout is shorter than the default 10 s, and still well above the bound asserted below:
+    # without the in-flight cap the hanging endpoint takes all 4 slots (its burst lets 10
+    # start), and the other endpoint waits for those attempts to time out.
+    queue = backend.queue()
+    hooks = Webhooks(queue, allow_private_addresses=True, timeout=3.0)
+    assert hooks.max_in_flight_per_endpoint == 2
+    add(backend, hooks, "stuck", receiver.url("/stuck"))
+    add(backend, hooks, "fine", receiver.url("/fine"))
+    receiver.script("/stuck", Reply(status=200, delay=10))  # answers long after any timeout
+    receiver.script("/fine", Reply(status=200))
+    stuck = [deliver(backend, hooks, "stuck", data={"n": n}) for n in range(20)]
+
+    waits = []
+    with WorkerThread(queue.worker(poll_interval=0.05)):  # concurrency=4, the default
+        wait_until(lambda: len(receiver.received("/stuck")) >= 2)
+        time.sleep(0.2)  # the stuck endpoint has now taken every slot it can get
+        for n in range(1, 4):
+            sent = time.monotonic()
+            deliver(backend, hooks, "fine", data={"n": n})
+            wait_until(partial(_received, receiver, "/fine", n), timeout=10)
+            waits.append(time.monotonic() - sent)
+        hanging, in_flight = len(receiver.received("/stuck")), hooks.in_flight("stuck")
+    assert max(waits) < 2.0, waits  # without the cap: one 3 s timeout or more
+    # Two deliveries hung; the other 18 were snoozed, each freeing its slot at once.
+    assert (hanging, in_flight) == (2, 2)
+    # A snooze is neither an attempt nor an error: only the requests sent left a trace.
+    rows = [job(queue, job_id) for job_id in stuck]
+    assert sum(row.attempts for row in rows) == len(receiver.received("/stuck"))
+    assert all(len(row.errors) == row.attempts for row in rows)
+    assert all(row.status in ("queued", "failed") for row in rows)
+
+
+def test_the_in_flight_cap_holds_a_slow_endpoint_to_two_and_loses_nothing(backend, receiver):
+    queue, hooks = hooks_for(backend, timeout=2.0, max_in_flight_per_endpoint=2)
+    add(backend, hooks, "slow", receiver.url("/slow"))
+    receiver.script("/slow", Reply(status=200, delay=0.3))
+    ids = [deliver(backend, hooks, "slow", data={"n": n}) for n in range(6)]
+    with WorkerThread(queue.worker(concurrency=8, poll_interval=0.05)):
+        wait_until(lambda: all(job(queue, job_id).status == "succeeded" for job_id in ids))
+    assert receiver.peak["/slow"] == 2  # 8 free slots, yet never more than 2 at once
+    assert len(receiver.received("/slow")) == 6
+    for job_id in ids:
+        done = job(queue, job_id)
+        assert (done.attempts, len(done.errors)) == (1, 0)  # the snoozes left no trace
+
+
+def test_without_the_cap_a_slow_endpoint_takes_every_free_slot(backend, receiver):
+    queue, hooks = hooks_for(backend, timeout=2.0, max_in_flight_per_endpoint=None)
+    assert hooks.max_in_flight_per_endpoint is None
+    add(backend, hooks, "slow", receiver.url("/slow"))
+    receiver.script("/slow", Reply(status=200, delay=0.5))
+    ids = [deliver(backend, hooks, "slow", data={"n": n}) for n in range(4)]
+    with WorkerThread(queue.worker(concurrency=4, poll_interval=0.05)):
+        wait_until(lambda: all(job(queue, job_id).status == "succeeded" for job_id in ids))
+    assert receiver.peak["/slow"] == 4
+
+
+def test_a_hanging_endpoint_opens_its_breaker_and_its_deliveries_wait(backend, receiver):
     queue, hooks = hooks_for(
         backend,
         timeout=1.0,
         max_attempts=5,
         backoff=sqlqueue.schedule([0.2]),
-        rate_limit=sqlqueue.RateLimit(per_second=2, burst=2),
         circuit_breaker=sqlqueue.CircuitBreaker(
             failure_threshold=2, window_seconds=30, cooldown_seconds=30
         ),
@@ -673,23 +828,23 @@ def test_a_hanging_endpoint_does_not_delay_another(backend, receiver):
     stuck = [deliver(backend, hooks, "stuck", data={"n": n}) for n in range(8)]
 
     with WorkerThread(queue.worker(concurrency=4, poll_interval=0.05)):
-        wait_until(lambda: len(receiver.received("/stuck")) >= 1)
+        # The two capped attempts time out together: two failures open the breaker; the
+        # stuck endpoint's jobs then wait without attempts, and the other endpoint still
+        # gets its deliveries at once.
+        wait_until(lambda: _breaker_state(backend, "webhook:stuck") == "open", timeout=10)
         sent = time.monotonic()
         deliver(backend, hooks, "fine", data={"n": 1})
         wait_until(lambda: len(receiver.received("/fine")) == 1, timeout=5)
-        assert time.monotonic() - sent < 0.9  # before even one stuck attempt timed out
-        # Two timeouts open the stuck endpoint's breaker: its jobs wait without attempts,
-        # and the other endpoint still gets its deliveries at once.
-        wait_until(lambda: _breaker_state(backend, "webhook:stuck") == "open", timeout=10)
-        sent = time.monotonic()
-        deliver(backend, hooks, "fine", data={"n": 2})
-        wait_until(lambda: len(receiver.received("/fine")) == 2, timeout=5)
         assert time.monotonic() - sent < 0.9
         attempts_while_open = len(receiver.received("/stuck"))
         time.sleep(0.5)
         assert len(receiver.received("/stuck")) == attempts_while_open
-    assert attempts_while_open <= 4  # the rate limit and the breaker held most of them back
+    assert attempts_while_open <= 4  # the cap and the breaker held the others back
     assert all(job(queue, job_id).status in ("queued", "failed") for job_id in stuck)
+
+
+def _received(receiver: Receiver, path: str, count: int) -> bool:
+    return len(receiver.received(path)) == count
 
 
 def _breaker_state(backend: Backend, key: str) -> str | None:

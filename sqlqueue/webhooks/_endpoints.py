@@ -125,12 +125,16 @@ def insert_endpoint(
     secret: str,
     retry_statuses: tuple[int, ...],
 ) -> Endpoint:
-    """Write a new endpoint; a name already taken is a ConfigurationError."""
-    if read_endpoint(conn, dialect, name) is not None:
-        raise ConfigurationError(f"an endpoint named {name!r} already exists")
+    """Write a new endpoint; a name already taken is a ConfigurationError.
+
+    ``ON CONFLICT DO NOTHING``: a name taken by another transaction that has not committed yet
+    (so no read could see it) waits for it and then says so too, rather than failing with the
+    driver's unique violation, which on PostgreSQL would also abort the caller's transaction.
+    """
     now = _now(conn, dialect)
-    conn.execute(
-        _table.insert().values(
+    inserted = conn.execute(
+        dialect.conflict_insert(_table)
+        .values(
             name=name,
             url=url,
             secrets=[{"secret": secret, "expires_at": None}],
@@ -140,7 +144,11 @@ def insert_endpoint(
             created_at=now,
             updated_at=now,
         )
-    )
+        .on_conflict_do_nothing(index_elements=[_table.c.name])
+        .returning(_table.c.name)
+    ).first()
+    if inserted is None:
+        raise ConfigurationError(f"an endpoint named {name!r} already exists")
     return _require(conn, dialect, name)
 
 
@@ -171,13 +179,26 @@ def rotate_secrets(
     conn: Executable, dialect: Dialect, name: str, *, secret: str, grace: float
 ) -> Endpoint:
     """Make ``secret`` the newest; the others keep signing for ``grace`` seconds more (those
-    already closer to their end keep it), and secrets past their grace are dropped."""
+    already closer to their end keep it), and secrets past their grace are dropped.
+
+    Read-modify-write, so the row is taken first, until the caller's transaction ends: a
+    concurrent rotation waits and then starts from this one's secrets instead of writing its
+    own list over them. The first statement writes (``updated_at``) and returns the secrets:
+    on PostgreSQL the UPDATE holds the row's lock and returns its newest version; on SQLite it
+    takes the database's write lock (the driver opens its transaction at the first write, so
+    a SELECT first would read outside it, and ``lock_row`` is a no-op there) and the secrets
+    are read under that lock. One statement locks and reads on both backends, so no
+    ``SELECT … FOR UPDATE`` is needed.
+    """
     row = conn.execute(
-        select(_table.c.secrets, dialect.clock().label("now")).where(_table.c.name == name)
+        _table.update()
+        .where(_table.c.name == name)
+        .values(updated_at=dialect.clock())
+        .returning(_table.c.secrets, _table.c.updated_at)
     ).one_or_none()
     if row is None:
         raise UnknownEndpoint(f"no webhook endpoint named {name!r}")
-    now: datetime = row.now
+    now: datetime = row.updated_at
     until = now + timedelta(seconds=grace)
     kept = [{"secret": secret, "expires_at": None}]
     for entry in row.secrets:
@@ -185,7 +206,7 @@ def rotate_secrets(
         end = until if ends is None else min(until, datetime.fromisoformat(ends))
         if end > now and entry["secret"] != secret:
             kept.append({"secret": entry["secret"], "expires_at": end.isoformat()})
-    conn.execute(_table.update().where(_table.c.name == name).values(secrets=kept, updated_at=now))
+    conn.execute(_table.update().where(_table.c.name == name).values(secrets=kept))
     return _require(conn, dialect, name)
 
 

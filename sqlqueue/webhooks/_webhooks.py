@@ -5,7 +5,8 @@ to send (encoded once, at :meth:`Webhooks.deliver`): every attempt sends the sam
 the same ``webhook-id``, so receivers can drop duplicates. Each attempt reads its endpoint, signs
 the body with the endpoint's current secrets, POSTs it to a checked address, and judges the
 answer (see :mod:`sqlqueue.webhooks._policy`). Per-endpoint rate limit and circuit breaker are
-sqlqueue's own, database-shared gates keyed by the endpoint's name.
+sqlqueue's own, database-shared gates keyed by the endpoint's name; a per-process cap on the
+deliveries in flight to one endpoint keeps a hanging receiver from taking every worker slot.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import re
 import secrets as _random
 import ssl
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -31,6 +34,7 @@ from sqlqueue import (
     PayloadError,
     Queue,
     RateLimit,
+    Snooze,
     Task,
     schedule,
 )
@@ -43,6 +47,7 @@ from sqlqueue.webhooks._signing import check_secret, generate_secret, signature_
 __all__ = [
     "DEFAULT_BACKOFF",
     "DEFAULT_CIRCUIT_BREAKER",
+    "DEFAULT_MAX_IN_FLIGHT_PER_ENDPOINT",
     "DEFAULT_RATE_LIMIT",
     "TASK_NAME",
     "Webhooks",
@@ -59,6 +64,12 @@ DEFAULT_RATE_LIMIT = RateLimit(per_second=5.0, burst=10)
 DEFAULT_CIRCUIT_BREAKER = CircuitBreaker(
     failure_threshold=5, window_seconds=300.0, cooldown_seconds=60.0
 )
+#: Per endpoint and worker process: deliveries under way at once. Two keep a steady stream
+#: going while the other slots stay free for other endpoints when this one hangs.
+DEFAULT_MAX_IN_FLIGHT_PER_ENDPOINT = 2
+#: The longest a delivery waits, snoozed, for a slot of its busy endpoint (less with a short
+#: ``timeout``: a quarter of it), jittered so the waiting deliveries do not come back together.
+_BUSY_RECHECK_SECONDS = 1.0
 _MAX_EVENT_TYPE = 200
 #: A host as httpx spells it: a DNS name (IDNA already applied), IPv4, or IPv6 without brackets.
 _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+")
@@ -78,6 +89,51 @@ def _positive(field: str, value: object) -> float:
     ):
         raise ConfigurationError(f"{field} must be a number of seconds > 0, got {value!r}")
     return float(value)
+
+
+def _check_max_in_flight(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(
+            f"max_in_flight_per_endpoint must be an integer >= 1 or None, got {value!r}"
+        )
+    return value
+
+
+class _InFlight:
+    """The deliveries under way per endpoint in this process, at most ``limit`` each.
+
+    Counted across every worker of the process (they may run on several threads, each with
+    its own event loop), so the lock is a thread lock, and it is never held across an await.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, endpoint: str) -> bool:
+        """Count one more delivery to ``endpoint``, unless ``limit`` are already under way."""
+        with self._lock:
+            held = self._counts.get(endpoint, 0)
+            if held >= self.limit:
+                return False
+            self._counts[endpoint] = held + 1
+            return True
+
+    def give_back(self, endpoint: str) -> None:
+        with self._lock:
+            held = self._counts[endpoint] - 1
+            if held:
+                self._counts[endpoint] = held
+            else:
+                del self._counts[endpoint]
+
+    def count(self, endpoint: str) -> int:
+        """How many deliveries to ``endpoint`` are under way in this process."""
+        with self._lock:
+            return self._counts.get(endpoint, 0)
 
 
 def _check_url(url: object) -> str:
@@ -113,9 +169,13 @@ class Webhooks:
     answer); ``max_attempts`` and ``backoff`` say how long a delivery keeps trying;
     ``Retry-After`` is honoured up to ``retry_after_cap`` seconds. ``rate_limit`` and
     ``circuit_breaker`` apply per endpoint (their ``key`` must be left unset; ``None`` turns
-    one off). ``allow_private_addresses=True`` lets deliveries reach loopback and private
-    networks: for tests and internal receivers only. ``ssl_context`` replaces the default
-    certificate checks (a private CA, say).
+    one off). ``max_in_flight_per_endpoint`` caps the deliveries under way to one endpoint
+    in each worker process (``None``: no cap); an attempt over it is snoozed for a moment,
+    neither counted nor recorded as an error, so an endpoint that hangs holds at most that
+    many of a process's slots, whatever its rate limit lets start. With N worker processes an
+    endpoint may have N times that many in flight. ``allow_private_addresses=True`` lets
+    deliveries reach loopback and private networks: for tests and internal receivers only.
+    ``ssl_context`` replaces the default certificate checks (a private CA, say).
     """
 
     def __init__(
@@ -131,6 +191,7 @@ class Webhooks:
         retry_after_cap: float = 3600.0,
         rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
         circuit_breaker: CircuitBreaker | None = DEFAULT_CIRCUIT_BREAKER,
+        max_in_flight_per_endpoint: int | None = DEFAULT_MAX_IN_FLIGHT_PER_ENDPOINT,
         user_agent: str = "sqlqueue-webhooks",
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
@@ -154,6 +215,12 @@ class Webhooks:
                 raise ConfigurationError(f"{field}: leave key unset, it is always per endpoint")
         self.rate_limit = replace(rate_limit, key=_gate_key) if rate_limit else None
         self.circuit_breaker = replace(circuit_breaker, key=_gate_key) if circuit_breaker else None
+        self.max_in_flight_per_endpoint = _check_max_in_flight(max_in_flight_per_endpoint)
+        self._in_flight = (
+            _InFlight(self.max_in_flight_per_endpoint)
+            if self.max_in_flight_per_endpoint is not None
+            else None
+        )
         self.user_agent = user_agent
         self.owner = owner
         self._ssl_context = ssl_context or httpx.create_ssl_context()
@@ -181,7 +248,9 @@ class Webhooks:
     ) -> Endpoint:
         """Add a receiver in the caller's transaction; ``secret=None`` generates one (give it to
         the receiver: ``endpoint.secret``). ``retry_statuses`` lists 4xx answers this receiver
-        means as "try again later", e.g. ``[404, 409]``."""
+        means as "try again later", e.g. ``[404, 409]``. A name already taken, also by a
+        transaction still open, is a :class:`sqlqueue.ConfigurationError` (the caller's
+        transaction stays usable)."""
         return _endpoints.insert_endpoint(
             conn,
             self.owner.dialect,
@@ -207,7 +276,9 @@ class Webhooks:
     ) -> Endpoint:
         """Give endpoint ``name`` a new secret (generated unless given). Deliveries are signed
         with the new and the old ones until ``grace`` seconds pass, so the receiver can switch
-        at any moment within it."""
+        at any moment within it. The endpoint's row stays locked until the caller's
+        transaction ends: concurrent rotations take turns, and each keeps the others' new
+        secrets."""
         if (
             not isinstance(grace, int | float)
             or isinstance(grace, bool)
@@ -307,10 +378,35 @@ class Webhooks:
         )
         return job_id
 
+    def in_flight(self, endpoint: str) -> int:
+        """How many deliveries to ``endpoint`` this process has under way right now."""
+        return 0 if self._in_flight is None else self._in_flight.count(endpoint)
+
     async def _deliver_once(
         self, endpoint: str, message_id: str, event_type: str, body: str, ctx: JobContext
     ) -> dict[str, Any]:
-        """One attempt of a delivery (the task's handler); returns what the receiver answered."""
+        """One attempt of a delivery (the task's handler); returns what the receiver answered.
+
+        With ``max_in_flight_per_endpoint`` deliveries to ``endpoint`` already under way in
+        this process, the attempt snoozes instead: it frees its worker slot at once, so an
+        endpoint that hangs cannot take every slot from the others."""
+        cap = self._in_flight
+        if cap is None:
+            return await self._attempt(endpoint, message_id, event_type, body, ctx)
+        if not cap.take(endpoint):
+            raise Snooze(
+                min(_BUSY_RECHECK_SECONDS, self.timeout / 4) * random.uniform(0.5, 1.0),
+                reason=f"endpoint {endpoint!r} has {cap.limit} deliveries in flight in this "
+                "process (max_in_flight_per_endpoint)",
+            )
+        try:
+            return await self._attempt(endpoint, message_id, event_type, body, ctx)
+        finally:
+            cap.give_back(endpoint)
+
+    async def _attempt(
+        self, endpoint: str, message_id: str, event_type: str, body: str, ctx: JobContext
+    ) -> dict[str, Any]:
         from sqlqueue.webhooks._http import post
         from sqlqueue.webhooks._policy import judge
 

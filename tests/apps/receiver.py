@@ -66,6 +66,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
         reply = receiver.next_reply(self.path, Received(self.path, headers, body, time.time()))
+        try:
+            self._answer(reply)
+        finally:
+            receiver.done(self.path)
+
+    def _answer(self, reply: Reply) -> None:
         if reply.delay:
             time.sleep(reply.delay)
         if reply.reset:
@@ -90,6 +96,9 @@ class Receiver:
         self._scripts: dict[str, list[Reply]] = {}
         self.requests: list[Received] = []
         self.connections = 0
+        self._active: dict[str, int] = {}
+        #: The most requests to each path that were being answered at the same time.
+        self.peak: dict[str, int] = {}
 
     @property
     def port(self) -> int:
@@ -106,8 +115,15 @@ class Receiver:
     def next_reply(self, path: str, request: Received) -> Reply:
         with self._lock:
             self.requests.append(request)
+            active = self._active[path] = self._active.get(path, 0) + 1
+            self.peak[path] = max(self.peak.get(path, 0), active)
             script = self._scripts.get(path, [Reply(status=404, body=b"no script")])
             return script.pop(0) if len(script) > 1 else script[0]
+
+    def done(self, path: str) -> None:
+        """A request to ``path`` has been answered (or its connection reset)."""
+        with self._lock:
+            self._active[path] -= 1
 
     def received(self, path: str) -> list[Received]:
         with self._lock:
