@@ -126,6 +126,8 @@ def test_two_workers_with_retention_prune_old_jobs_once_between_them(
         for index in range(2)
     ]
     try:
+        for worker in started:  # both serving (a SIGTERM before start-up kills, not stops)
+            worker.wait_ready()
         wait_until(
             lambda: count_jobs(backend.engine, status="succeeded") == len(recent),
             timeout=60,
