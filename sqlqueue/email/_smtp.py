@@ -71,21 +71,22 @@ async def deliver(
     try:
         async with asyncio.timeout(smtp.timeout):
             client = await _kept(pool)
+            if client is not None:
+                try:
+                    refused, reply = await client.send_message(
+                        message, sender=sender, recipients=list(recipients)
+                    )
+                except (aiosmtplib.SMTPServerDisconnected, ConnectionError):
+                    # The kept connection answered NOOP, then the server closed it (its idle
+                    # timer ran out meanwhile on a stalled loop): send on a new one, as the
+                    # next attempt would, without spending an attempt on a stale socket.
+                    client.close()
+                    client = None
             if client is None:
-                client = aiosmtplib.SMTP(
-                    hostname=smtp.host,
-                    port=smtp.port,
-                    username=smtp.username,
-                    password=smtp.password,
-                    use_tls=smtp.use_tls,
-                    start_tls=smtp.starttls,
-                    timeout=smtp.timeout,
-                    tls_context=smtp.tls_context,
+                client = await _connect(smtp)
+                refused, reply = await client.send_message(
+                    message, sender=sender, recipients=list(recipients)
                 )
-                await client.connect()  # and STARTTLS and AUTH, as configured
-            refused, reply = await client.send_message(
-                message, sender=sender, recipients=list(recipients)
-            )
     except TimeoutError as error:  # aiosmtplib's own timeouts are TimeoutErrors too
         if client is not None:
             client.close()
@@ -119,6 +120,22 @@ async def deliver(
     return Delivery(
         reply=f"250 {reply}", accepted=accepted, refused=refused_replies, deferred=deferred
     )
+
+
+async def _connect(smtp: SMTP) -> aiosmtplib.SMTP:
+    """A new connection, with STARTTLS and AUTH as configured."""
+    client = aiosmtplib.SMTP(
+        hostname=smtp.host,
+        port=smtp.port,
+        username=smtp.username,
+        password=smtp.password,
+        use_tls=smtp.use_tls,
+        start_tls=smtp.starttls,
+        timeout=smtp.timeout,
+        tls_context=smtp.tls_context,
+    )
+    await client.connect()
+    return client
 
 
 async def _kept(pool: ConnectionPool | None) -> aiosmtplib.SMTP | None:
