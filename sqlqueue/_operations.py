@@ -15,6 +15,7 @@ from sqlqueue._job import Job, JobStatus
 from sqlqueue._retention import check_prunable
 from sqlqueue._stats import Health, Stats, check_health, stats_from_rows
 from sqlqueue._store.admin import Admin
+from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
 
 if TYPE_CHECKING:
@@ -265,14 +266,24 @@ class Operations:
         for status in wanted:
             while True:
                 started = time.monotonic()
-                count = self.admin.prune_batch(
-                    status=status, older_than=older_than, limit=batch_size
-                )
+                count = self._prune_batch(status, older_than, batch_size)
                 deleted += count
                 if count < batch_size:
                     break
                 self._breathe(started)
         return deleted
+
+    def _prune_batch(self, status: str, older_than: float, batch_size: int) -> int:
+        """One prune batch; while a fold or another prune holds the counts, wait a little and
+        try again (for up to ~10 s, then say so)."""
+        for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2):
+            try:
+                return self.admin.prune_batch(
+                    status=status, older_than=older_than, limit=batch_size
+                )
+            except CountsBusy:
+                time.sleep(wait)
+        return self.admin.prune_batch(status=status, older_than=older_than, limit=batch_size)
 
     def pause(self, name: str, *, by: str, reason: str) -> None:
         """Stop every worker claiming from queue ``name`` (within its poll interval; at once

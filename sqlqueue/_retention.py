@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._store.admin import Admin
+from sqlqueue._store.counts import CountsBusy
 
 __all__ = ["PRUNABLE", "Retention", "RetentionDuty", "check_prunable"]
 
@@ -108,7 +109,10 @@ class RetentionDuty:
                         return
                     renewed = loop.time()
                 started = loop.time()
-                deleted = await db.call(partial(self.prune, status, age))
+                try:
+                    deleted = await db.call(partial(self.prune, status, age))
+                except CountsBusy:  # a fold or another pruner is at it: next pass
+                    return
                 if deleted < self.retention.batch_size:
                     break
                 if self._single_writer:

@@ -494,3 +494,21 @@ def test_a_long_history_is_folded_in_day_windows(backend: Backend) -> None:
     assert sum(folds) == 6
     assert len(folds) == 7  # a window per job (empty spans skipped), then one to catch up
     assert queue.stats().by_status["succeeded"] == 6
+
+
+def test_a_fold_never_waits_for_a_stalled_holder_of_the_counts(backend: Backend) -> None:
+    """A worker SIGSTOPped in the middle of a fold holds the mark's lock; the other workers'
+    folds (on their database threads, between claims) must skip, not wait behind it."""
+    if dialect_for(backend.engine).single_writer:
+        pytest.skip("a single-writer database has one write lock, not row locks")
+    queue = make_queue(backend)
+    queue.admin.fold_all_counts(margin=0)  # the mark exists
+    with backend.engine.connect() as stalled, stalled.begin():
+        from sqlqueue._schema import count_marks
+
+        stalled.execute(sa.select(count_marks).with_for_update()).all()
+        started = time.monotonic()
+        assert queue.admin.fold_counts(margin=0).folded == 0
+        with pytest.raises(sqlqueue.DatabaseError, match="holds the finished-job counts"):
+            queue.admin.prune_batch(status="succeeded", older_than=0, limit=10)
+        assert time.monotonic() - started < 2.0

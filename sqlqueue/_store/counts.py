@@ -29,6 +29,7 @@ from sqlqueue.dialects import Dialect
 __all__ = [
     "FINISHED",
     "FOLD_WINDOW_SECONDS",
+    "CountsBusy",
     "Fold",
     "fold_counts",
     "lock_for_prune",
@@ -103,16 +104,22 @@ _READ_TRIES = 5
 _CHECK = "~mark-unchanged"
 
 
-def _locked_mark(conn: Connection, dialect: Dialect) -> datetime:
-    """The mark, locked until the transaction ends (created at the beginning of time first, so
-    two first folds cannot both count everything)."""
+class CountsBusy(DatabaseError):
+    """Another transaction holds the counts' mark (a fold or a prune is under way)."""
+
+
+def _locked_mark(conn: Connection, dialect: Dialect) -> datetime | None:
+    """The mark, locked until the transaction ends, or ``None`` when another transaction holds
+    it: a worker must never wait on it (a stalled worker holding it would stall them all), so
+    a fold then skips its turn and a prune batch says so (created at the beginning of time
+    first, so two first folds cannot both count everything)."""
     conn.execute(
         dialect.conflict_insert(count_marks)
         .values(name=MARK, folded_until=_BEGINNING)
         .on_conflict_do_nothing(index_elements=[count_marks.c.name])
     )
     query = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
-    mark: datetime = conn.execute(dialect.lock_row(query)).scalar_one()
+    mark: datetime | None = conn.execute(dialect.skip_locked(query)).scalar_one_or_none()
     return mark
 
 
@@ -157,6 +164,8 @@ def fold_counts(
     The window keeps each fold a short transaction (SQLite holds its write lock meanwhile): a
     long history is folded in several."""
     mark = _locked_mark(conn, dialect)
+    if mark is None:  # another fold (or a prune) is under way: its turn, not ours
+        return Fold(folded=0, caught_up=True)
     until: datetime = conn.execute(select(dialect.now_plus(-float(margin)))).scalar_one()
     open_since = dialect.oldest_open_write(conn)
     if open_since is not None and open_since < until:
@@ -201,8 +210,12 @@ def _first_finish_after(conn: Connection, mark: datetime) -> datetime | None:
 
 def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
     """Take the mark's lock before deleting finished jobs, so no fold counts rows this
-    transaction is deleting; return the mark, for :func:`prune_counted`."""
-    return _locked_mark(conn, dialect)
+    transaction is deleting; return the mark, for :func:`prune_counted`. Raises
+    :class:`CountsBusy` rather than waiting when another transaction holds it."""
+    mark = _locked_mark(conn, dialect)
+    if mark is None:
+        raise CountsBusy("a fold or another prune holds the finished-job counts; try again")
+    return mark
 
 
 def prune_counted(
