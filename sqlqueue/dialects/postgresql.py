@@ -108,12 +108,15 @@ class PostgresDialect(Dialect):
         return select(func.pg_notify(WAKE_CHANNEL, bindparam(None, payload, type_=String())))
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
-        """The start of the oldest other transaction that holds a transaction id (it has
-        written), from ``pg_stat_activity`` (sessions of other roles show no times there
-        without ``pg_read_all_stats``: sqlqueue's own sessions share a role in practice)."""
+        """The start of the oldest other transaction in this database that holds a
+        transaction id (it has written), from ``pg_stat_activity``. Other databases are left
+        out: their writes cannot land in our tables, and a busy neighbour held the counts back.
+        (Sessions of other roles show no times there without ``pg_read_all_stats``: sqlqueue's
+        own sessions share a role in practice.)"""
         started: datetime | None = conn.exec_driver_sql(
             "SELECT min(xact_start) FROM pg_stat_activity "
-            "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() "
+            "AND datname = current_database()"
         ).scalar()
         return started
 
