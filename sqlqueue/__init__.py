@@ -5,7 +5,7 @@ look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
 from sqlqueue._backoff import Backoff, exponential, linear, schedule
-from sqlqueue._circuit import CircuitBreaker
+from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import (
     ConfigurationError,
@@ -28,11 +28,11 @@ from sqlqueue._errors import (
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
-from sqlqueue._ratelimit import RateLimit
+from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
 from sqlqueue._stats import Alarm, ErrorCount, Health, QueueStats, Stats
 from sqlqueue._task import JobRequest, Task, TaskCall
-from sqlqueue._worker import Worker
+from sqlqueue._worker.loop import Worker
 
 __all__ = [
     "Alarm",

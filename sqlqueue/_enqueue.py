@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
 from sqlqueue._payload import encode_payload
-from sqlqueue._store._tx import translated
 from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.transactions import translated
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
 from sqlqueue.dialects import Dialect
 

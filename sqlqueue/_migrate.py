@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, create_engine
 
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._store._tx import translated
+from sqlqueue._store.transactions import translated
 from sqlqueue.dialects import dialect_for
 
 if TYPE_CHECKING:

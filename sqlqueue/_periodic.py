@@ -1,4 +1,5 @@
-"""Periodic jobs: cron schedules declared on the queue, enqueued by every worker's scheduler.
+"""Periodic jobs: cron schedules declared on the queue (``sqlqueue._worker.scheduler`` enqueues
+their slots in every worker).
 
 Each slot of a schedule becomes one job whose idempotency key names the task and the slot
 (``periodic:nightly_report:2026-11-29T03:00:00+00:00``), so however many workers run the
@@ -11,11 +12,10 @@ missed slot runs once when a scheduler next looks, and older ones are skipped; w
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -23,12 +23,7 @@ from croniter import croniter
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload
 
-if TYPE_CHECKING:
-    from sqlqueue._queue import Queue
-
-__all__ = ["MissedSlots", "Periodic", "Scheduler"]
-
-log = logging.getLogger("sqlqueue.scheduler")
+__all__ = ["MissedSlots", "Periodic"]
 
 #: What to do with slots that passed while no scheduler ran.
 MissedSlots = Literal["latest", "skip"]
@@ -70,38 +65,3 @@ class Periodic:
     def key(self, slot: datetime) -> str:
         """The idempotency key of ``slot``'s job: one job per task and slot, ever."""
         return f"periodic:{self.task}:{slot.isoformat()}"
-
-
-class Scheduler:
-    """Enqueues the due slot of each schedule; safe to run in every worker at once."""
-
-    def __init__(self, queue: Queue, schedules: Sequence[Periodic]) -> None:
-        self._queue = queue
-        self._schedules = list(schedules)
-        self._done: dict[str, datetime] = {}
-
-    def run_once(self, *, now: datetime | None = None) -> list[int]:
-        """One look at the clock: enqueue each schedule's latest slot (once); return job ids."""
-        if not self._schedules:
-            return []
-        current = now or self._queue.store.database_now()
-        enqueued: list[int] = []
-        for schedule in self._schedules:
-            slot = schedule.latest_slot(current)
-            if self._done.get(schedule.task) == slot:
-                continue
-            late = (current - slot).total_seconds()
-            if schedule.missed == "skip" and late > schedule.grace_seconds:
-                self._done[schedule.task] = slot
-                continue
-            job_id = self._queue.enqueue(
-                self._queue.engine,
-                schedule.task,
-                schedule.payload,
-                idempotency_key=schedule.key(slot),
-                run_at=slot,
-            )
-            self._done[schedule.task] = slot
-            enqueued.append(job_id)
-            log.debug("periodic %s: slot %s is job %d", schedule.task, slot.isoformat(), job_id)
-        return enqueued

@@ -10,22 +10,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Engine, create_engine
 
 from sqlqueue._backoff import Backoff
-from sqlqueue._circuit import CircuitBreaker
+from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._enqueue import EnqueueSettings, Executable, check_job, enqueue_jobs, write_rows
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
+from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue._operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
-from sqlqueue._pool import check_connections_at_checkout
-from sqlqueue._ratelimit import RateLimit
+from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
-from sqlqueue._store._tx import Store
+from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue.dialects import Dialect, dialect_for
 
 if TYPE_CHECKING:
-    from sqlqueue._worker import Worker
+    from sqlqueue._worker.loop import Worker
 
 __all__ = ["Queue", "UnknownJobPolicy"]
 
@@ -91,7 +91,7 @@ class Queue(Operations):
         self.dialect.prepare_engine(engine)
         if built_here and self.dialect.supports_many_hosts:
             # A pooled connection the server dropped while idle is replaced at checkout instead
-            # of failing the next claim or completion and starting a backoff (see _pool.py).
+            # of failing the next claim or completion and starting a backoff (see _liveness.py).
             # A database file has no server to drop connections: SQLite needs no checks.
             check_connections_at_checkout(engine, self.dialect)
         self.store = Store(engine, self.dialect)
@@ -335,7 +335,7 @@ class Queue(Operations):
         turns PostgreSQL wake-ups off and polls every ``poll_interval`` only: LISTEN does not
         work through PgBouncer in transaction mode.
         """
-        from sqlqueue._worker import Worker, WorkerSettings
+        from sqlqueue._worker.loop import Worker, WorkerSettings
 
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, not {queues!r}")

@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue._backoff import Backoff, as_backoff
-from sqlqueue._circuit import CircuitBreaker
+from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._ratelimit import RateLimit
+from sqlqueue._rate_limit import RateLimit
 
 if TYPE_CHECKING:
     from sqlqueue._enqueue import Executable
@@ -89,7 +89,7 @@ class Task:
     timeout: float | None
     backoff: Backoff
     retry_on: tuple[type[BaseException], ...] | None
-    #: Gates checked in the database before each attempt (see sqlqueue/_gates.py).
+    #: Gates checked in the database before each attempt (see sqlqueue/_worker/admission.py).
     rate_limit: RateLimit | None = None
     circuit_breaker: CircuitBreaker | None = None
     is_async: bool = field(init=False)

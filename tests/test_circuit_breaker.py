@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import sqlqueue
-from sqlqueue._circuit import counts_as_failure
-from sqlqueue._store.gates import BreakerCheck, GateStore, RateCheck, Verdict
+from sqlqueue._circuit_breaker import counts_as_failure
+from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._store.store import Store
 from tests._support import WorkerThread, wait_until
 from tests.apps.gates import (
     BREAKER_COOLDOWN,
@@ -48,7 +49,7 @@ class Harness:
     def __init__(self, backend: Backend) -> None:
         self.queue = backend.queue()
         self.queue.task("call")(lambda: None)
-        self.gates = GateStore(self.queue.engine, self.queue.dialect)
+        self.gates = Store(self.queue.engine, self.queue.dialect)
 
     def running(self, n: int) -> list[ClaimedJob]:
         """``n`` jobs claimed by a worker: live attempts whose fences can hold the probe."""
@@ -295,7 +296,7 @@ def test_only_failures_of_the_dependency_open_the_breaker_and_deferrals_burn_no_
         if mode == "hang":
             await asyncio.sleep(10)
 
-    gates = GateStore(queue.engine, queue.dialect)
+    gates = Store(queue.engine, queue.dialect)
 
     def enqueue(endpoint: str, mode: str, n: int = 1) -> list[int]:
         with backend.engine.begin() as conn:
@@ -362,7 +363,7 @@ def test_worker_processes_share_a_breaker_send_one_probe_and_let_other_keys_flow
     create_gate_ledger(backend.engine)
     queue = backend.queue()
     register_gate_tasks(queue)
-    gates = GateStore(queue.engine, queue.dialect)
+    gates = Store(queue.engine, queue.dialect)
     pool = [
         workers.start(
             "--concurrency", "4", "--poll-interval", "0.05", app="tests.apps.gates_app:queue"

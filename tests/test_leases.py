@@ -6,8 +6,8 @@ import threading
 from datetime import timedelta
 
 import sqlqueue
-from sqlqueue._reaper import Reaper
 from sqlqueue._store.rows import Failure
+from sqlqueue._worker.reaper import Reaper
 
 
 def _one_job(backend, max_attempts=3):
@@ -117,7 +117,7 @@ def test_concurrent_reapers_recover_each_job_once(backend):
     )
     assert len(claimed) == 200
     later = max(job.lease_expires_at for job in claimed) + timedelta(seconds=1)
-    results: list[sqlqueue._reaper.ReapResult] = []
+    results: list[sqlqueue._worker.reaper.ReapResult] = []
 
     def reap() -> None:
         reaper = Reaper(queue.store, batch_size=50)
@@ -179,7 +179,7 @@ def test_claim_never_returns_more_than_its_limit_and_orders_by_priority(backend)
 
 
 def test_heartbeat_reports_the_leases_it_lost(backend, caplog):
-    from sqlqueue._heartbeat import Heartbeat
+    from sqlqueue._worker.heartbeat import Heartbeat
 
     queue, job_id = _one_job(backend)
     [job] = _claim(queue, "w1")

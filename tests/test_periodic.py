@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._periodic import Periodic, Scheduler
+from sqlqueue._periodic import Periodic
+from sqlqueue._worker.scheduler import Scheduler
 from tests._support import WorkerThread, count_jobs, wait_until
 
 

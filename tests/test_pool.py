@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._pool import check_connections_at_checkout
+from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue.dialects import dialect_for
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import sqlqueue
-from sqlqueue._store.gates import GateStore, RateCheck
+from sqlqueue._store.gates import RateCheck
+from sqlqueue._store.store import Store
 from tests._support import WorkerThread, wait_until
 from tests.apps.gates import (
     RATE_BURST,
@@ -37,12 +38,12 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 FENCE = (1, 1)  # only a breaker looks at the attempt's fence
 
 
-def _gates(backend: Backend) -> GateStore:
+def _gates(backend: Backend) -> Store:
     queue = backend.queue()
-    return GateStore(queue.engine, queue.dialect)
+    return Store(queue.engine, queue.dialect)
 
 
-def _take(gates: GateStore, key: str, at: float, *, per_second: float, capacity: float):
+def _take(gates: Store, key: str, at: float, *, per_second: float, capacity: float):
     """Ask for one token ``at`` seconds after T0: the verdict."""
     return gates.pass_gates(
         fence=FENCE,
@@ -176,7 +177,7 @@ def test_jobs_over_the_limit_wait_their_turn_without_using_an_attempt(backend):
     assert all(queue.get_job(i).errors == () for i in ids)
     # The first start spends the one token; each of the other five waits for a refill.
     assert starts[-1] - starts[0] >= 5 * 0.1 - 0.01
-    assert GateStore(queue.engine, queue.dialect).read_bucket("tick") is not None  # key: task
+    assert Store(queue.engine, queue.dialect).read_bucket("tick") is not None  # key: task
 
 
 def test_a_key_function_that_fails_kills_the_job_with_a_clear_error(backend):

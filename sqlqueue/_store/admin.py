@@ -14,9 +14,9 @@ from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
 from sqlqueue._store import counts, deadletter, maintenance, readmodel
-from sqlqueue._store._tx import in_write, translated
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readmodel import StatsRows
+from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Admin"]

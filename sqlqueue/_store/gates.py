@@ -16,13 +16,13 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from sqlqueue._store import breakers
-from sqlqueue._store._tx import in_write, translated
-from sqlqueue._store.breakers import BreakerState
-from sqlqueue._store.rate_limits import read_bucket, take_token
+from sqlqueue._store import breaker_states
+from sqlqueue._store.breaker_states import BreakerState
+from sqlqueue._store.token_buckets import read_bucket, take_token
+from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
 
-__all__ = ["BreakerCheck", "GateStore", "RateCheck", "Verdict"]
+__all__ = ["BreakerCheck", "GateTransactions", "RateCheck", "Verdict"]
 
 T = TypeVar("T")
 
@@ -53,12 +53,12 @@ class Verdict:
     wait: float | None = None
 
 
-class GateStore:
-    """The gates' operations on one engine; each method is one short transaction."""
+class GateTransactions:
+    """The gates' operations, part of :class:`~sqlqueue._store.store.Store`; each method is one
+    short transaction on the store's engine."""
 
-    def __init__(self, engine: Engine, dialect: Dialect) -> None:
-        self.engine = engine
-        self.dialect = dialect
+    engine: Engine
+    dialect: Dialect
 
     def _write(
         self,
@@ -89,7 +89,7 @@ class GateStore:
         def decide(conn: Connection) -> Verdict:
             probe = False
             if breaker is not None:
-                passage = breakers.pass_breaker(
+                passage = breaker_states.pass_breaker(
                     conn, self.dialect, key=breaker.key, fence=fence, now=now
                 )
                 if not passage.allowed:
@@ -113,9 +113,9 @@ class GateStore:
     def record_success(
         self, *, key: str, fence: tuple[int, int], probe: bool, now: datetime | None = None
     ) -> str | None:
-        """See :func:`breakers.record_success`."""
+        """See :func:`breaker_states.record_success`."""
         return self._write(
-            lambda conn: breakers.record_success(
+            lambda conn: breaker_states.record_success(
                 conn, self.dialect, key=key, fence=fence, probe=probe, now=now
             ),
             relaxed=True,
@@ -132,9 +132,9 @@ class GateStore:
         cooldown_seconds: float,
         now: datetime | None = None,
     ) -> str | None:
-        """See :func:`breakers.record_failure`."""
+        """See :func:`breaker_states.record_failure`."""
         return self._write(
-            lambda conn: breakers.record_failure(
+            lambda conn: breaker_states.record_failure(
                 conn,
                 self.dialect,
                 key=key,
@@ -151,9 +151,11 @@ class GateStore:
     def record_neutral(
         self, *, key: str, fence: tuple[int, int], now: datetime | None = None
     ) -> None:
-        """See :func:`breakers.record_neutral`."""
+        """See :func:`breaker_states.record_neutral`."""
         self._write(
-            lambda conn: breakers.record_neutral(conn, self.dialect, key=key, fence=fence, now=now),
+            lambda conn: breaker_states.record_neutral(
+                conn, self.dialect, key=key, fence=fence, now=now
+            ),
             relaxed=True,
         )
 
@@ -162,7 +164,7 @@ class GateStore:
 
         def read() -> BreakerState | None:
             with self.engine.connect() as conn:
-                return breakers.read_breaker(conn, key)
+                return breaker_states.read_breaker(conn, key)
 
         return translated(self.dialect, read)
 

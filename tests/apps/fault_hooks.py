@@ -31,8 +31,8 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue import _heartbeat
-from sqlqueue._store import _tx, transitions
+from sqlqueue._store import store, transitions
+from sqlqueue._worker import heartbeat
 from sqlqueue.dialects import _base
 from tests.apps.fault_ledger import record_claim, record_event
 from tests.apps.fault_tasks import KILL_BEFORE_COMMIT
@@ -92,7 +92,7 @@ def _record_claims() -> None:
 
         return cycle
 
-    _wrap(_tx.Store, "cycle", make_cycle)
+    _wrap(store.Store, "cycle", make_cycle)
 
 
 def _silence_heartbeats() -> None:
@@ -102,7 +102,7 @@ def _silence_heartbeats() -> None:
 
         return run_once
 
-    _wrap(_heartbeat.Heartbeat, "run_once", make)
+    _wrap(heartbeat.Heartbeat, "run_once", make)
 
 
 def _kill_before_completion_commit() -> None:

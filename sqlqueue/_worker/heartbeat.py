@@ -10,8 +10,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._store.store import Store
 
 __all__ = ["Beat", "Heartbeat"]
 

@@ -11,10 +11,10 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._pauses import Pauses
-from sqlqueue._retention import RetentionDuty
+from sqlqueue._worker.dbthread import DatabaseThread
+from sqlqueue._worker.pauses import Pauses
+from sqlqueue._worker.retention import RetentionDuty
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue

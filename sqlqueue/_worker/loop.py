@@ -19,24 +19,24 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._classify import Outcome
-from sqlqueue._completer import Completer, outcome_fields
-from sqlqueue._contexts import Contexts
-from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._executor import Runtime
-from sqlqueue._heartbeat import Heartbeat
-from sqlqueue._launch import Launcher
-from sqlqueue._listener import Listener
-from sqlqueue._outcomes import log_outcome
-from sqlqueue._periodic import Scheduler
-from sqlqueue._reaper import Reaper
-from sqlqueue._slots import Pool, Slots
 from sqlqueue._store.maintenance import PAUSES_CHANGED
 from sqlqueue._store.rows import ClaimedJob
-from sqlqueue._threads import HandlerThreads
-from sqlqueue._upkeep import Upkeep, every
-from sqlqueue._worker_settings import WorkerSettings, reconnect_delay
+from sqlqueue._worker.attempt import Runtime
+from sqlqueue._worker.classify import Outcome
+from sqlqueue._worker.dbthread import DatabaseThread
+from sqlqueue._worker.heartbeat import Heartbeat
+from sqlqueue._worker.launch import Launcher
+from sqlqueue._worker.listener import Listener
+from sqlqueue._worker.outbox import Completer, outcome_fields
+from sqlqueue._worker.outcome_log import log_outcome
+from sqlqueue._worker.reaper import Reaper
+from sqlqueue._worker.running import Contexts
+from sqlqueue._worker.scheduler import Scheduler
+from sqlqueue._worker.settings import WorkerSettings, reconnect_delay
+from sqlqueue._worker.slots import Pool, Slots
+from sqlqueue._worker.threads import HandlerThreads
+from sqlqueue._worker.upkeep import Upkeep, every
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue

@@ -1,4 +1,5 @@
-"""The store object: one short transaction per operation, with driver errors translated."""
+"""The store: the worker's side of the database, one short transaction per operation, with
+driver errors translated (the operators' side is :class:`~sqlqueue._store.admin.Admin`)."""
 
 from __future__ import annotations
 
@@ -7,60 +8,23 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store import cancel, deadletter, transitions
+from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.rows import ClaimedJob, Failure
+from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
 
-__all__ = ["Store", "in_write", "translated"]
+__all__ = ["Store"]
 
 T = TypeVar("T")
 
 
-def translated(dialect: Dialect, operation: Callable[[], T]) -> T:
-    """Run ``operation``, turning driver errors into sqlqueue errors."""
-    try:
-        return operation()
-    except SQLAlchemyError as error:
-        ours = dialect.translate_error(error)
-        if ours is None:
-            raise
-        raise ours from error
-
-
-def in_write(
-    engine: Engine,
-    dialect: Dialect,
-    operation: Callable[[Connection], T],
-    *,
-    relaxed: bool = False,
-    keep: Callable[[T], bool] = lambda _: True,
-) -> T:
-    """Run ``operation`` in one write transaction (SQLite: ``BEGIN IMMEDIATE``), with driver
-    errors translated; commit if ``keep(result)``, else roll back.
-
-    ``relaxed``: the commit need not wait for the disk (PostgreSQL ``synchronous_commit =
-    off``, SQLite ``synchronous = NORMAL``) — for writes whose loss in a database crash
-    at-least-once absorbs (a job runs again).
-    """
-
-    def run() -> T:
-        with engine.connect() as conn, dialect.write_transaction(conn, relaxed=relaxed):
-            result = operation(conn)
-            if keep(result):
-                conn.commit()
-            else:
-                conn.rollback()
-            return result
-
-    return translated(dialect, run)
-
-
-class Store:
-    """sqlqueue's operations on one engine; each method is one short transaction."""
+class Store(GateTransactions):
+    """sqlqueue's operations on one engine for workers and the queue's face (claims, outcomes,
+    leases, gates, reads of one job); each method is one short transaction."""
 
     def __init__(self, engine: Engine, dialect: Dialect) -> None:
         self.engine = engine

@@ -13,9 +13,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlqueue._context import JobContext
-from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
 from sqlqueue._store.rows import ClaimedJob, progress_entry
+from sqlqueue._worker.dbthread import DatabaseThread
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue

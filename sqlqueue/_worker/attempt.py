@@ -1,5 +1,5 @@
 """Running one attempt of one job: its gates, its handler (sync in a thread, async on the
-event loop), its timeout and its own transaction; :mod:`sqlqueue._classify` turns whatever
+event loop), its timeout and its own transaction; :mod:`sqlqueue._worker.classify` turns whatever
 happened into the outcome.
 """
 
@@ -13,8 +13,15 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from sqlqueue import _gates
-from sqlqueue._classify import (
+from sqlqueue._context import JobContext
+from sqlqueue._errors import JobTimeout, PayloadError
+from sqlqueue._payload import check_result
+from sqlqueue._store import transitions
+from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._store.store import Store
+from sqlqueue._task import Task
+from sqlqueue._worker import admission as _admission
+from sqlqueue._worker.classify import (
     BadResult,
     NoHandler,
     Outcome,
@@ -22,15 +29,8 @@ from sqlqueue._classify import (
     classify,
     storable,
 )
-from sqlqueue._context import JobContext
-from sqlqueue._dbthread import DatabaseThread
-from sqlqueue._errors import JobTimeout, PayloadError
-from sqlqueue._payload import check_result
-from sqlqueue._store import transitions
-from sqlqueue._store._tx import Store
-from sqlqueue._store.rows import ClaimedJob
-from sqlqueue._task import Task
-from sqlqueue._threads import HandlerThreads, Ticket
+from sqlqueue._worker.dbthread import DatabaseThread
+from sqlqueue._worker.threads import HandlerThreads, Ticket
 
 __all__ = ["Runtime", "execute", "start_plain"]
 
@@ -54,7 +54,7 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
     """Run ``job`` with its task's handler (sync in a thread, async on this loop), once the
     task's gates (circuit breaker, rate limit) let it through."""
     started = time.monotonic()
-    admission: _gates.Admission | None = None
+    admission: _admission.Admission | None = None
     try:
         if task is None:
             raise NoHandler(
@@ -64,7 +64,7 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
             )
         _check_arguments(task, job)
         if task.rate_limit is not None or task.circuit_breaker is not None:
-            admission = await _gates.admit(task, job, runtime)  # or Snooze: deferred
+            admission = await _admission.admit(task, job, runtime)  # or Snooze: deferred
         context = runtime.make_context(job) if task.context_parameter else None
         try:
             result, recorded, landed = await _call(task, job, runtime, context)
@@ -76,10 +76,10 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
             raise  # the worker stops this job (shutdown): no outcome, the job is released
         outcome = classify(job, task, error, time.monotonic() - started)
         if admission is not None:
-            await _gates.report(admission, runtime, error)
+            await _admission.report(admission, runtime, error)
         return outcome
     if admission is not None:
-        await _gates.report(admission, runtime, None)
+        await _admission.report(admission, runtime, None)
     return Outcome(
         job=job,
         failure=None,

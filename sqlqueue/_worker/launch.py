@@ -1,5 +1,5 @@
 """Starting a claimed job: a plain sync handler straight on a handler thread, anything else
-in an asyncio task of its own through :func:`~sqlqueue._executor.execute`.
+in an asyncio task of its own through :func:`~sqlqueue._worker.attempt.execute`.
 
 Either way the worker gets one future per running job (the task, or the thread ticket's
 future): it cancels that future to give up on the job at shutdown, and hears of its end
@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from sqlqueue._classify import classify
-from sqlqueue._completer import Completer
-from sqlqueue._executor import Runtime, execute, start_plain
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
-from sqlqueue._threads import Ticket
+from sqlqueue._worker.attempt import Runtime, execute, start_plain
+from sqlqueue._worker.classify import classify
+from sqlqueue._worker.outbox import Completer
+from sqlqueue._worker.threads import Ticket
 
 __all__ = ["Launcher"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlqueue._classify import Outcome
+from sqlqueue._worker.classify import Outcome
 
 __all__ = ["log_outcome"]
 

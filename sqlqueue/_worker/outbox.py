@@ -16,11 +16,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sqlqueue._classify import Outcome
-from sqlqueue._dbthread import DatabaseThread
 from sqlqueue._errors import DatabaseError
-from sqlqueue._store._tx import Store
 from sqlqueue._store.rows import Failure
+from sqlqueue._store.store import Store
+from sqlqueue._worker.classify import Outcome
+from sqlqueue._worker.dbthread import DatabaseThread
 
 __all__ = ["Completer", "outcome_fields"]
 

@@ -1,6 +1,6 @@
 """``CircuitBreaker``: stop calling a dependency that keeps failing, per key, across every worker.
 
-States, kept per key in ``sqlqueue_circuit_breakers`` (see :mod:`sqlqueue._store.breakers`)::
+States, kept per key in ``sqlqueue_circuit_breakers`` (see :mod:`sqlqueue._store.breaker_states`)::
 
     closed ──failure_threshold consecutive failures within window_seconds──▶ open
     open ──cooldown_seconds pass; one worker takes the single probe──▶ half_open

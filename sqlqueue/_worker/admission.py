@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._circuit import CircuitBreaker, counts_as_failure
+from sqlqueue._circuit_breaker import CircuitBreaker, counts_as_failure
 from sqlqueue._errors import DatabaseError, DatabaseUnavailable, PermanentError, Snooze
 from sqlqueue._gatekey import GateKey, resolve_key
-from sqlqueue._store.gates import BreakerCheck, GateStore, RateCheck, Verdict
+from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
 
 if TYPE_CHECKING:
-    from sqlqueue._executor import Runtime
+    from sqlqueue._worker.attempt import Runtime
 
 __all__ = ["Admission", "admit", "report"]
 
@@ -68,7 +68,7 @@ async def admit(task: Task, job: ClaimedJob, runtime: Runtime) -> Admission | No
         if limit is not None
         else None
     )
-    store = GateStore(runtime.store.engine, runtime.store.dialect)
+    store = runtime.store
     try:
         verdict = await runtime.db.call(
             partial(
@@ -136,7 +136,7 @@ async def report(
     :func:`counts_as_failure`), or neither — which hands a probe back for another attempt."""
     if admission is None:
         return
-    store = GateStore(runtime.store.engine, runtime.store.dialect)
+    store = runtime.store
     key, fence, probe = admission.key, admission.job.fence, admission.probe
     breaker = admission.breaker
     operation: Callable[[], str | None]

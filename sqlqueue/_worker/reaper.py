@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlqueue._store._tx import Store
+from sqlqueue._store.store import Store
 
 __all__ = ["ReapResult", "Reaper"]
 

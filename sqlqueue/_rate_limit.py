@@ -2,7 +2,7 @@
 
 The state is a token bucket per key in ``sqlqueue_rate_limits``, refilled by the database clock
 and taken with one atomic statement before the handler runs (see
-:mod:`sqlqueue._store.rate_limits`). A job over the limit is snoozed until its token is due: it
+:mod:`sqlqueue._store.token_buckets`). A job over the limit is snoozed until its token is due: it
 is deferred, not failed, and the attempt does not count.
 """
 

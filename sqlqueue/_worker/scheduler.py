@@ -1,0 +1,54 @@
+"""The scheduler: every worker looks at the clock and enqueues the due slot of each periodic
+schedule; the slot's idempotency key lets exactly one of them succeed (see
+``sqlqueue._periodic``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlqueue._periodic import Periodic
+
+if TYPE_CHECKING:
+    from sqlqueue._queue import Queue
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger("sqlqueue.scheduler")
+
+
+class Scheduler:
+    """Enqueues the due slot of each schedule; safe to run in every worker at once."""
+
+    def __init__(self, queue: Queue, schedules: Sequence[Periodic]) -> None:
+        self._queue = queue
+        self._schedules = list(schedules)
+        self._done: dict[str, datetime] = {}
+
+    def run_once(self, *, now: datetime | None = None) -> list[int]:
+        """One look at the clock: enqueue each schedule's latest slot (once); return job ids."""
+        if not self._schedules:
+            return []
+        current = now or self._queue.store.database_now()
+        enqueued: list[int] = []
+        for schedule in self._schedules:
+            slot = schedule.latest_slot(current)
+            if self._done.get(schedule.task) == slot:
+                continue
+            late = (current - slot).total_seconds()
+            if schedule.missed == "skip" and late > schedule.grace_seconds:
+                self._done[schedule.task] = slot
+                continue
+            job_id = self._queue.enqueue(
+                self._queue.engine,
+                schedule.task,
+                schedule.payload,
+                idempotency_key=schedule.key(slot),
+                run_at=slot,
+            )
+            self._done[schedule.task] = slot
+            enqueued.append(job_id)
+            log.debug("periodic %s: slot %s is job %d", schedule.task, slot.isoformat(), job_id)
+        return enqueued
