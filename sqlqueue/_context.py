@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
@@ -31,7 +31,7 @@ from sqlqueue._store.rows import ClaimedJob, error_record
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from sqlqueue._queue import Queue
+    from sqlqueue.dialects import Dialect
 
 __all__ = ["JobContext"]
 
@@ -44,6 +44,17 @@ class _JobLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         prefix = f"[job {extra['job_id']} {extra['job_type']} #{extra['attempt']}]"
         kwargs.setdefault("extra", {}).update(extra)
         return f"{prefix} {msg}", kwargs
+
+
+class JobDatabase(Protocol):
+    """What a job's context needs of the queue that claimed the job: its database (the engine,
+    its dialect for write transactions, and the async engine), not the whole queue."""
+
+    engine: Engine
+    dialect: Dialect
+
+    def async_engine(self) -> Any:
+        """The ``AsyncEngine`` for ``async def`` handlers' transactions."""
 
 
 class JobContext:
@@ -59,13 +70,13 @@ class JobContext:
     def __init__(
         self,
         job: ClaimedJob,
-        queue: Queue,
+        database: JobDatabase,
         *,
         worker_id: str,
         on_progress: Callable[[JobContext], None],
     ) -> None:
         self._job = job
-        self._queue = queue
+        self._database = database
         self._worker_id = worker_id
         self._on_progress = on_progress
         self._cancelled = threading.Event()
@@ -119,7 +130,7 @@ class JobContext:
     def engine(self) -> Engine:
         """The engine of the queue that claimed this job: the database the worker serves, for
         handlers that read or write their own tables outside the job's own transaction."""
-        return self._queue.engine
+        return self._database.engine
 
     @property
     def cancelled(self) -> bool:
@@ -161,8 +172,8 @@ class JobContext:
         if self._async_tx is not None:
             raise ConfigurationError("this attempt already uses transaction_async()")
         if self._sync_tx is None:
-            conn = self._queue.engine.connect()
-            self._queue.dialect.begin_write(conn)
+            conn = self._database.engine.connect()
+            self._database.dialect.begin_write(conn)
             self._sync_tx = conn
         yield self._sync_tx
 
@@ -183,8 +194,8 @@ class JobContext:
         if self._sync_tx is not None:
             raise ConfigurationError("this attempt already uses transaction()")
         if self._async_tx is None:
-            conn = await self._queue.async_engine().connect()
-            await conn.run_sync(self._queue.dialect.begin_write)
+            conn = await self._database.async_engine().connect()
+            await conn.run_sync(self._database.dialect.begin_write)
             self._async_tx = conn
         yield self._async_tx
 

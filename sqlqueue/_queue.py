@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine
 
@@ -22,10 +22,9 @@ from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
+from sqlqueue._worker.loop import Worker
+from sqlqueue._worker.settings import WorkerSettings
 from sqlqueue.dialects import Dialect, dialect_for
-
-if TYPE_CHECKING:
-    from sqlqueue._worker.loop import Worker
 
 __all__ = ["Queue", "UnknownJobPolicy"]
 
@@ -335,8 +334,6 @@ class Queue(Operations):
         turns PostgreSQL wake-ups off and polls every ``poll_interval`` only: LISTEN does not
         work through PgBouncer in transaction mode.
         """
-        from sqlqueue._worker.loop import Worker, WorkerSettings
-
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, not {queues!r}")
         return Worker(

@@ -7,16 +7,16 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlqueue._backoff import Backoff, as_backoff
 from sqlqueue._circuit_breaker import CircuitBreaker
+from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._rate_limit import RateLimit
 
 if TYPE_CHECKING:
     from sqlqueue._enqueue import Executable
-    from sqlqueue._queue import Queue
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -73,6 +73,35 @@ class JobRequest:
         )
 
 
+class Enqueuer(Protocol):
+    """What a task needs of the queue it is registered on: a way to enqueue its jobs (so a task
+    never holds, or imports, the whole :class:`~sqlqueue.Queue`)."""
+
+    def enqueue(
+        self,
+        conn: Executable,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        group_key: str | None = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Enqueue one job in ``conn``'s transaction."""
+
+    async def enqueue_async(
+        self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> int:
+        """Enqueue one job through an async connection or session."""
+
+    def enqueue_many(self, conn: Executable, requests: Iterable[JobRequest]) -> list[int]:
+        """Enqueue many jobs in ``conn``'s transaction."""
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Task:
     """A job type registered on a queue: ``@queue.task("send_email", queue="mail")``.
@@ -82,7 +111,7 @@ class Task:
 
     name: str
     handler: Handler
-    owner: Queue
+    owner: Enqueuer
     queue: str
     priority: int
     max_attempts: int
@@ -203,8 +232,6 @@ def _payload_names(
 
 def _context_parameter(handler: Handler, signature: inspect.Signature) -> str | None:
     """The parameter annotated with ``JobContext`` (also as a string annotation), if any."""
-    from sqlqueue._context import JobContext
-
     try:
         hints = typing.get_type_hints(handler)
     except Exception:  # unresolvable forward references: fall back to the annotation text
@@ -231,7 +258,7 @@ def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
 
 
 def make_task(
-    owner: Queue,
+    owner: Enqueuer,
     name: str,
     handler: Handler,
     *,
