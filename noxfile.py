@@ -26,6 +26,8 @@ POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 SQLQUEUE_TABLES = {"sqlqueue_jobs", "sqlqueue_alembic_version"}
+#: The SQLAlchemy minor lines sqlqueue supports, as pip requirements.
+SQLALCHEMY_LINES = {"2.0": "sqlalchemy>=2.0.30,<2.1", "2.1": "sqlalchemy>=2.1,<2.2"}
 
 
 @nox.session
@@ -46,9 +48,19 @@ def tests_backend(session: nox.Session, backend: str) -> None:
 @nox.session
 def tests_sqlalchemy20(session: nox.Session) -> None:
     """The suite on the oldest SQLAlchemy line we support, 2.0."""
-    session.install(".[test]", "sqlalchemy>=2.0.30,<2.1")
+    session.install(".[test]", SQLALCHEMY_LINES["2.0"])
     session.run("python", "-c", "import sqlalchemy; print('SQLAlchemy', sqlalchemy.__version__)")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("line", list(SQLALCHEMY_LINES))
+def direct_sqlalchemy(session: nox.Session, line: str) -> None:
+    """The SQLAlchemy internals the direct enqueue path reads (``tests/test_direct.py``) and
+    one-job enqueue, on one supported minor line: ``nox -s "direct_sqlalchemy(line='2.1')"``."""
+    session.install(".[test]", SQLALCHEMY_LINES[line])
+    session.run("python", "-c", "import sqlalchemy; print('SQLAlchemy', sqlalchemy.__version__)")
+    session.run("pytest", "tests/test_direct.py", "tests/test_enqueue.py", *session.posargs)
 
 
 @nox.session

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from sqlqueue._schema import jobs
 from sqlqueue.dialects.sqlite import check_sqlite_json, check_sqlite_version
 from tests._support import count_jobs, drain, wait_until
 
@@ -353,16 +354,10 @@ def test_rows_written_around_sqlqueue_are_reported_not_fatal(backend):
 
     with backend.engine.begin() as conn:
         listed, nulled, plain = (queue.enqueue(conn, "work", {"n": n}) for n in range(3))
-    as_json = "CAST(:value AS JSONB)" if backend.name == "postgresql" else ":value"
+    # The column's own JSON type writes the JSON text each backend stores (jsonb or text).
     with backend.engine.begin() as conn:
-        conn.execute(
-            sa.text(f"UPDATE sqlqueue_jobs SET payload = {as_json} WHERE id = :id"),
-            {"value": "[1, 2]", "id": listed},
-        )
-        conn.execute(
-            sa.text(f"UPDATE sqlqueue_jobs SET errors = {as_json} WHERE id = :id"),
-            {"value": "null", "id": nulled},
-        )
+        conn.execute(sa.update(jobs).where(jobs.c.id == listed).values(payload=[1, 2]))
+        conn.execute(sa.update(jobs).where(jobs.c.id == nulled).values(errors=sa.JSON.NULL))
     _drain_within(queue)
     job = queue.get_job(listed)
     assert job.status == "dead"

@@ -499,8 +499,7 @@ def test_a_long_history_is_folded_in_day_windows(backend: Backend) -> None:
 def test_a_fold_never_waits_for_a_stalled_holder_of_the_counts(backend: Backend) -> None:
     """A worker SIGSTOPped in the middle of a fold holds the mark's lock; the other workers'
     folds (on their database threads, between claims) must skip, not wait behind it."""
-    if dialect_for(backend.engine).single_writer:
-        pytest.skip("a single-writer database has one write lock, not row locks")
+    backend.requires("row_locks")
     queue = make_queue(backend)
     queue.admin.fold_all_counts(margin=0)  # the mark exists
     with backend.engine.connect() as stalled, stalled.begin():

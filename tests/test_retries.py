@@ -18,6 +18,17 @@ def test_exponential_backoff_doubles_from_base_up_to_the_cap():
     assert backoff.delay(10_000) == 60  # no overflow
 
 
+def test_exponential_backoff_grows_by_its_factor():
+    """A factor other than the default 2 is honoured by ``exponential`` and by the delay."""
+    backoff = sqlqueue.exponential(base=1, factor=3, cap=100, jitter=0)
+    assert [backoff.delay(n) for n in range(1, 7)] == [1, 3, 9, 27, 81, 100]
+    assert [sqlqueue.exponential(base=2, factor=1.5, jitter=0).delay(n) for n in (1, 2, 3)] == [
+        2,
+        3,
+        4.5,
+    ]
+
+
 def test_jitter_stays_within_its_fraction_and_varies():
     backoff = Exponential(base=100, factor=1, cap=100, jitter=0.1, rng=random.Random(7))
     delays = [backoff.delay(1) for _ in range(200)]

@@ -12,6 +12,11 @@ otherwise :func:`can_run_directly` says no and the caller uses ``Connection.exec
 SQLAlchemy, it begins the connection's transaction first if none is open, invalidates a
 connection that a driver error shows is gone, and raises SQLAlchemy's wrapped error, so errors
 are translated at the dialect boundary as every other statement's are.
+
+What it reads below SQLAlchemy's public API (compiled ``bind_names`` and ``positiontup``, the
+dispatch collections) is asserted by ``tests/test_direct.py``, which ``nox -s
+direct_sqlalchemy`` runs on every supported SQLAlchemy minor line: measured, the public
+``Connection.execute`` path costs 1.3-2x this one's CPU per one-job enqueue.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class Store(GateTransactions):
         results = results or {}
         with_result = sum(results.get(job_id) is not None for job_id, _ in succeeded)
         plain = len(succeeded) > with_result
-        if plain + with_result + len(failures) > 1 and self.dialect.supports_skip_locked:
+        if plain + with_result + len(failures) > 1 and self.dialect.supports_row_locks:
             # Several statements lock these rows one after another: lock them all first, in id
             # order, so two workers' rounds can never wait on each other crosswise (deadlock).
             ids = sorted({job_id for job_id, _ in succeeded} | {f.job_id for f in failures})

@@ -106,6 +106,13 @@ class Dialect(abc.ABC):
     names: ClassVar[tuple[str, ...]] = ()
     #: ``SELECT … FOR UPDATE SKIP LOCKED`` is available.
     supports_skip_locked: ClassVar[bool] = False
+    #: Transactions lock the rows they write, not the database: two can write at once and
+    #: wait on each other row by row (so a set of rows must be locked in one order).
+    supports_row_locks: ClassVar[bool] = False
+    #: ``SET LOCAL``: a setting for one transaction, which its end undoes (``SHOW`` reads it).
+    supports_transaction_settings: ClassVar[bool] = False
+    #: Connection settings are read and written with ``PRAGMA`` statements.
+    supports_pragmas: ClassVar[bool] = False
     #: The database can wake sleeping workers (LISTEN/NOTIFY).
     supports_listen_notify: ClassVar[bool] = False
     #: Several processes on several hosts can share the database.

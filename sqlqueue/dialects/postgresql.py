@@ -56,6 +56,8 @@ class PostgresDialect(Dialect):
 
     names: ClassVar[tuple[str, ...]] = ("postgresql",)
     supports_skip_locked: ClassVar[bool] = True
+    supports_row_locks: ClassVar[bool] = True
+    supports_transaction_settings: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = True
     supports_many_hosts: ClassVar[bool] = True
 

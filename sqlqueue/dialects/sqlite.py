@@ -159,6 +159,9 @@ class SQLiteDialect(Dialect):
 
     names: ClassVar[tuple[str, ...]] = ("sqlite",)
     supports_skip_locked: ClassVar[bool] = False
+    #: The write lock serialises every writer: there is no row to wait on.
+    supports_row_locks: ClassVar[bool] = False
+    supports_pragmas: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = False
     supports_many_hosts: ClassVar[bool] = False
     single_writer: ClassVar[bool] = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -110,6 +111,20 @@ def register_ledger_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> Non
         time.sleep(first_seconds if attempt == 1 and first_seconds is not None else seconds)
         _record_finish(engine, ledger_id)
 
+    @queue.task("ledger.gated", backoff=no_retry_wait)
+    def gated(key: str, gate: str) -> dict[str, int]:
+        """Run until the file ``<gate>.<attempt>`` exists (at most a minute), so the test
+        decides when each attempt ends; the result says which attempt and process it was."""
+        ledger_id, attempt = _record_start(engine, key, finished=False)
+        opened = Path(f"{gate}.{attempt}")
+        deadline = time.monotonic() + 60
+        while not opened.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{opened} was never created")
+            time.sleep(0.02)
+        _record_finish(engine, ledger_id)
+        return {"attempt": attempt, "pid": os.getpid()}
+
     @queue.task("ledger.timed_spin", timeout=timeout, backoff=no_retry_wait)
     def timed_spin(key: str) -> None:
         """A CPU loop that never ends by itself: only the timeout's interrupt stops it."""
@@ -131,4 +146,4 @@ def register_ledger_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> Non
         await asyncio.to_thread(_record_start, engine, key, False)
         await asyncio.Event().wait()
 
-    _ = (record, sleep, timed_spin, timed_sleep, timed_await)
+    _ = (record, sleep, gated, timed_spin, timed_sleep, timed_await)

@@ -28,7 +28,7 @@ BATCHES = (1, 10)
 
 def test_concurrent_claims_hand_each_job_to_one_worker(faults: Faults) -> None:
     """Half the processes claim one job at a time (concurrency 1), half up to ten."""
-    many_writers = faults.backend.capable("skip_locked")
+    many_writers = faults.backend.capable("row_locks")
     processes = (16 if many_writers else 6) if faults.size > 1 else 4
     jobs = JOBS * faults.size
     env = {"FAULT_CLAIM_PAUSE": str(PAUSE), "FAULT_RECORD_CLAIMS": "1"}
