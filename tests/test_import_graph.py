@@ -37,7 +37,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
         base = node.module or ""
         if node.level:
             package = module.split(".")
-            if not MODULES[module].name == "__init__.py":
+            if MODULES[module].name != "__init__.py":
                 package = package[:-1]
             package = package[: len(package) - node.level + 1]
             base = ".".join([*package, base] if base else package)
@@ -84,7 +84,7 @@ def test_sqlqueue_modules_import_each_other_without_cycles() -> None:
         if state.get(module) == "done":
             return
         if state.get(module) == "open":
-            cycle = path[path.index(module) :] + [module]
+            cycle = [*path[path.index(module) :], module]
             raise AssertionError("import cycle: " + " -> ".join(cycle))
         state[module] = "open"
         for target in sorted(graph[module]):
