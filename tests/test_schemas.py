@@ -174,9 +174,11 @@ def test_migrating_a_schema_again_changes_nothing(two_schemas):
     assert done.returncode == 0, done.stderr
     sqlqueue.migrate(engine, schema="a")
     with engine.connect() as conn, conn.begin():
+        path = conn.exec_driver_sql("SHOW search_path").scalar_one()
         sqlqueue.migrate(conn, schema="a")  # inside the caller's transaction
         # The caller's search_path is as it was: its own tables resolve as before.
-        assert conn.exec_driver_sql("SHOW search_path").scalar_one() == '"$user", public'
+        assert conn.exec_driver_sql("SHOW search_path").scalar_one() == path
+        assert conn.exec_driver_sql("SELECT current_schema()").scalar_one() == "public"
     assert (tables_in(engine, "a"), indexes_in(engine, "a")) == before
     assert rows_of(engine, "a", VERSION_TABLE) == 1
     assert queue.get_job(job_id) is not None
