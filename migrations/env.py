@@ -2,8 +2,10 @@
 
 sqlqueue keeps its history in its own version table (``sqlqueue_alembic_version``) so it never
 tangles with the host application's alembic history. ``sqlqueue.migrate`` passes a live
-connection in ``config.attributes["connection"]``; the plain ``alembic`` command line works
-too, with ``sqlalchemy.url`` set.
+connection in ``config.attributes["connection"]``, and in ``config.attributes["schema"]`` the
+schema the tables go to (the version table with them; the connection's ``search_path`` already
+points there, see ``Dialect.migrating_in_schema``); the plain ``alembic`` command line works
+too, with ``sqlalchemy.url`` set, for the default schema.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=config.attributes.get("schema"),
         include_name=lambda name, type_, parent: (
             type_ != "table" or name is None or name.startswith("sqlqueue_")
         ),

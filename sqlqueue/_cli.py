@@ -1,8 +1,10 @@
 """The ``sqlqueue`` command: ``migrate`` the schema, run a ``worker``, and operate the queue
 (``stats``, ``health``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``).
 
-The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL``; a worker uses the
-engine of the :class:`~sqlqueue.Queue` it is pointed at (``module:attribute``) unless given one.
+The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL``, the schema of
+sqlqueue's tables in it from ``--schema`` or ``SQLQUEUE_SCHEMA`` (PostgreSQL; default: the
+connection's); a worker uses the engine and schema of the :class:`~sqlqueue.Queue` it is pointed
+at (``module:attribute``) unless given others.
 Every command prints an error as one line and exits with the same codes: 0 success, 1 the
 command found a problem (``health``: an alarm; a job that is not there or not in a state for the
 action), 2 a usage error (a bad option, URL or value), 3 the database cannot be reached or is not
@@ -38,6 +40,7 @@ from sqlqueue.dialects import dialect_for
 __all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
 
 URL_VARIABLE = "SQLQUEUE_DATABASE_URL"
+SCHEMA_VARIABLE = "SQLQUEUE_SCHEMA"
 
 #: Exit codes shared by every command (``health`` exits 1 for an alarm).
 EXIT_PROBLEM = 1
@@ -49,9 +52,10 @@ class UsageError(SqlqueueError):
     """The command line is wrong: exit 2."""
 
 
-def open_engine(url: str | None, *, existing: bool = False) -> Engine:
+def open_engine(url: str | None, *, existing: bool = False, schema: str | None = None) -> Engine:
     """An engine for ``url``, or a usage error saying what is wrong with it (no traceback).
-    ``existing``: a SQLite file must be there already (reading must not create an empty one)."""
+    ``existing``: a SQLite file must be there already (reading must not create an empty one).
+    ``schema``: the tables' schema, refused here if the database has no schemas."""
     if not url:
         raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
     shown = hide_password(url)
@@ -72,6 +76,11 @@ def open_engine(url: str | None, *, existing: bool = False) -> Engine:
     except UnsupportedDatabase as error:
         engine.dispose()
         raise UsageError(f"--database-url: {error}") from None
+    try:
+        check_schema(engine, schema)
+    except UsageError:
+        engine.dispose()
+        raise
     missing = dialect.missing_database(engine.url) if existing else None
     if missing is not None:
         engine.dispose()
@@ -79,6 +88,14 @@ def open_engine(url: str | None, *, existing: bool = False) -> Engine:
             f"{missing}; create it with `sqlqueue migrate --database-url {shown}`"
         )
     return engine
+
+
+def check_schema(engine: Engine, schema: str | None) -> None:
+    """A usage error if ``engine``'s database cannot keep sqlqueue's tables in ``schema``."""
+    try:
+        dialect_for(engine, schema)
+    except (UnsupportedDatabase, ConfigurationError) as error:
+        raise UsageError(f"--schema: {error}") from None
 
 
 _USERINFO = re.compile(r"(?<=://)([^:/@\s]*):[^@/\s]*@")
@@ -146,6 +163,12 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd.add_argument(
         "--database-url", help="serve this database instead of the one the Queue was built with"
     )
+    worker_cmd.add_argument(
+        "--schema",
+        default=os.environ.get(SCHEMA_VARIABLE) or None,
+        help="serve the tables in this PostgreSQL schema instead of the Queue's "
+        f"(default: ${SCHEMA_VARIABLE})",
+    )
     worker_cmd.add_argument("--concurrency", type=int, default=4)
     worker_cmd.add_argument("--poll-interval", type=float, default=1.0)
     worker_cmd.add_argument("--shutdown-timeout", type=float, default=30.0)
@@ -169,6 +192,12 @@ def _parser() -> argparse.ArgumentParser:
 def _database_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url", default=os.environ.get(URL_VARIABLE), help=f"default: ${URL_VARIABLE}"
+    )
+    parser.add_argument(
+        "--schema",
+        default=os.environ.get(SCHEMA_VARIABLE) or None,
+        help="the PostgreSQL schema of sqlqueue's tables (default: $"
+        f"{SCHEMA_VARIABLE}, else the connection's default schema)",
     )
 
 
@@ -195,18 +224,19 @@ def _fail(error: SqlqueueError, status: int) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "migrate":
-        engine = open_engine(args.database_url)
+        engine = open_engine(args.database_url, schema=args.schema)
         try:
-            migrate(engine)
+            migrate(engine, schema=args.schema)
         finally:
             engine.dispose()
-        print("sqlqueue: schema is up to date")
+        where = "" if args.schema is None else f" in schema {args.schema!r}"
+        print(f"sqlqueue: schema is up to date{where}")
         return 0
     if args.command == "worker":
         return _worker(args)
-    engine = open_engine(args.database_url, existing=True)
+    engine = open_engine(args.database_url, existing=True, schema=args.schema)
     try:
-        queue = Queue(engine)
+        queue = Queue(engine, schema=args.schema)
         queue.admin.require_schema(SCHEMA_REVISION)
         status: int = args.operate(queue, args)
         return status
@@ -216,8 +246,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     queue = load_queue(args.queue)
+    schema = queue.schema if args.schema is None else args.schema
     if args.database_url:
-        queue = queue.rebind(open_engine(args.database_url))
+        queue = queue.rebind(open_engine(args.database_url, schema=schema), schema=schema)
+    elif schema != queue.schema:
+        check_schema(queue.engine, schema)
+        queue = queue.rebind(queue.engine, schema=schema)
     queues = parse_queues(args.queues) if args.queues else None
     worker = queue.worker(
         queues=queues,

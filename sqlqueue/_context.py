@@ -48,10 +48,12 @@ class _JobLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 class JobDatabase(Protocol):
     """What a job's context needs of the queue that claimed the job: its database (the engine,
-    its dialect for write transactions, and the async engine), not the whole queue."""
+    its dialect for write transactions, the schema of sqlqueue's tables, and the async engine),
+    not the whole queue."""
 
     engine: Engine
     dialect: Dialect
+    schema: str | None
 
     def async_engine(self) -> Any:
         """The ``AsyncEngine`` for ``async def`` handlers' transactions."""
@@ -61,8 +63,9 @@ class JobContext:
     """What a running handler knows about its job, and can do about it.
 
     Facts: ``job_id``, ``job_type``, ``queue``, ``attempt`` (1 for the first), ``max_attempts``,
-    ``enqueued_at``, ``errors`` (the history of earlier failed attempts) and ``engine`` (the
-    database the job lives in); ``logger`` is bound to the job. ``cancelled`` turns true when
+    ``enqueued_at``, ``errors`` (the history of earlier failed attempts), ``engine`` (the
+    database the job lives in) and ``schema`` (that of sqlqueue's tables in it); ``logger`` is
+    bound to the job. ``cancelled`` turns true when
     the worker is shutting down (or the job is cancelled): a long handler should check it and
     wrap up.
     """
@@ -131,6 +134,13 @@ class JobContext:
         """The engine of the queue that claimed this job: the database the worker serves, for
         handlers that read or write their own tables outside the job's own transaction."""
         return self._database.engine
+
+    @property
+    def schema(self) -> str | None:
+        """The schema of the queue's tables (``None``: the connection's default): where a
+        handler that reads sqlqueue's own tables (as the email and webhook kinds do) finds
+        them. ``engine`` itself is the app's, without it."""
+        return self._database.schema
 
     @property
     def cancelled(self) -> bool:

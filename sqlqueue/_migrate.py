@@ -37,13 +37,15 @@ def migrations_dir() -> Path:
     )
 
 
-def alembic_config(connection: Connection) -> Config:
-    """An alembic config for sqlqueue's revisions that runs on ``connection``."""
+def alembic_config(connection: Connection, schema: str | None = None) -> Config:
+    """An alembic config for sqlqueue's revisions that runs on ``connection``, keeping the
+    version table in ``schema`` (see ``migrations/env.py``)."""
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     config.attributes["connection"] = connection
+    config.attributes["schema"] = schema
     return config
 
 
@@ -66,26 +68,36 @@ def _host_alembic_kept() -> Iterator[None]:
                 proxy._install_proxy()
 
 
-def migrate(target: Engine | Connection | str, *, revision: str = "head") -> None:
+def migrate(
+    target: Engine | Connection | str, *, revision: str = "head", schema: str | None = None
+) -> None:
     """Bring sqlqueue's tables to ``revision`` (the latest by default); safe to run repeatedly.
 
     The revisions run in one write transaction, so a failure leaves nothing half done (SQLite
     included: its DDL is transactional once the dialect has begun the transaction). Given a
     ``Connection`` with a transaction already open, they run inside it and the caller commits.
+
+    ``schema`` (PostgreSQL): create the tables, and sqlqueue's version table, in that schema
+    (created if missing) instead of the connection's default one; a ``Queue(…, schema=…)``
+    then uses them.
     """
     from alembic import command
 
     if isinstance(target, str):
         target = create_engine(target)
     engine = target if isinstance(target, Engine) else target.engine
-    dialect = dialect_for(engine)
+    dialect = dialect_for(engine, schema)
     dialect.prepare_engine(engine)
+
+    def upgrade(conn: Connection) -> None:
+        dialect.lock_for_migration(conn)
+        with dialect.migrating_in_schema(conn):
+            command.upgrade(alembic_config(conn, schema), revision)
 
     def upgrade_in_own_transaction(conn: Connection) -> None:
         dialect.begin_write(conn)
         try:
-            dialect.lock_for_migration(conn)
-            command.upgrade(alembic_config(conn), revision)
+            upgrade(conn)
         except BaseException:
             conn.rollback()
             raise
@@ -99,8 +111,7 @@ def migrate(target: Engine | Connection | str, *, revision: str = "head") -> Non
             # A savepoint keeps the revisions all-or-nothing inside the caller's transaction;
             # on SQLite it also opens the transaction that the driver leaves DDL outside of.
             with target.begin_nested():
-                dialect.lock_for_migration(target)
-                command.upgrade(alembic_config(target), revision)
+                upgrade(target)
         else:
             upgrade_in_own_transaction(target)
 

@@ -72,7 +72,7 @@ class Operations:
     @cached_property
     def admin(self) -> Admin:
         """The store's operator queries for this queue's database."""
-        return Admin(self.engine, self.dialect)
+        return Admin(self.dialect.bind_tables(self.engine), self.dialect)
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from types import EllipsisType
 from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine
@@ -39,6 +40,9 @@ class Queue(Operations):
     ``engine`` is a SQLAlchemy :class:`~sqlalchemy.Engine` (or a URL string). ``lease_seconds``
     is how long a claimed job stays reserved without a heartbeat before the reaper gives it to
     another worker. ``retention`` makes workers prune finished jobs older than it says.
+    ``schema`` is the PostgreSQL schema that holds sqlqueue's tables (migrated there with
+    ``sqlqueue migrate --schema``); queues in different schemas of one database share nothing.
+    The engine itself is left as it is: the app's own statements keep their schemas.
 
     Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
     (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
@@ -55,6 +59,7 @@ class Queue(Operations):
         unknown_jobs: UnknownJobPolicy = "dead",
         async_engine: Any = None,
         retention: Retention | None = None,
+        schema: str | None = None,
     ) -> None:
         built_here = isinstance(engine, str)
         if isinstance(engine, str):
@@ -86,14 +91,16 @@ class Queue(Operations):
         if unknown_jobs not in ("dead", "skip"):
             raise ConfigurationError(f"unknown_jobs must be 'dead' or 'skip', got {unknown_jobs!r}")
         self.engine = engine
-        self.dialect: Dialect = dialect_for(engine)
+        #: The schema of sqlqueue's tables (``None``: the connection's default schema).
+        self.schema = schema
+        self.dialect: Dialect = dialect_for(engine, schema)
         self.dialect.prepare_engine(engine)
         if built_here and self.dialect.supports_many_hosts:
             # A pooled connection the server dropped while idle is replaced at checkout instead
             # of failing the next claim or completion and starting a backoff (see _liveness.py).
             # A database file has no server to drop connections: SQLite needs no checks.
             check_connections_at_checkout(engine, self.dialect)
-        self.store = Store(engine, self.dialect)
+        self.store = Store(self.dialect.bind_tables(engine), self.dialect)
         self.lease_seconds = float(lease_seconds)
         self.default_queue = default_queue
         self.max_payload_bytes = max_payload_bytes
@@ -298,11 +305,13 @@ class Queue(Operations):
             )
         return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
 
-    def rebind(self, engine: Engine | str) -> Queue:
+    def rebind(self, engine: Engine | str, *, schema: str | EllipsisType | None = ...) -> Queue:
         """The same tasks, schedules and settings on another database (the CLI's
-        ``--database-url``)."""
+        ``--database-url``), or in another ``schema`` of it (``--schema``; by default this
+        queue's)."""
         other = Queue(
             engine,
+            schema=self.schema if isinstance(schema, EllipsisType) else schema,
             lease_seconds=self.lease_seconds,
             default_queue=self.default_queue,
             max_payload_bytes=self.max_payload_bytes,

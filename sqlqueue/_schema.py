@@ -5,6 +5,8 @@ Migrations in ``migrations/`` must produce exactly this schema (a test compares 
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -34,6 +36,7 @@ __all__ = [
     "metadata",
     "queues",
     "rate_limits",
+    "table_options",
     "webhook_endpoints",
 ]
 
@@ -43,6 +46,18 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
 SCHEMA_REVISION = "0007"
+
+
+def table_options(schema: str | None) -> dict[str, Any]:
+    """Execution options that run a statement on these tables as they are in ``schema``: the
+    tables are declared without one, and SQLAlchemy's ``schema_translate_map`` qualifies them
+    as each statement is sent. No options (the connection's default schema) for ``None``.
+
+    Only sqlqueue's own statements carry them, never a connection a caller lends: the map
+    would move the caller's unqualified tables into ``schema`` as well.
+    """
+    return {} if schema is None else {"schema_translate_map": {None: schema}}
+
 
 metadata = MetaData(
     naming_convention={

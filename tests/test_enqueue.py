@@ -276,9 +276,9 @@ def test_one_job_enqueue_writes_the_same_rows_with_or_without_listeners(backend,
     direct_runs: list[str] = []
     first_row = DirectStatement.first_row
 
-    def counted(self, conn, values):
+    def counted(self, conn, values, schema=None):
         direct_runs.append(values["job_type"])
-        return first_row(self, conn, values)
+        return first_row(self, conn, values, schema)
 
     monkeypatch.setattr(DirectStatement, "first_row", counted)
     seen: list[str] = []

@@ -7,8 +7,10 @@ SQLAlchemy once per database dialect, with each value's place and type processin
 advance, and runs on the connection's DBAPI cursor.
 
 It does so only when nothing would notice: no cursor-execute or error listeners on the
-connection, no SQL echo or ``sqlalchemy.engine`` INFO logging, no ``schema_translate_map``;
-otherwise :func:`can_run_directly` says no and the caller uses ``Connection.execute``. Like
+connection, no SQL echo or ``sqlalchemy.engine`` INFO logging, no ``schema_translate_map`` of
+the connection's own; otherwise :func:`can_run_directly` says no and the caller uses
+``Connection.execute``. sqlqueue's tables in a named schema are compiled into the SQL once per
+schema (what the translate map of ``_schema.table_options`` does at each execution). Like
 SQLAlchemy, it begins the connection's transaction first if none is open, invalidates a
 connection that a driver error shows is gone, and raises SQLAlchemy's wrapped error, so errors
 are translated at the dialect boundary as every other statement's are.
@@ -90,14 +92,19 @@ class DirectStatement:
     def __init__(self, statement: ClauseElement, keys: Collection[str]) -> None:
         self.statement = statement
         self.keys = tuple(keys)
-        self._compiled: WeakKeyDictionary[SADialect, _Compiled] = WeakKeyDictionary()
-        #: The dialect compiled for last and its form: one identity check per call instead of a
-        #: weak-key lookup (which makes a weak reference each time).
-        self._last: tuple[weakref.ref[SADialect], _Compiled] | None = None
+        self._compiled: WeakKeyDictionary[SADialect, dict[str | None, _Compiled]] = (
+            WeakKeyDictionary()
+        )
+        #: The dialect and schema compiled for last and its form: one identity check per call
+        #: instead of a weak-key lookup (which makes a weak reference each time).
+        self._last: tuple[weakref.ref[SADialect], str | None, _Compiled] | None = None
 
-    def first_row(self, conn: Connection, values: Mapping[str, Any]) -> Any:
-        """Run on ``conn`` (see :func:`can_run_directly`); the first row returned, or ``None``."""
-        compiled = self._compiled_for(conn.dialect)
+    def first_row(
+        self, conn: Connection, values: Mapping[str, Any], schema: str | None = None
+    ) -> Any:
+        """Run on ``conn`` (see :func:`can_run_directly`) against the tables in ``schema``
+        (``None``: the connection's default); the first row returned, or ``None``."""
+        compiled = self._compiled_for(conn.dialect, schema)
         parameters = compiled.parameters(values)
         if not conn.in_transaction():
             conn.begin()  # what SQLAlchemy's autobegin would do on the first statement
@@ -130,18 +137,26 @@ class DirectStatement:
         finally:
             cursor.close()
 
-    def _compiled_for(self, dialect: SADialect) -> _Compiled:
+    def _compiled_for(self, dialect: SADialect, schema: str | None) -> _Compiled:
         last = self._last
-        if last is not None and last[0]() is dialect:
-            return last[1]
-        compiled = self._compiled.get(dialect)
+        if last is not None and last[0]() is dialect and last[1] == schema:
+            return last[2]
+        by_schema = self._compiled.setdefault(dialect, {})
+        compiled = by_schema.get(schema)
         if compiled is None:
-            compiled = self._compiled[dialect] = self._compile(dialect)
-        self._last = (weakref.ref(dialect), compiled)
+            compiled = by_schema[schema] = self._compile(dialect, schema)
+        self._last = (weakref.ref(dialect), schema, compiled)
         return compiled
 
-    def _compile(self, dialect: SADialect) -> _Compiled:
-        compiled: Any = self.statement.compile(dialect=dialect, column_keys=list(self.keys))
+    def _compile(self, dialect: SADialect, schema: str | None) -> _Compiled:
+        placement: dict[str, Any] = (
+            {}
+            if schema is None
+            else {"schema_translate_map": {None: schema}, "render_schema_translate": True}
+        )
+        compiled: Any = self.statement.compile(
+            dialect=dialect, column_keys=list(self.keys), **placement
+        )
         if compiled.literal_execute_params or compiled.post_compile_params:
             raise TypeError("a direct statement cannot have parameters rendered at execution")
         by_name = {name: bind for bind, name in compiled.bind_names.items()}

@@ -59,10 +59,12 @@ class Admin:
     def schema_revision(self) -> str | None:
         """The sqlqueue schema revision the database is at (``None``: never migrated)."""
 
+        schema = self.dialect.schema
+
         def read(conn: Connection) -> str | None:
-            if not self.engine.dialect.has_table(conn, VERSION_TABLE):
+            if not self.engine.dialect.has_table(conn, VERSION_TABLE, schema=schema):
                 return None
-            version = table(VERSION_TABLE, column("version_num"))
+            version = table(VERSION_TABLE, column("version_num"), schema=schema)
             value = conn.execute(select(version.c.version_num)).scalar()
             return None if value is None else str(value)
 
@@ -73,9 +75,10 @@ class Admin:
         found = self.schema_revision()
         if found != head:
             state = "has no sqlqueue tables" if found is None else f"is at revision {found}"
+            where = "database" if self.dialect.schema is None else f"schema {self.dialect.schema!r}"
             raise SchemaNotMigrated(
-                f"the database {state}; this sqlqueue needs revision {head}: "
-                "run `sqlqueue migrate` (or sqlqueue.migrate(engine)) first"
+                f"the {where} {state}; this sqlqueue needs revision {head}: "
+                f"run {self.dialect.migrate_command()} first"
             )
 
     def stats(self, *, now: datetime | None = None) -> StatsRows:

@@ -8,6 +8,9 @@ The statements are built once per dialect and reused: SQLAlchemy then finds thei
 form by the cache key it memoised on the statement, instead of building the construct and its
 key again for every job. A batch goes to the dialect's bulk path when it has one (PostgreSQL
 COPY, SQLite one statement per batch); otherwise to multi-row INSERTs.
+
+They run on the caller's connection, so each carries the dialect's ``table_options`` itself
+(the tables' schema), leaving the connection as the caller set it up.
 """
 
 from __future__ import annotations
@@ -54,14 +57,16 @@ class _Statements:
     existing: Select[Any]  # ids of the jobs holding some keys
 
 
-#: Built on first use; dialects are stateless, so one set serves every instance of a class.
-_STATEMENTS: dict[type[Dialect], _Statements] = {}
+#: Built on first use, per class and wake-up channel (which the statements name): one set
+#: serves every queue of a class whose tables are in one schema.
+_STATEMENTS: dict[tuple[type[Dialect], str], _Statements] = {}
 
 
 def _statements(dialect: Dialect) -> _Statements:
-    found = _STATEMENTS.get(type(dialect))
+    key = (type(dialect), dialect.wake_channel)
+    found = _STATEMENTS.get(key)
     if found is None:
-        found = _STATEMENTS[type(dialect)] = _build_statements(dialect)
+        found = _STATEMENTS[key] = _build_statements(dialect)
     return found
 
 
@@ -146,9 +151,9 @@ def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
     else:
         one = statements.one if key is None else statements.one_keyed
     if can_run_directly(conn):
-        inserted = one.direct.first_row(conn, row)
+        inserted = one.direct.first_row(conn, row, dialect.schema)
     else:
-        inserted = conn.execute(one.statement, row).first()
+        inserted = conn.execute(one.statement, row, execution_options=dialect.table_options).first()
     if inserted is not None:
         return int(inserted[0])
     if key is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
@@ -164,11 +169,17 @@ def _insert_many(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list
     plain = [i for i, row in enumerate(rows) if row["idempotency_key"] is None]
     keyed = [i for i, row in enumerate(rows) if row["idempotency_key"] is not None]
     if plain:
-        result = conn.execute(statements.many, [rows[i] for i in plain])
+        result = conn.execute(
+            statements.many, [rows[i] for i in plain], execution_options=dialect.table_options
+        )
         for index, job_id in zip(plain, result.scalars().all(), strict=True):
             ids[index] = int(job_id)
     if keyed:
-        result = conn.execute(statements.many_keyed, [rows[i] for i in keyed])
+        result = conn.execute(
+            statements.many_keyed,
+            [rows[i] for i in keyed],
+            execution_options=dialect.table_options,
+        )
         by_key = {str(found[1]): int(found[0]) for found in result.all()}
         for index in keyed:
             ids[index] = by_key.get(str(rows[index]["idempotency_key"]))
@@ -180,7 +191,10 @@ def _existing_ids(dialect: Dialect, conn: Connection, keys: list[str]) -> dict[s
     found: dict[str, int] = {}
     for start in range(0, len(keys), _KEYS_PER_LOOKUP):
         chunk = keys[start : start + _KEYS_PER_LOOKUP]
-        for key, job_id in conn.execute(query, {"keys": chunk}).all():
+        found_rows = conn.execute(
+            query, {"keys": chunk}, execution_options=dialect.table_options
+        ).all()
+        for key, job_id in found_rows:
             found[str(key)] = int(job_id)
     absent = [key for key in keys if key not in found]
     if absent:

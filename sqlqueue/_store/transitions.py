@@ -88,7 +88,8 @@ def complete(
     """Mark the leased jobs ``succeeded``; return the ids that were still ours.
 
     Jobs without a result share one statement; a job with a result (``results[id]``, not
-    ``None``) gets its own, since each row stores a different value.
+    ``None``) gets its own, since each row stores a different value. ``conn`` may be a
+    handler's own transaction, so the statements carry the tables' schema themselves.
     """
     results = results or {}
     plain = [fence for fence in fences if results.get(fence[0]) is None]
@@ -96,7 +97,8 @@ def complete(
     if plain:
         stmt = _complete_statement(dialect, now, with_result=False)
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
-        landed |= set(conn.execute(stmt, params).scalars().all())
+        options = dialect.table_options
+        landed |= set(conn.execute(stmt, params, execution_options=options).scalars().all())
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -105,7 +107,8 @@ def complete(
                 "result": results[fence[0]],
                 **dialect.fence_parameters([fence]),
             }
-            landed |= set(conn.execute(stmt, params).scalars().all())
+            options = dialect.table_options
+            landed |= set(conn.execute(stmt, params, execution_options=options).scalars().all())
     return landed
 
 

@@ -1,7 +1,8 @@
 """Wake-ups: a thread that listens for "new job in queue X" and wakes the claim loop at once.
 
 On PostgreSQL each enqueue sends ``NOTIFY sqlqueue, '<queue>'`` as part of its INSERT (no extra
-round trip); the notification arrives when the enqueuing transaction commits. It is only a
+round trip; ``sqlqueue.<schema>`` for tables in a named schema); the notification arrives when
+the enqueuing transaction commits. It is only a
 hint: workers keep polling at ``poll_interval``, so a lost notification, a broken listening
 connection or a pooler that drops LISTEN (PgBouncer in transaction mode) only costs latency.
 The listener reconnects by itself.
@@ -16,7 +17,6 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from sqlqueue.dialects import Dialect
-from sqlqueue.dialects._base import WAKE_CHANNEL
 
 __all__ = ["Listener"]
 
@@ -24,7 +24,8 @@ log = logging.getLogger("sqlqueue.worker")
 
 
 class Listener:
-    """Listens on :data:`WAKE_CHANNEL` in a daemon thread and calls ``on_wake(queue)``."""
+    """Listens on the dialect's wake channel (its schema's) in a daemon thread and calls
+    ``on_wake(queue)``."""
 
     def __init__(self, engine: Engine, dialect: Dialect, on_wake: Callable[[str], object]) -> None:
         self._engine = engine
@@ -49,7 +50,7 @@ class Listener:
         failures = 0
         while not self._stopped.is_set():
             try:
-                with self._dialect.listen(self._engine, WAKE_CHANNEL) as wait:
+                with self._dialect.listen(self._engine, self._dialect.wake_channel) as wait:
                     self.connected.set()
                     if failures:
                         log.info("wake-up listener reconnected")

@@ -16,8 +16,9 @@ _DIALECTS: dict[str, type[Dialect]] = {
 }
 
 
-def dialect_for(engine: Engine) -> Dialect:
-    """The sqlqueue dialect for ``engine``, or a clear error naming what is supported."""
+def dialect_for(engine: Engine, schema: str | None = None) -> Dialect:
+    """The sqlqueue dialect for ``engine`` (its tables in ``schema``, where the database has
+    schemas), or a clear error naming what is supported."""
     cls = _DIALECTS.get(engine.dialect.name)
     if cls is None:
         supported = ", ".join(sorted(_DIALECTS))
@@ -25,4 +26,4 @@ def dialect_for(engine: Engine) -> Dialect:
             f"sqlqueue does not support the {engine.dialect.name!r} database yet "
             f"(supported: {supported})"
         )
-    return cls()
+    return cls(schema)

@@ -9,6 +9,7 @@ override only what differs.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -44,20 +45,32 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import (
+    ConfigurationError,
     DatabaseError,
     DatabaseUnavailable,
     SchemaNotMigrated,
     SqlqueueError,
     UnsupportedDatabase,
 )
-from sqlqueue._schema import jobs
+from sqlqueue._schema import jobs, table_options
 from sqlqueue._store.rows import CLAIM_COLUMNS, ClaimedJob, claims_from_rows
 from sqlqueue._types import UtcDateTime
 
-__all__ = ["CLAIM_JSON", "CLAIM_RETURNING", "CLAIM_TIMESTAMPS", "WAKE_CHANNEL", "Dialect"]
+__all__ = [
+    "CLAIM_JSON",
+    "CLAIM_RETURNING",
+    "CLAIM_TIMESTAMPS",
+    "WAKE_CHANNEL",
+    "Dialect",
+    "wake_channel",
+]
 
-#: The notification channel that wakes sleeping workers; the payload is the queue name.
+#: The notification channel that wakes sleeping workers; the payload is the queue name. The
+#: workers of a queue in a named schema listen on a channel of that schema's own.
 WAKE_CHANNEL = "sqlqueue"
+
+#: The longest channel name PostgreSQL takes (NAMEDATALEN - 1 bytes).
+_MAX_CHANNEL_BYTES = 63
 
 #: Columns a claim hands to the worker, in the order ``claims_from_rows`` reads them.
 CLAIM_RETURNING = tuple(jobs.c[name] for name in CLAIM_COLUMNS)
@@ -99,8 +112,23 @@ def _earlier_in_group() -> ColumnElement[bool]:
     )
 
 
+def wake_channel(schema: str | None) -> str:
+    """The wake-up channel of the queue whose tables are in ``schema``: workers of two schemas
+    of one database do not wake each other. A name too long for a channel is hashed."""
+    if schema is None:
+        return WAKE_CHANNEL
+    channel = f"{WAKE_CHANNEL}.{schema}"
+    if len(channel.encode()) <= _MAX_CHANNEL_BYTES:
+        return channel
+    return f"{WAKE_CHANNEL}.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+
+
 class Dialect(abc.ABC):
-    """Portable SQL for sqlqueue; subclasses override what their database does differently."""
+    """Portable SQL for sqlqueue; subclasses override what their database does differently.
+
+    An instance serves the sqlqueue tables of one schema: ``schema`` (``None``: the
+    connection's default), where ``supports_schemas``.
+    """
 
     #: The SQLAlchemy dialect names this class serves.
     names: ClassVar[tuple[str, ...]] = ()
@@ -121,6 +149,46 @@ class Dialect(abc.ABC):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: sqlqueue's tables can live in a named schema of the database, apart from other queues'.
+    supports_schemas: ClassVar[bool] = False
+    #: The longest schema name the database takes, in bytes (UTF-8).
+    max_schema_name: ClassVar[int] = 63
+
+    def __init__(self, schema: str | None = None) -> None:
+        if schema is not None:
+            self._check_schema(schema)
+        self.schema = schema
+        #: The execution options of every sqlqueue statement on a connection sqlqueue did not
+        #: open itself (the caller's, a handler's transaction): see ``_schema.table_options``.
+        self.table_options = table_options(schema)
+        self.wake_channel = wake_channel(schema)
+
+    def _check_schema(self, schema: object) -> None:
+        if not self.supports_schemas:
+            raise UnsupportedDatabase(
+                f"schema={schema!r}: {type(self).__name__.removesuffix('Dialect')} has no "
+                "schemas; give each queue a database of its own instead (leave schema unset)"
+            )
+        if not isinstance(schema, str) or not 0 < len(schema.encode()) <= self.max_schema_name:
+            raise ConfigurationError(
+                f"schema must be a name of 1..{self.max_schema_name} bytes, got {schema!r}"
+            )
+
+    def bind_tables(self, engine: Engine) -> Engine:
+        """``engine`` for the connections sqlqueue opens itself: every statement on them runs
+        against the tables in :attr:`schema` (the same engine when there is none)."""
+        if not self.table_options:
+            return engine
+        return engine.execution_options(**self.table_options)
+
+    def migrate_command(self) -> str:
+        """The command that creates this dialect's tables, for error messages."""
+        if self.schema is None:
+            return "`sqlqueue migrate` (or sqlqueue.migrate(engine))"
+        return (
+            f"`sqlqueue migrate --schema {self.schema}` "
+            f"(or sqlqueue.migrate(engine, schema={self.schema!r}))"
+        )
 
     # -- connection setup -------------------------------------------------------------------
 
@@ -129,6 +197,14 @@ class Dialect(abc.ABC):
 
     def lock_for_migration(self, conn: Connection) -> None:  # noqa: B027 - often nothing to do
         """Make concurrent ``migrate`` runs take turns (until this transaction ends)."""
+
+    @contextmanager
+    def migrating_in_schema(self, conn: Connection) -> Iterator[None]:
+        """Make the migrations' statements on ``conn`` create and change the tables in
+        :attr:`schema` for the block (only where ``supports_schemas``)."""
+        if self.schema is not None:  # pragma: no cover - __init__ refused it
+            raise UnsupportedDatabase(f"{type(self).__name__} has no schemas")
+        yield
 
     @contextmanager
     def listen(self, engine: Engine, channel: str) -> Iterator[Callable[[float], Iterator[str]]]:
@@ -377,7 +453,10 @@ class Dialect(abc.ABC):
             return error
         if isinstance(error, sa_exc.DBAPIError):
             if self._is_missing_table(error):
-                return SchemaNotMigrated(_missing_schema_message(error))
+                return SchemaNotMigrated(
+                    f"sqlqueue's tables are missing ({str(error.orig).strip()}); "
+                    f"run {self.migrate_command()} first"
+                )
             advice = self._setup_advice(error)
             if advice is not None:
                 return DatabaseError(advice)
@@ -416,10 +495,3 @@ class Dialect(abc.ABC):
         """Whether an idle pooled connection is known dead without a round trip (the server
         closed it); ``False`` when unsure."""
         return False
-
-
-def _missing_schema_message(error: sa_exc.DBAPIError) -> str:
-    return (
-        f"sqlqueue's tables are missing ({str(error.orig).strip()}); "
-        "run `sqlqueue migrate` (or sqlqueue.migrate(engine)) first"
-    )

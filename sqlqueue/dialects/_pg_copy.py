@@ -41,7 +41,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.schema import CreateTable
 
-from sqlqueue._schema import jobs
+from sqlqueue._schema import jobs, table_options
 from sqlqueue._store._direct import can_run_directly
 from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue.dialects._base import WAKE_CHANNEL
@@ -55,7 +55,8 @@ __all__ = ["COPY_MIN_ROWS", "copy_jobs"]
 COPY_MIN_ROWS: Final = 200
 
 #: Where keyed rows wait for their ``INSERT … ON CONFLICT``: private to the session, emptied by
-#: each use and at every commit.
+#: each use and at every commit. Named in ``pg_temp`` so that a schema translate map (sqlqueue's
+#: tables in a named schema) leaves it where temporary tables live.
 _staging = Table(
     "sqlqueue_enqueue_staging",
     MetaData(),
@@ -70,6 +71,7 @@ _staging = Table(
     Column("group_key", String(255), nullable=True),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DELETE ROWS",
+    schema="pg_temp",
 )
 
 _STAGING_COLUMNS: Final = tuple(column.name for column in _staging.columns)
@@ -91,10 +93,12 @@ _DIRECT_COLUMNS: Final = (
 
 
 def _allocate() -> Any:
-    """``now``, ``:count`` fresh ids, one wake per queue of ``:queues``, and whether the
-    staging table exists in this session — one round trip."""
+    """``now``, ``:count`` fresh ids of the sequence of table ``:jobs_table``, one wake on
+    ``:channel`` per queue of ``:queues``, and whether the staging table exists in this
+    session — one round trip."""
+    table_name = bindparam("jobs_table", type_=Text())
     sequence = select(
-        cast(func.pg_get_serial_sequence(jobs.name, jobs.c.id.name), REGCLASS)
+        cast(func.pg_get_serial_sequence(table_name, jobs.c.id.name), REGCLASS)
     ).scalar_subquery()
     ids = (
         select(func.array_agg(func.nextval(sequence), type_=ARRAY(BigInteger())))
@@ -104,7 +108,8 @@ def _allocate() -> Any:
     queues = (
         func.unnest(bindparam("queues", type_=ARRAY(Text()))).table_valued("queue").render_derived()
     )
-    wakes = select(func.count(func.pg_notify(WAKE_CHANNEL, queues.c.queue))).scalar_subquery()
+    channel = bindparam("channel", type_=Text())
+    wakes = select(func.count(func.pg_notify(channel, queues.c.queue))).scalar_subquery()
     staging = func.to_regclass(f"pg_temp.{_staging.name}").is_not(None)
     return select(func.statement_timestamp(type_=UtcDateTime()), ids, wakes, staging)
 
@@ -149,23 +154,43 @@ _MOVE_STAGED: Final = _move_staged()
 _CREATE_STAGING: Final = CreateTable(_staging, if_not_exists=True)
 
 
-def copy_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int | None] | None:
+def copy_jobs(
+    conn: Connection,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    schema: str | None = None,
+    channel: str = WAKE_CHANNEL,
+) -> list[int | None] | None:
     """Write ``rows`` (checked, distinct keys) with COPY; one id per row, ``None`` where the
-    row's key exists. ``None`` overall when COPY does not pay or the driver cannot COPY."""
+    row's key exists. ``None`` overall when COPY does not pay or the driver cannot COPY.
+    ``schema``: the job table's (``None``: the connection's default); ``channel``: its workers'
+    wake-up channel."""
     if len(rows) < COPY_MIN_ROWS or not _can_copy(conn):
         return None
     queues = sorted({row["queue"] for row in rows})
+    jobs_table = _table_name(conn, schema)
     now, fresh, _, staging_exists = conn.execute(
-        _ALLOCATE, {"count": len(rows), "queues": queues}
+        _ALLOCATE,
+        {"count": len(rows), "queues": queues, "channel": channel, "jobs_table": jobs_table},
     ).one()
     ids: list[int] = sorted(fresh)
     if all(row["idempotency_key"] is None for row in rows):
-        _copy(conn, _copy_statement(jobs.name, _DIRECT_COLUMNS), _direct_rows(rows, ids, now))
+        copy_direct = _copy_statement(schema, jobs.name, _DIRECT_COLUMNS)
+        _copy(conn, copy_direct, _direct_rows(rows, ids, now))
         return list(ids)
     if not staging_exists:
         conn.execute(_CREATE_STAGING)
-    _copy(conn, _copy_statement(_staging.name, _STAGING_COLUMNS), _staged_rows(rows, ids, now))
-    written = set(conn.execute(_MOVE_STAGED, {"now": now, "first_id": ids[0]}).scalars().all())
+    copy_staged = _copy_statement(None, _staging.name, _STAGING_COLUMNS)
+    _copy(conn, copy_staged, _staged_rows(rows, ids, now))
+    written = set(
+        conn.execute(
+            _MOVE_STAGED,
+            {"now": now, "first_id": ids[0]},
+            execution_options=table_options(schema),
+        )
+        .scalars()
+        .all()
+    )
     return [job_id if job_id in written else None for job_id in ids]
 
 
@@ -226,19 +251,28 @@ def _staged_rows(
         )
 
 
-_COPY_STATEMENTS: dict[tuple[str, tuple[str, ...]], sql.Composed] = {}
+def _table_name(conn: Connection, schema: str | None) -> str:
+    """The job table's name as ``pg_get_serial_sequence`` reads it: with its schema, quoted."""
+    if schema is None:
+        return jobs.name
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    return f"{quote(schema)}.{quote(jobs.name)}"
 
 
-def _copy_statement(table: str, columns: tuple[str, ...]) -> sql.Composed:
-    """``COPY table (columns) FROM STDIN``, identifiers quoted by the driver."""
-    found = _COPY_STATEMENTS.get((table, columns))
+_COPY_STATEMENTS: dict[tuple[str | None, str, tuple[str, ...]], sql.Composed] = {}
+
+
+def _copy_statement(schema: str | None, table: str, columns: tuple[str, ...]) -> sql.Composed:
+    """``COPY schema.table (columns) FROM STDIN``, identifiers quoted by the driver."""
+    found = _COPY_STATEMENTS.get((schema, table, columns))
     if found is None:
         from psycopg import sql
 
+        name = sql.Identifier(table) if schema is None else sql.Identifier(schema, table)
         found = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
+            name, sql.SQL(", ").join(map(sql.Identifier, columns))
         )
-        _COPY_STATEMENTS[(table, columns)] = found
+        _COPY_STATEMENTS[(schema, table, columns)] = found
     return found
 
 

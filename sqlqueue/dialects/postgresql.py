@@ -34,15 +34,17 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.schema import CreateSchema
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import _CLAIM_LIMIT, WAKE_CHANNEL, Dialect
+from sqlqueue.dialects._base import _CLAIM_LIMIT, Dialect
 
 __all__ = ["PostgresDialect"]
 
 _UNDEFINED_TABLE = "42P01"
+_UNDEFINED_SCHEMA = "3F000"
 _ID_ARRAY = ARRAY(BigInteger())
 _ATTEMPT_ARRAY = ARRAY(Integer())
 #: invalid_sql_statement_name, duplicate_prepared_statement.
@@ -60,6 +62,7 @@ class PostgresDialect(Dialect):
     supports_transaction_settings: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = True
     supports_many_hosts: ClassVar[bool] = True
+    supports_schemas: ClassVar[bool] = True
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
@@ -101,13 +104,15 @@ class PostgresDialect(Dialect):
             raw.invalidate()
 
     def wake_columns(self) -> tuple[ColumnElement[Any], ...]:
-        """``pg_notify('sqlqueue', queue)`` in the INSERT's RETURNING: delivered at commit,
-        deduplicated per transaction by the server, and no extra round trip."""
-        return (func.pg_notify(WAKE_CHANNEL, jobs.c.queue).label("sqlqueue_wake"),)
+        """``pg_notify(channel, queue)`` in the INSERT's RETURNING (the channel of this
+        dialect's schema, see ``wake_channel``): delivered at commit, deduplicated per
+        transaction by the server, and no extra round trip."""
+        return (func.pg_notify(self.wake_channel, jobs.c.queue).label("sqlqueue_wake"),)
 
     def notify_statement(self, payload: str) -> Select[Any] | None:
-        """``SELECT pg_notify('sqlqueue', payload)``: delivered when the transaction commits."""
-        return select(func.pg_notify(WAKE_CHANNEL, bindparam(None, payload, type_=String())))
+        """``SELECT pg_notify(channel, payload)``: delivered when the transaction commits."""
+        payload_value = bindparam(None, payload, type_=String())
+        return select(func.pg_notify(self.wake_channel, payload_value))
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
         """The start of the oldest other transaction in this database that holds a
@@ -134,6 +139,27 @@ class PostgresDialect(Dialect):
     def lock_for_migration(self, conn: Connection) -> None:
         """A transaction-scoped advisory lock: concurrent first migrations queue up."""
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
+
+    @contextmanager
+    def migrating_in_schema(self, conn: Connection) -> Iterator[None]:
+        """Create the schema if it is missing, and put it alone on this transaction's
+        ``search_path`` for the block (then restore the path). A schema translate map would
+        not do: alembic writes some statements' table names itself (``ALTER TABLE`` of
+        ``add_column``), unqualified, so they would change the tables of the default schema.
+        If the block fails, the caller rolls back, which undoes the path with the rest."""
+        if self.schema is None:
+            yield
+            return
+        conn.execute(CreateSchema(self.schema, if_not_exists=True))
+        path = func.set_config("search_path", bindparam("path", type_=String()), True)
+        before = conn.execute(select(func.current_setting("search_path"))).scalar_one()
+        conn.execute(select(path), {"path": self._quoted_schema(conn)})
+        yield
+        conn.execute(select(path), {"path": before})
+
+    def _quoted_schema(self, conn: Connection) -> str:
+        quoted: str = conn.dialect.identifier_preparer.quote_identifier(self.schema or "")
+        return quoted
 
     def claim_statement(
         self,
@@ -212,7 +238,7 @@ class PostgresDialect(Dialect):
         return pg_insert(table)
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
-        return getattr(error.orig, "sqlstate", None) == _UNDEFINED_TABLE
+        return getattr(error.orig, "sqlstate", None) in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA)
 
     def _setup_advice(self, error: sa_exc.DBAPIError) -> str | None:
         """psycopg's server-side prepared statements missing or doubled: the connection goes
@@ -237,7 +263,7 @@ class PostgresDialect(Dialect):
         """COPY, from ``COPY_MIN_ROWS`` rows on psycopg 3 (see ``dialects/_pg_copy.py``)."""
         from sqlqueue.dialects._pg_copy import copy_jobs
 
-        return copy_jobs(conn, rows)
+        return copy_jobs(conn, rows, schema=self.schema, channel=self.wake_channel)
 
     def connection_dropped(self, dbapi_connection: Any) -> bool:
         """The server closed this idle psycopg 3 connection (terminated backend, restart): its

@@ -3,7 +3,8 @@
 A row is written through the job's own transaction (``ctx.transaction_async()``), so it commits
 together with the job's success or not at all; an attempt looks its key up before it sends and,
 if the key is there, does not send again. These are the app-level statements any handler could
-write against its own table: Core expressions, every value bound.
+write against its own table: Core expressions, every value bound, run on the table in the
+queue's schema (``ctx.schema``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sqlqueue._schema import email_sent  # declared with every table; written only here
+from sqlqueue._schema import email_sent, table_options  # declared with every table
 from sqlqueue.email._smtp import Delivery
 
 __all__ = ["find_sent", "record_sent"]
 
 
-def find_sent(engine: sa.Engine, key: str) -> dict[str, Any] | None:
+def find_sent(engine: sa.Engine, key: str, schema: str | None = None) -> dict[str, Any] | None:
     """The ledger's entry for ``key`` as a job result, or ``None`` if nothing was sent under it."""
     query = sa.select(email_sent).where(email_sent.c.key == key)
     with engine.connect() as conn:
-        row = conn.execute(query).mappings().first()
+        row = conn.execute(query, execution_options=table_options(schema)).mappings().first()
     if row is None:
         return None
     return {
@@ -45,6 +46,7 @@ async def record_sent(
     job_id: int,
     sent_at: datetime,
     delivery: Delivery,
+    schema: str | None = None,
 ) -> None:
     """Add the entry for ``key`` in the job's transaction (a duplicate key fails the insert,
     and the attempt with it: its retry then finds the key and sends nothing)."""
@@ -57,5 +59,6 @@ async def record_sent(
             reply=delivery.reply,
             accepted=delivery.accepted,
             refused=delivery.refused,
-        )
+        ),
+        execution_options=table_options(schema),
     )

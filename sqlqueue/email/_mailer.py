@@ -302,7 +302,7 @@ class Mailer:
         not all of ``to``: the message keeps its ``To`` header and goes to these alone.
         ``deferred_from`` is the job whose 4xx-refused recipients they are.
         """
-        sent = await asyncio.to_thread(find_sent, ctx.engine, key)
+        sent = await asyncio.to_thread(find_sent, ctx.engine, key, ctx.schema)
         if sent is not None:
             ctx.logger.info(
                 "%s was already sent under key %r (by job %s): not sending it again",
@@ -336,6 +336,7 @@ class Mailer:
                 job_id=ctx.job_id,
                 sent_at=sent_at,
                 delivery=delivery,
+                schema=ctx.schema,
             )
             if delivery.deferred:
                 follow_up = await self._enqueue_deferred(

@@ -2,7 +2,9 @@
 and the few portable Core statements that read and change them (every value bound).
 
 Times come from the database clock. Secrets are kept newest first, each with the end of its
-grace (``None`` for the current one); a secret past its grace is neither used nor shown.
+grace (``None`` for the current one); a secret past its grace is neither used nor shown. Each
+statement carries the queue dialect's ``table_options`` (the table's schema): it runs on the
+caller's connection, which stays as the caller set it up.
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ def check_retry_statuses(statuses: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(set(checked)))
 
 
+def _execute(conn: Executable, dialect: Dialect, statement: Any) -> Any:
+    """``conn.execute(statement)`` on the endpoints table in the dialect's schema."""
+    return conn.execute(statement, execution_options=dialect.table_options)
+
+
 def _now(conn: Executable, dialect: Dialect) -> datetime:
     value = conn.execute(select(dialect.clock())).scalar_one()
     assert isinstance(value, datetime)
@@ -132,7 +139,9 @@ def insert_endpoint(
     driver's unique violation, which on PostgreSQL would also abort the caller's transaction.
     """
     now = _now(conn, dialect)
-    inserted = conn.execute(
+    inserted = _execute(
+        conn,
+        dialect,
         dialect.conflict_insert(_table)
         .values(
             name=name,
@@ -145,7 +154,7 @@ def insert_endpoint(
             updated_at=now,
         )
         .on_conflict_do_nothing(index_elements=[_table.c.name])
-        .returning(_table.c.name)
+        .returning(_table.c.name),
     ).first()
     if inserted is None:
         raise ConfigurationError(f"an endpoint named {name!r} already exists")
@@ -156,15 +165,17 @@ def read_endpoint(
     conn: Executable, dialect: Dialect, name: str, *, now: datetime | None = None
 ) -> Endpoint | None:
     """The endpoint named ``name`` as of ``now`` (default: the database clock), or ``None``."""
-    row = conn.execute(
-        select(_table, dialect.now(now).label("now")).where(_table.c.name == name)
+    row = _execute(
+        conn, dialect, select(_table, dialect.now(now).label("now")).where(_table.c.name == name)
     ).one_or_none()
     return None if row is None else _endpoint(row, row.now)
 
 
 def read_endpoints(conn: Executable, dialect: Dialect) -> list[Endpoint]:
     """Every endpoint, by name."""
-    rows = conn.execute(select(_table, dialect.clock().label("now")).order_by(_table.c.name))
+    rows = _execute(
+        conn, dialect, select(_table, dialect.clock().label("now")).order_by(_table.c.name)
+    )
     return [_endpoint(row, row.now) for row in rows]
 
 
@@ -190,11 +201,13 @@ def rotate_secrets(
     are read under that lock. One statement locks and reads on both backends, so no
     ``SELECT … FOR UPDATE`` is needed.
     """
-    row = conn.execute(
+    row = _execute(
+        conn,
+        dialect,
         _table.update()
         .where(_table.c.name == name)
         .values(updated_at=dialect.clock())
-        .returning(_table.c.secrets, _table.c.updated_at)
+        .returning(_table.c.secrets, _table.c.updated_at),
     ).one_or_none()
     if row is None:
         raise UnknownEndpoint(f"no webhook endpoint named {name!r}")
@@ -206,7 +219,7 @@ def rotate_secrets(
         end = until if ends is None else min(until, datetime.fromisoformat(ends))
         if end > now and entry["secret"] != secret:
             kept.append({"secret": entry["secret"], "expires_at": end.isoformat()})
-    conn.execute(_table.update().where(_table.c.name == name).values(secrets=kept))
+    _execute(conn, dialect, _table.update().where(_table.c.name == name).values(secrets=kept))
     return _require(conn, dialect, name)
 
 
@@ -214,11 +227,13 @@ def set_enabled(
     conn: Executable, dialect: Dialect, name: str, *, enabled: bool, reason: str | None
 ) -> Endpoint:
     """Enable an endpoint (clearing its reason) or disable it saying why."""
-    done = conn.execute(
+    done = _execute(
+        conn,
+        dialect,
         _table.update()
         .where(_table.c.name == name)
-        .values(enabled=enabled, disabled_reason=reason, updated_at=dialect.clock())
+        .values(enabled=enabled, disabled_reason=reason, updated_at=dialect.clock()),
     )
-    if done.rowcount == 0:  # type: ignore[attr-defined]
+    if done.rowcount == 0:
         raise UnknownEndpoint(f"no webhook endpoint named {name!r}")
     return _require(conn, dialect, name)

@@ -24,8 +24,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine
-
 from sqlqueue import (
     Backoff,
     CircuitBreaker,
@@ -411,7 +409,7 @@ class Webhooks:
         from sqlqueue.webhooks._policy import judge
 
         now = ctx.now()
-        found = await asyncio.to_thread(_read_endpoint, ctx.engine, endpoint, now)
+        found = await asyncio.to_thread(_read_endpoint, ctx, endpoint, now)
         if found is None:
             raise DeliveryRefused(f"endpoint {endpoint!r} no longer exists")
         if not found.enabled:
@@ -441,23 +439,25 @@ class Webhooks:
             judge(answer, found, now=ctx.now(), retry_after_cap=self.retry_after_cap)
         except DeliveryRejected as rejected:
             if answer.status == 410:
-                await asyncio.to_thread(_disable_gone, ctx.engine, endpoint, str(rejected))
+                await asyncio.to_thread(_disable_gone, ctx, endpoint, str(rejected))
             raise
         return {**answer.details(), "message_id": message_id, "summary": answer.describe()}
 
 
-# The handler's own reads and writes go to the database of the queue that claimed the job
-# (``ctx.engine``): after ``Queue.rebind`` (the CLI's --database-url) that is not the queue this
-# Webhooks was built with.
+# The handler's own reads and writes go to the database and schema of the queue that claimed
+# the job (``ctx.engine``, ``ctx.schema``): after ``Queue.rebind`` (the CLI's --database-url or
+# --schema) that is not the queue this Webhooks was built with.
 
 
-def _read_endpoint(engine: Engine, name: str, now: datetime) -> Endpoint | None:
-    with engine.connect() as conn:
-        return _endpoints.read_endpoint(conn, dialect_for(engine), name, now=now)
+def _read_endpoint(ctx: JobContext, name: str, now: datetime) -> Endpoint | None:
+    with ctx.engine.connect() as conn:
+        dialect = dialect_for(ctx.engine, ctx.schema)
+        return _endpoints.read_endpoint(conn, dialect, name, now=now)
 
 
-def _disable_gone(engine: Engine, name: str, reason: str) -> None:
+def _disable_gone(ctx: JobContext, name: str, reason: str) -> None:
     """Disable an endpoint that answered 410, in a transaction of its own: the attempt's
     failure must not roll it back."""
-    with engine.begin() as conn:
-        _endpoints.set_enabled(conn, dialect_for(engine), name, enabled=False, reason=reason)
+    with ctx.engine.begin() as conn:
+        dialect = dialect_for(ctx.engine, ctx.schema)
+        _endpoints.set_enabled(conn, dialect, name, enabled=False, reason=reason)
