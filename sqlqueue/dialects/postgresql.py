@@ -6,10 +6,10 @@ selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     URL,
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     Update,
     bindparam,
     cast,
@@ -32,13 +33,16 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, REGCLASS
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import _CLAIM_LIMIT, WAKE_CHANNEL, Dialect
+from sqlqueue.dialects._base import _CLAIM_LIMIT, WAKE_CHANNEL, BulkPath, Dialect
+
+if TYPE_CHECKING:
+    from psycopg import sql
 
 __all__ = ["PostgresDialect"]
 
@@ -58,6 +62,7 @@ class PostgresDialect(Dialect):
     supports_skip_locked: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = True
     supports_many_hosts: ClassVar[bool] = True
+    bulk_path: ClassVar[BulkPath] = BulkPath.COPY
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
@@ -226,13 +231,55 @@ class PostgresDialect(Dialect):
         text = " ".join(str(error.orig).split())
         return f"cannot reach PostgreSQL: {text}"
 
-    # -- enqueue in bulk and pooled connections (added for issue 4) -------------------------
+    # -- enqueue in bulk (COPY) and pooled connections (added for issue 4) -------------------
 
-    def bulk_insert_jobs(self, conn: Connection, rows: Sequence[Any]) -> list[int | None] | None:
-        """COPY, from ``COPY_MIN_ROWS`` rows on psycopg 3 (see ``dialects/_pg_copy.py``)."""
-        from sqlqueue.dialects._pg_copy import copy_jobs
+    def copy_driver(self, conn: Connection) -> bool:
+        """psycopg 3's synchronous connection (an async one, or another driver, cannot COPY)."""
+        try:
+            import psycopg
+        except ImportError:  # pragma: no cover - another PostgreSQL driver
+            return False
+        return isinstance(conn.connection.driver_connection, psycopg.Connection)
 
-        return copy_jobs(conn, rows)
+    def copy_rows(
+        self, conn: Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+    ) -> None:
+        """``COPY table (columns) FROM STDIN`` on the caller's connection; driver errors come
+        out as SQLAlchemy's, like every other statement's, to be translated as theirs are."""
+        import psycopg
+
+        statement = _copy_statement(table, tuple(columns))
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        try:
+            with driver.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.Error as error:
+            raise sa_exc.DBAPIError.instance(
+                statement.as_string(driver), None, error, psycopg.Error, dialect=conn.dialect
+            ) from error
+
+    def copy_allocation(self, staging_table: str) -> Select[Any]:
+        """``statement_timestamp()``, ``nextval`` of the jobs' sequence ``:count`` times, one
+        ``pg_notify`` per queue (delivered at commit, as the INSERT path's) and
+        ``to_regclass('pg_temp.…')``: one round trip."""
+        sequence = select(
+            cast(func.pg_get_serial_sequence(jobs.name, jobs.c.id.name), REGCLASS)
+        ).scalar_subquery()
+        ids = (
+            select(func.array_agg(func.nextval(sequence), type_=_ID_ARRAY))
+            .select_from(func.generate_series(1, bindparam("count", type_=Integer())))
+            .scalar_subquery()
+        )
+        queues = (
+            func.unnest(bindparam("queues", type_=ARRAY(Text())))
+            .table_valued("queue")
+            .render_derived()
+        )
+        wakes = select(func.count(func.pg_notify(WAKE_CHANNEL, queues.c.queue))).scalar_subquery()
+        staging = func.to_regclass(f"pg_temp.{staging_table}").is_not(None)
+        return select(self.clock(), ids, wakes, staging)
 
     def connection_dropped(self, dbapi_connection: Any) -> bool:
         """The server closed this idle psycopg 3 connection (terminated backend, restart): its
@@ -267,3 +314,19 @@ class PostgresDialect(Dialect):
             except Exception:  # the read failed: the server is gone
                 return True
         return bool(pgconn.status != ConnStatus.OK)
+
+
+_COPY_STATEMENTS: dict[tuple[str, tuple[str, ...]], sql.Composed] = {}
+
+
+def _copy_statement(table: str, columns: tuple[str, ...]) -> sql.Composed:
+    """``COPY table (columns) FROM STDIN``, identifiers quoted by the driver; built once."""
+    found = _COPY_STATEMENTS.get((table, columns))
+    if found is None:
+        from psycopg import sql
+
+        found = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
+        )
+        _COPY_STATEMENTS[(table, columns)] = found
+    return found
