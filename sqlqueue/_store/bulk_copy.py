@@ -76,7 +76,7 @@ _staging = Table(
 _CREATE_STAGING: Final = CreateTable(_staging, if_not_exists=True)
 
 
-def _fixed_values(column: JobColumn, now: datetime) -> Any:
+def _fixed_value(column: JobColumn, now: datetime) -> Any:
     """A fixed column's value as COPY writes it (JSON constants are already text)."""
     return now if column.fill is Fill.CLOCK else column.constant
 
@@ -169,7 +169,7 @@ _pick_staged: Final = itemgetter(*_STAGED_ROW)
 def _direct_rows(
     rows: Sequence[Mapping[str, Any]], ids: list[int], now: datetime
 ) -> Iterable[tuple[Any, ...]]:
-    fixed = tuple(_fixed_values(column, now) for column in _FIXED)
+    fixed = tuple(_fixed_value(column, now) for column in _FIXED)
     pick = _pick_direct
     for job_id, row in zip(ids, rows, strict=True):
         yield (job_id, *pick(row), _due(row, now), *fixed)

@@ -134,13 +134,13 @@ def row_to_job(row: RowMapping) -> Job:
     )
 
 
-_NO_ERRORS = ("[]", "null")
+_EMPTY_LISTS = ("[]", "null")
 
 #: How each kind of claimed column is read from its row value ``v`` (see ``claims_from_rows``).
 _READERS = {
     ColumnKind.PLAIN: "{v}",
     ColumnKind.JSON: "document({v})",
-    ColumnKind.JSON_LIST: "() if not {v} or {v} in _NO_ERRORS else tuple(document({v}) or ())",
+    ColumnKind.JSON_LIST: "() if not {v} or {v} in _EMPTY_LISTS else tuple(document({v}) or ())",
     ColumnKind.TIMESTAMP: "once({v})",
 }
 
@@ -172,7 +172,7 @@ def read(rows, moment, document):
         append(ClaimedJob({fields}))
     return claimed
 """
-    namespace: dict[str, Any] = {"ClaimedJob": ClaimedJob, "_NO_ERRORS": _NO_ERRORS}
+    namespace: dict[str, Any] = {"ClaimedJob": ClaimedJob, "_EMPTY_LISTS": _EMPTY_LISTS}
     exec(compile(source, f"<claim reader of {__name__}>", "exec"), namespace)
     reader: Callable[..., list[ClaimedJob]] = namespace["read"]
     return reader
