@@ -1,10 +1,14 @@
 """The tables of sqlqueue, declared once in SQLAlchemy Core: the single source of truth.
 
 Migrations in ``migrations/`` must produce exactly this schema (a test compares them).
+:data:`JOB_COLUMNS` says, once, which job columns an enqueue writes and a claim returns; every
+INSERT, COPY, bulk statement and claim derives its column list from it.
 """
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -25,8 +29,15 @@ from sqlalchemy import (
 from sqlqueue._types import Id, JsonDocument, UtcDateTime
 
 __all__ = [
+    "CLAIM_COLUMNS",
+    "ENQUEUE_COLUMNS",
+    "JOB_COLUMNS",
+    "ROW_COLUMNS",
     "SCHEMA_REVISION",
     "VERSION_TABLE",
+    "ColumnKind",
+    "Fill",
+    "JobColumn",
     "circuit_breakers",
     "count_marks",
     "duties",
@@ -117,6 +128,79 @@ jobs = Table(
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
 )
+
+
+class ColumnKind(enum.Enum):
+    """How a job column's value travels: as it is, as JSON text, or as a timestamp."""
+
+    PLAIN = "plain"
+    #: A JSON document, read back decoded.
+    JSON = "json"
+    #: A JSON array read back as a tuple; an empty one (``[]``, or ``null``) is not decoded.
+    JSON_LIST = "json_list"
+    #: A UTC timestamp; a claim's are never NULL.
+    TIMESTAMP = "timestamp"
+
+
+class Fill(enum.Enum):
+    """Where an enqueue takes a job column's value from."""
+
+    #: The checked job row (``sqlqueue._jobrow.JobRow``), under the column's name.
+    ROW = "row"
+    #: The column's ``constant`` (JSON columns: already encoded as text).
+    CONSTANT = "constant"
+    #: The database clock at the insert.
+    CLOCK = "clock"
+    #: The row's ``_run_at``, else the clock plus its ``_delay`` seconds.
+    DUE = "due"
+
+
+@dataclass(frozen=True)
+class JobColumn:
+    """One column of ``sqlqueue_jobs`` as enqueue and claim see it."""
+
+    name: str
+    kind: ColumnKind = ColumnKind.PLAIN
+    #: How an enqueue writes it; ``None``: it does not (the database default, or NULL).
+    fill: Fill | None = None
+    constant: Any = None
+    #: Whether a claim returns it, and under which ``ClaimedJob`` field (default: its name).
+    claimed: bool = False
+    claimed_as: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The ``ClaimedJob`` field a claim reads this column into."""
+        return self.claimed_as or self.name
+
+
+_PLAIN, _JSON, _TIME = ColumnKind.PLAIN, ColumnKind.JSON, ColumnKind.TIMESTAMP
+
+#: The job columns enqueue and claim touch. Enqueue writes the ``fill`` ones, a claim returns
+#: the ``claimed`` ones in this order, and the bulk paths carry the ``ROW`` ones in this order.
+#: Adding a column is an entry here, its ``Column`` in ``jobs`` and a migration.
+JOB_COLUMNS: tuple[JobColumn, ...] = (
+    JobColumn("id", claimed=True),
+    JobColumn("job_type", fill=Fill.ROW, claimed=True),
+    JobColumn("queue", fill=Fill.ROW, claimed=True),
+    JobColumn("priority", fill=Fill.ROW, claimed=True),
+    JobColumn("payload", _JSON, fill=Fill.ROW, claimed=True),
+    JobColumn("status", fill=Fill.CONSTANT, constant="queued"),
+    JobColumn("attempts", fill=Fill.CONSTANT, constant=0, claimed=True, claimed_as="attempt"),
+    JobColumn("max_attempts", fill=Fill.ROW, claimed=True),
+    JobColumn("errors", ColumnKind.JSON_LIST, fill=Fill.CONSTANT, constant="[]", claimed=True),
+    JobColumn("next_run_at", _TIME, fill=Fill.DUE),
+    JobColumn("created_at", _TIME, fill=Fill.CLOCK, claimed=True),
+    JobColumn("updated_at", _TIME, fill=Fill.CLOCK),
+    JobColumn("idempotency_key", fill=Fill.ROW),
+    JobColumn("group_key", fill=Fill.ROW),
+    JobColumn("started_at", _TIME, claimed=True),
+    JobColumn("lease_expires_at", _TIME, claimed=True),
+)
+#: The columns an enqueue writes, those it takes from the job row, and those a claim returns.
+ENQUEUE_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.fill is not None)
+ROW_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.fill is Fill.ROW)
+CLAIM_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.claimed)
 
 # Claim: due jobs of a queue in (priority, due time, id) order; only claimable rows are indexed.
 Index(

@@ -14,13 +14,18 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["EncodedJson", "Id", "JsonDocument", "UtcDateTime"]
+__all__ = ["EncodedJson", "Id", "JsonDocument", "UtcDateTime", "as_utc"]
 
 #: 64-bit ids on PostgreSQL; SQLite only auto-increments a plain ``INTEGER PRIMARY KEY``.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
 #: JSON documents: ``jsonb`` on PostgreSQL, SQLite's JSON text elsewhere.
 JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware UTC datetime from a driver's value (naive values are UTC already)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class EncodedJson(TypeDecorator[str]):

@@ -15,9 +15,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import sqlqueue
 from sqlqueue._schema import jobs
+from sqlqueue._store.bulk_copy import COPY_MIN_ROWS
+from sqlqueue._store.bulk_json import ROWS_PER_STATEMENT
 from sqlqueue.dialects._base import WAKE_CHANNEL
-from sqlqueue.dialects._pg_copy import COPY_MIN_ROWS
-from sqlqueue.dialects._sqlite_bulk import ROWS_PER_STATEMENT
 from tests._support import count_jobs, db_now
 
 #: Sizes on both sides of each backend's switch to its bulk path and of SQLite's chunking.

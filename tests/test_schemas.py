@@ -23,8 +23,8 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from sqlqueue._store.bulk_copy import COPY_MIN_ROWS
 from sqlqueue.dialects import dialect_for
-from sqlqueue.dialects._pg_copy import COPY_MIN_ROWS
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.webhooks import UnknownEndpoint, Webhooks
 from tests._support import drain

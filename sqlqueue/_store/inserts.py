@@ -7,7 +7,9 @@ and inserted second, so concurrent enqueuers cannot both win.
 The statements are built once per dialect and reused: SQLAlchemy then finds their compiled
 form by the cache key it memoised on the statement, instead of building the construct and its
 key again for every job. A batch goes to the dialect's bulk path when it has one (PostgreSQL
-COPY, SQLite one statement per batch); otherwise to multi-row INSERTs.
+COPY, SQLite one statement per batch); otherwise to multi-row INSERTs. What each column gets
+comes from ``sqlqueue._schema.ENQUEUE_COLUMNS``: the job row's values are bound by name, the
+rest written by the statement.
 
 They run on the caller's connection, so each carries the dialect's ``table_options`` itself
 (the tables' schema), leaving the connection as the caller set it up.
@@ -23,10 +25,12 @@ from sqlalchemy import Connection, Float, Insert, Select, bindparam, func, inser
 
 from sqlqueue._errors import EnqueueError
 from sqlqueue._jobrow import JobRow
-from sqlqueue._schema import jobs
+from sqlqueue._schema import ENQUEUE_COLUMNS, ColumnKind, Fill, JobColumn, jobs
 from sqlqueue._store._direct import DirectStatement, can_run_directly
+from sqlqueue._store.bulk_copy import copy_jobs
+from sqlqueue._store.bulk_json import insert_jobs_from_json
 from sqlqueue._types import EncodedJson, UtcDateTime
-from sqlqueue.dialects import Dialect
+from sqlqueue.dialects import BulkPath, Dialect
 
 __all__ = ["insert_rows"]
 
@@ -70,32 +74,47 @@ def _statements(dialect: Dialect) -> _Statements:
     return found
 
 
+def _written_value(column: JobColumn, dialect: Dialect) -> Any:
+    """What the INSERT writes into ``column``; ``None`` for a plain value of the job row, which
+    is bound by its name from the row (the column's own type processes it)."""
+    json = column.kind in (ColumnKind.JSON, ColumnKind.JSON_LIST)
+    if column.fill is Fill.ROW:  # JSON arrives encoded, as text
+        return bindparam(column.name, type_=EncodedJson()) if json else None
+    if column.fill is Fill.CONSTANT:
+        if json:
+            return bindparam(f"sqlqueue_{column.name}", column.constant, type_=EncodedJson())
+        return column.constant
+    if column.fill is Fill.CLOCK:
+        return dialect.clock()
+    return func.coalesce(
+        bindparam("_run_at", type_=UtcDateTime()),
+        dialect.clock_plus(bindparam("_delay", type_=Float())),
+        type_=UtcDateTime(),
+    )
+
+
+#: The column an enqueue computes from ``_run_at`` and ``_delay``: due now, it is the clock.
+_DUE = next(column.name for column in ENQUEUE_COLUMNS if column.fill is Fill.DUE)
+
+
 def _build_statements(dialect: Dialect) -> _Statements:
     clock = dialect.clock()
-    values: dict[str, Any] = {
-        "payload": bindparam("payload", type_=EncodedJson()),
-        "status": "queued",
-        "attempts": 0,
-        "errors": bindparam("sqlqueue_no_errors", "[]", type_=EncodedJson()),
-        "created_at": clock,
-        "updated_at": clock,
-        "next_run_at": func.coalesce(
-            bindparam("_run_at", type_=UtcDateTime()),
-            dialect.clock_plus(bindparam("_delay", type_=Float())),
-            type_=UtcDateTime(),
-        ),
-    }
+    values: dict[str, Any] = {}
+    for column in ENQUEUE_COLUMNS:
+        value = _written_value(column, dialect)
+        if value is not None:
+            values[column.name] = value
     wake = dialect.wake_columns()
     plain = insert(jobs).values(**values)
     keyed = dialect.insert_ignoring_duplicate_keys().values(**values)
     # One row without a key writes NULL itself instead of binding the row's ``None``; due now,
     # ``coalesce(NULL, clock + 0 s)`` is the clock: the same values, less to bind and evaluate.
-    plain_one = plain.values(idempotency_key=null())
-    keyed_now = keyed.values(next_run_at=clock)
+    plain_one = plain.values({jobs.c.idempotency_key: null()})
+    keyed_now = keyed.values({_DUE: clock})
     return _Statements(
         one=_one_row(plain_one.returning(jobs.c.id, *wake)),
         one_keyed=_one_row(keyed.returning(jobs.c.id, *wake)),
-        one_now=_one_row(plain_one.values(next_run_at=clock).returning(jobs.c.id, *wake)),
+        one_now=_one_row(plain_one.values({_DUE: clock}).returning(jobs.c.id, *wake)),
         one_keyed_now=_one_row(keyed_now.returning(jobs.c.id, *wake)),
         many=plain.returning(jobs.c.id, *wake, sort_by_parameter_order=True),
         many_keyed=keyed.returning(jobs.c.id, jobs.c.idempotency_key, *wake),
@@ -128,7 +147,7 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> l
             if slot == len(written):
                 written.append(row)
             slots.append(slot)
-    ids = dialect.bulk_insert_jobs(conn, written)
+    ids = _insert_bulk(dialect, conn, written)
     if ids is None:
         ids = _insert_many(dialect, conn, written)
     taken = [
@@ -141,6 +160,16 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> l
             for row, job_id in zip(written, ids, strict=True)
         ]
     return [_require(ids[slot]) for slot in slots]
+
+
+def _insert_bulk(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list[int | None] | None:
+    """``rows`` (distinct keys) by the dialect's bulk path; ``None`` if it has none for them."""
+    path = dialect.bulk_path
+    if path is BulkPath.COPY:
+        return copy_jobs(dialect, conn, rows)
+    if path is BulkPath.JSON_ARRAY:
+        return insert_jobs_from_json(dialect, conn, rows)
+    return None
 
 
 def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:

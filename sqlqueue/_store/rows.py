@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import RowMapping
 
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
+from sqlqueue._schema import CLAIM_COLUMNS, ColumnKind, JobColumn
+from sqlqueue._types import as_utc
 
 __all__ = [
-    "CLAIM_COLUMNS",
     "ClaimedJob",
     "Failure",
     "as_utc",
@@ -20,21 +21,6 @@ __all__ = [
     "error_entry",
     "row_to_job",
 ]
-
-#: What a claim returns, in this order (``claims_from_rows`` reads the rows by position).
-CLAIM_COLUMNS = (
-    "id",
-    "job_type",
-    "queue",
-    "priority",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "errors",
-    "created_at",
-    "started_at",
-    "lease_expires_at",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,21 +134,64 @@ def row_to_job(row: RowMapping) -> Job:
     )
 
 
-_NO_ERRORS = ("[]", "null")
+_EMPTY_LISTS = ("[]", "null")
+
+#: How each kind of claimed column is read from its row value ``v`` (see ``claims_from_rows``).
+_READERS = {
+    ColumnKind.PLAIN: "{v}",
+    ColumnKind.JSON: "document({v})",
+    ColumnKind.JSON_LIST: "() if not {v} or {v} in _EMPTY_LISTS else tuple(document({v}) or ())",
+    ColumnKind.TIMESTAMP: "once({v})",
+}
 
 
-def as_utc(value: datetime) -> datetime:
-    """An aware UTC datetime from a driver's value (naive values are UTC already)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def _claim_reader(columns: Sequence[JobColumn]) -> Callable[..., list[ClaimedJob]]:
+    """The body of :func:`claims_from_rows` for ``columns``, written out once at import.
+
+    Like ``dataclasses`` and ``namedtuple``, the reader is generated source: each row is
+    unpacked by position and each value converted inline, as a hand-written loop would, so
+    deriving the columns from ``sqlqueue._schema.CLAIM_COLUMNS`` costs nothing per job."""
+    names = [f"_{column.name}" for column in columns]
+    fields = ", ".join(
+        f"{column.field}={_READERS[column.kind].format(v=name)}"
+        for column, name in zip(columns, names, strict=True)
+    )
+    source = f"""\
+def read(rows, moment, document):
+    moments = {{}}
+
+    def once(value):
+        found = moments.get(value)
+        if found is None:
+            found = moments[value] = moment(value)
+        return found
+
+    claimed = []
+    append = claimed.append
+    for ({", ".join(names)},) in rows:
+        append(ClaimedJob({fields}))
+    return claimed
+"""
+    namespace: dict[str, Any] = {"ClaimedJob": ClaimedJob, "_EMPTY_LISTS": _EMPTY_LISTS}
+    exec(compile(source, f"<claim reader of {__name__}>", "exec"), namespace)
+    reader: Callable[..., list[ClaimedJob]] = namespace["read"]
+    return reader
+
+
+_read_claims = _claim_reader(CLAIM_COLUMNS)
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def claims_from_rows(
     rows: Iterable[Sequence[Any]],
     *,
     moment: Callable[[Any], datetime] = as_utc,
-    document: Callable[[Any], Any] = lambda value: value,
+    document: Callable[[Any], Any] = _as_is,
 ) -> list[ClaimedJob]:
-    """A claim's rows, in :data:`CLAIM_COLUMNS` order, as claimed jobs.
+    """A claim's rows, in ``sqlqueue._schema.CLAIM_COLUMNS`` order, as claimed jobs.
 
     ``moment`` turns a timestamp as the driver returns it into an aware UTC datetime; it runs
     once per distinct value, since a claim's ``started_at`` and ``lease_expires_at`` come from
@@ -170,31 +199,4 @@ def claims_from_rows(
     third of the Python time of a 100-job round trip). ``document`` decodes JSON the driver
     returned as text; an empty error history (a first attempt's) is not decoded at all, and a
     JSON ``null`` written by hand reads as an empty one, as it always did."""
-    moments: dict[Any, datetime] = {}
-
-    def once(value: Any) -> datetime:
-        found = moments.get(value)
-        if found is None:
-            found = moments[value] = moment(value)
-        return found
-
-    claimed = []
-    for row in rows:
-        (job_id, job_type, queue, priority, payload, attempts, max_attempts, errors,
-         created_at, started_at, lease_expires_at) = row  # fmt: skip
-        claimed.append(
-            ClaimedJob(
-                id=job_id,
-                job_type=job_type,
-                queue=queue,
-                priority=priority,
-                payload=document(payload),
-                attempt=attempts,
-                max_attempts=max_attempts,
-                errors=() if not errors or errors in _NO_ERRORS else tuple(document(errors) or ()),
-                created_at=once(created_at),
-                started_at=once(started_at),
-                lease_expires_at=once(lease_expires_at),
-            )
-        )
-    return claimed
+    return _read_claims(rows, moment, document)

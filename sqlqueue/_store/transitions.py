@@ -16,7 +16,7 @@ from sqlalchemy import Connection, String, Update, bindparam, case, select, upda
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
+from sqlqueue._store.rows import ClaimedJob, Failure, claims_from_rows, error_entry
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -71,7 +71,11 @@ def claim(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
-    claimed = dialect.claimed_jobs(conn.execute(stmt, params).all(), _json_decoder(conn))
+    claimed = claims_from_rows(
+        conn.execute(stmt, params).all(),
+        moment=dialect.claim_moment,
+        document=_json_decoder(conn),
+    )
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 

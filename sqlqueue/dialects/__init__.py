@@ -5,11 +5,11 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from sqlqueue._errors import UnsupportedDatabase
-from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects._base import BulkPath, Dialect
 from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
-__all__ = ["Dialect", "dialect_for"]
+__all__ = ["BulkPath", "Dialect", "dialect_for"]
 
 _DIALECTS: dict[str, type[Dialect]] = {
     name: cls for cls in (SQLiteDialect, PostgresDialect) for name in cls.names

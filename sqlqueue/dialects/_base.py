@@ -4,14 +4,18 @@ A :class:`Dialect` owns the database clock (and arithmetic on it), the claim sta
 conflict-ignoring inserts and upserts, connection setup, capability flags and the translation of
 driver errors into sqlqueue's hierarchy. The base class holds the portable versions; backends
 override only what differs.
+
+Dialects sit below the store: they import nothing of sqlqueue but ``_schema``, ``_types`` and
+``_errors``. They say what their database can do (:attr:`Dialect.bulk_path`) and how (statement
+builders); the store decides when, and turns rows into sqlqueue's values.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 import hashlib
-import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -24,7 +28,6 @@ from sqlalchemy import (
     Float,
     Insert,
     Integer,
-    Row,
     Select,
     String,
     Table,
@@ -52,15 +55,15 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnsupportedDatabase,
 )
-from sqlqueue._schema import jobs, table_options
-from sqlqueue._store.rows import CLAIM_COLUMNS, ClaimedJob, claims_from_rows
-from sqlqueue._types import UtcDateTime
+from sqlqueue._schema import CLAIM_COLUMNS, ColumnKind, jobs, table_options
+from sqlqueue._types import UtcDateTime, as_utc
 
 __all__ = [
     "CLAIM_JSON",
     "CLAIM_RETURNING",
     "CLAIM_TIMESTAMPS",
     "WAKE_CHANNEL",
+    "BulkPath",
     "Dialect",
     "wake_channel",
 ]
@@ -72,12 +75,28 @@ WAKE_CHANNEL = "sqlqueue"
 #: The longest channel name PostgreSQL takes (NAMEDATALEN - 1 bytes).
 _MAX_CHANNEL_BYTES = 63
 
-#: Columns a claim hands to the worker, in the order ``claims_from_rows`` reads them.
-CLAIM_RETURNING = tuple(jobs.c[name] for name in CLAIM_COLUMNS)
+#: Columns a claim hands to the worker, in ``sqlqueue._schema.CLAIM_COLUMNS`` order.
+CLAIM_RETURNING = tuple(jobs.c[column.name] for column in CLAIM_COLUMNS)
 
 #: The columns of :data:`CLAIM_RETURNING` that hold JSON, and those that are timestamps.
-CLAIM_JSON = frozenset({"payload", "errors"})
-CLAIM_TIMESTAMPS = frozenset({"created_at", "started_at", "lease_expires_at"})
+CLAIM_JSON = frozenset(
+    c.name for c in CLAIM_COLUMNS if c.kind in (ColumnKind.JSON, ColumnKind.JSON_LIST)
+)
+CLAIM_TIMESTAMPS = frozenset(c.name for c in CLAIM_COLUMNS if c.kind is ColumnKind.TIMESTAMP)
+
+
+class BulkPath(enum.Enum):
+    """How a backend writes thousands of job rows fastest (the store's ``insert_rows``)."""
+
+    #: Multi-row ``INSERT … RETURNING`` (SQLAlchemy's insertmanyvalues): any backend.
+    INSERT = "insert"
+    #: ``COPY … FROM STDIN`` with ids taken from the sequence first (see ``_store/bulk_copy.py``):
+    #: needs :meth:`Dialect.copy_driver`, :meth:`Dialect.copy_rows` and the ``copy_*`` builders.
+    COPY = "copy"
+    #: One ``INSERT … SELECT … FROM`` a JSON array parameter per batch (``_store/bulk_json.py``):
+    #: needs :meth:`Dialect.json_array_rows` and :meth:`Dialect.json_element`.
+    JSON_ARRAY = "json_array"
+
 
 #: The claim statement's parameters, bound at each execution (see ``Dialect.claim_statement``).
 _CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
@@ -149,6 +168,8 @@ class Dialect(abc.ABC):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: The fastest way to write a batch of job rows.
+    bulk_path: ClassVar[BulkPath] = BulkPath.INSERT
     #: sqlqueue's tables can live in a named schema of the database, apart from other queues'.
     supports_schemas: ClassVar[bool] = False
     #: The longest schema name the database takes, in bytes (UTF-8).
@@ -342,10 +363,11 @@ class Dialect(abc.ABC):
         )
 
     def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
-        """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for
-        :meth:`claimed_jobs` to read: JSON as text (decoded from ``str``, where drivers decode
-        bytes, an empty error history not at all), timestamps as the driver reads them (made
-        UTC once per distinct value, where the column type would convert each)."""
+        """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for the
+        store to read: JSON as text (decoded from ``str``, where drivers decode bytes, an empty
+        error history not at all), timestamps as the driver reads them (made UTC by
+        :meth:`claim_moment` once per distinct value, where the column type would convert
+        each)."""
         return tuple(self._claim_column(column) for column in CLAIM_RETURNING)
 
     def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -355,12 +377,10 @@ class Dialect(abc.ABC):
             return type_coerce(column, DateTime(timezone=True)).label(column.name)
         return column
 
-    def claimed_jobs(
-        self, rows: Sequence[Row[Any]], decode: Callable[[str], Any] = json.loads
-    ) -> list[ClaimedJob]:
-        """A claim's rows (see :meth:`claim_returning`) as the jobs handed to the worker; JSON
-        is decoded with ``decode`` (the engine's ``json_deserializer``, if it has one)."""
-        return claims_from_rows(rows, document=decode)
+    def claim_moment(self, value: Any) -> datetime:
+        """A timestamp of :meth:`claim_returning` as the driver returns it, as an aware UTC
+        datetime (the store calls it once per distinct value of a claim)."""
+        return as_utc(value)
 
     def holds_lease(
         self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None
@@ -481,15 +501,44 @@ class Dialect(abc.ABC):
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
         return f"cannot reach the database: {str(error.orig).strip()}"
 
-    # -- enqueue in bulk and pooled connections (added for issue 4) -------------------------
+    # -- enqueue in bulk (see ``bulk_path``) and pooled connections (added for issue 4) ------
 
-    def bulk_insert_jobs(
-        self, conn: Connection, rows: Sequence[Mapping[str, Any]]
-    ) -> list[int | None] | None:
-        """Insert checked job rows (``sqlqueue._jobrow.JobRow``, distinct keys) by the backend's
-        fastest path; return one id per row, ``None`` where a job with the row's key exists.
-        ``None`` overall: no such path for these rows, use multi-row INSERTs."""
-        return None
+    def copy_driver(self, conn: Connection) -> bool:
+        """Whether ``conn``'s driver can stream rows with :meth:`copy_rows` (``BulkPath.COPY``)."""
+        return False
+
+    def copy_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+    ) -> None:
+        """Stream ``rows`` (values in ``columns`` order) into ``table`` (in its own schema, or
+        this dialect's when it names none) in the caller's transaction; driver errors come out
+        as SQLAlchemy's (``BulkPath.COPY``)."""
+        raise UnsupportedDatabase(f"{type(self).__name__} cannot COPY")
+
+    def copy_allocation(self, staging_table: str) -> Select[Any]:
+        """One row: the clock, an array of ``:count`` fresh job ids in ascending order, a
+        wake-up sent (at commit) for each queue of ``:queues``, and whether the session's
+        ``staging_table`` exists (``BulkPath.COPY``); its other parameters come from
+        :meth:`copy_parameters`."""
+        raise UnsupportedDatabase(f"{type(self).__name__} cannot COPY")
+
+    def copy_parameters(self, conn: Connection) -> dict[str, Any]:
+        """The parameters of :meth:`copy_allocation` that depend on this dialect's schema."""
+        return {}
+
+    def json_array_rows(self, document: ColumnElement[str]) -> Any:
+        """A table of the elements of the JSON array ``document``, with columns ``key`` (the
+        position) and ``value`` (``BulkPath.JSON_ARRAY``)."""
+        raise UnsupportedDatabase(f"{type(self).__name__} cannot read JSON arrays as rows")
+
+    def json_element(self, array: ColumnElement[Any], index: int, type_: Any) -> ColumnElement[Any]:
+        """The ``index``-th element of the JSON array ``array`` as ``type_``
+        (``BulkPath.JSON_ARRAY``)."""
+        raise UnsupportedDatabase(f"{type(self).__name__} cannot read JSON arrays as rows")
 
     def connection_dropped(self, dbapi_connection: Any) -> bool:
         """Whether an idle pooled connection is known dead without a round trip (the server

@@ -6,10 +6,10 @@ selection runs exactly once) and lease them with ``UPDATE … FROM … RETURNING
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     URL,
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     Update,
     bindparam,
     cast,
@@ -32,14 +33,17 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, REGCLASS
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.schema import CreateSchema
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import _CLAIM_LIMIT, Dialect
+from sqlqueue.dialects._base import _CLAIM_LIMIT, BulkPath, Dialect
+
+if TYPE_CHECKING:
+    from psycopg import sql
 
 __all__ = ["PostgresDialect"]
 
@@ -63,6 +67,7 @@ class PostgresDialect(Dialect):
     supports_listen_notify: ClassVar[bool] = True
     supports_many_hosts: ClassVar[bool] = True
     supports_schemas: ClassVar[bool] = True
+    bulk_path: ClassVar[BulkPath] = BulkPath.COPY
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
@@ -257,13 +262,74 @@ class PostgresDialect(Dialect):
         text = " ".join(str(error.orig).split())
         return f"cannot reach PostgreSQL: {text}"
 
-    # -- enqueue in bulk and pooled connections (added for issue 4) -------------------------
+    # -- enqueue in bulk (COPY) and pooled connections (added for issue 4) -------------------
 
-    def bulk_insert_jobs(self, conn: Connection, rows: Sequence[Any]) -> list[int | None] | None:
-        """COPY, from ``COPY_MIN_ROWS`` rows on psycopg 3 (see ``dialects/_pg_copy.py``)."""
-        from sqlqueue.dialects._pg_copy import copy_jobs
+    def copy_driver(self, conn: Connection) -> bool:
+        """psycopg 3's synchronous connection (an async one, or another driver, cannot COPY)."""
+        try:
+            import psycopg
+        except ImportError:  # pragma: no cover - another PostgreSQL driver
+            return False
+        return isinstance(conn.connection.driver_connection, psycopg.Connection)
 
-        return copy_jobs(conn, rows, schema=self.schema, channel=self.wake_channel)
+    def copy_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+    ) -> None:
+        """``COPY table (columns) FROM STDIN`` on the caller's connection, into the table's
+        schema, or this dialect's for sqlqueue's own tables (``table.schema`` unset); driver
+        errors come out as SQLAlchemy's, like every other statement's, to be translated as
+        theirs are."""
+        import psycopg
+
+        schema = table.schema if table.schema is not None else self.schema
+        statement = _copy_statement(schema, table.name, tuple(columns))
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        try:
+            with driver.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.Error as error:
+            raise sa_exc.DBAPIError.instance(
+                statement.as_string(driver), None, error, psycopg.Error, dialect=conn.dialect
+            ) from error
+
+    def copy_allocation(self, staging_table: str) -> Select[Any]:
+        """``statement_timestamp()``, ``nextval`` of the jobs' sequence ``:count`` times, one
+        ``pg_notify`` on ``:channel`` per queue (delivered at commit, as the INSERT path's) and
+        ``to_regclass('pg_temp.…')``: one round trip. The job table's name is bound as
+        ``:jobs_table`` (with its schema, quoted: see :meth:`copy_parameters`)."""
+        table_name = bindparam("jobs_table", type_=Text())
+        sequence = select(
+            cast(func.pg_get_serial_sequence(table_name, jobs.c.id.name), REGCLASS)
+        ).scalar_subquery()
+        ids = (
+            select(func.array_agg(func.nextval(sequence), type_=_ID_ARRAY))
+            .select_from(func.generate_series(1, bindparam("count", type_=Integer())))
+            .scalar_subquery()
+        )
+        queues = (
+            func.unnest(bindparam("queues", type_=ARRAY(Text())))
+            .table_valued("queue")
+            .render_derived()
+        )
+        channel = bindparam("channel", type_=Text())
+        wakes = select(func.count(func.pg_notify(channel, queues.c.queue))).scalar_subquery()
+        staging = func.to_regclass(f"pg_temp.{staging_table}").is_not(None)
+        return select(self.clock(), ids, wakes, staging)
+
+    def copy_parameters(self, conn: Connection) -> dict[str, Any]:
+        """The ``:jobs_table`` and ``:channel`` of :meth:`copy_allocation` for this dialect's
+        schema: the table's name as ``pg_get_serial_sequence`` reads it, and the wake channel."""
+        name = jobs.name
+        if self.schema is not None:
+            quote = conn.dialect.identifier_preparer.quote_identifier
+            name = f"{quote(self.schema)}.{quote(jobs.name)}"
+        return {"jobs_table": name, "channel": self.wake_channel}
 
     def connection_dropped(self, dbapi_connection: Any) -> bool:
         """The server closed this idle psycopg 3 connection (terminated backend, restart): its
@@ -298,3 +364,21 @@ class PostgresDialect(Dialect):
             except Exception:  # the read failed: the server is gone
                 return True
         return bool(pgconn.status != ConnStatus.OK)
+
+
+_COPY_STATEMENTS: dict[tuple[str | None, str, tuple[str, ...]], sql.Composed] = {}
+
+
+def _copy_statement(schema: str | None, table: str, columns: tuple[str, ...]) -> sql.Composed:
+    """``COPY [schema.]table (columns) FROM STDIN``, identifiers quoted by the driver; built
+    once."""
+    found = _COPY_STATEMENTS.get((schema, table, columns))
+    if found is None:
+        from psycopg import sql
+
+        name = sql.Identifier(table) if schema is None else sql.Identifier(schema, table)
+        found = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            name, sql.SQL(", ").join(map(sql.Identifier, columns))
+        )
+        _COPY_STATEMENTS[(schema, table, columns)] = found
+    return found

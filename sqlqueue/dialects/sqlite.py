@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +19,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Row,
     String,
     Table,
     Text,
@@ -37,9 +36,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue._schema import jobs
-from sqlqueue._store.rows import ClaimedJob, as_utc, claims_from_rows
-from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import CLAIM_TIMESTAMPS, Dialect
+from sqlqueue._types import UtcDateTime, as_utc
+from sqlqueue.dialects._base import CLAIM_TIMESTAMPS, BulkPath, Dialect
 
 __all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_json", "check_sqlite_version"]
 
@@ -145,11 +143,6 @@ def _restore_level(conn: Connection, level: int) -> None:
         conn.invalidate()  # never return a relaxed connection to the pool
 
 
-def _stored_moment(text: str) -> datetime:
-    """A stored timestamp (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC) as an aware datetime."""
-    return as_utc(datetime.fromisoformat(text))
-
-
 def _fence_document(fences: Sequence[tuple[int, int]]) -> str:
     return json.dumps([[int(job_id), int(attempt)] for job_id, attempt in fences])
 
@@ -165,6 +158,7 @@ class SQLiteDialect(Dialect):
     supports_listen_notify: ClassVar[bool] = False
     supports_many_hosts: ClassVar[bool] = False
     single_writer: ClassVar[bool] = True
+    bulk_path: ClassVar[BulkPath] = BulkPath.JSON_ARRAY
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the library version and put every new connection in WAL with a busy timeout."""
@@ -272,11 +266,10 @@ class SQLiteDialect(Dialect):
             return type_coerce(column, Text()).label(column.name)
         return super()._claim_column(column)
 
-    def claimed_jobs(
-        self, rows: Sequence[Row[Any]], decode: Callable[[str], Any] = json.loads
-    ) -> list[ClaimedJob]:
-        """Read :meth:`claim_returning`'s text, each distinct timestamp parsed once."""
-        return claims_from_rows(rows, moment=_stored_moment, document=decode)
+    def claim_moment(self, value: Any) -> datetime:
+        """A stored timestamp (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC), as :meth:`claim_returning`
+        returns it, as an aware datetime."""
+        return as_utc(datetime.fromisoformat(value))
 
     def conflict_insert(self, table: Table) -> Any:
         """This backend's INSERT construct (``ON CONFLICT`` support)."""
@@ -303,9 +296,11 @@ class SQLiteDialect(Dialect):
 
     # -- enqueue in bulk (added for issue 4) ---------------------------------------------------
 
-    def bulk_insert_jobs(self, conn: Connection, rows: Any) -> list[int | None] | None:
-        """One statement per 5,000 rows, the rows bound as one JSON array
-        (see ``dialects/_sqlite_bulk.py``)."""
-        from sqlqueue.dialects._sqlite_bulk import insert_jobs_from_json
+    def json_array_rows(self, document: ColumnElement[str]) -> Any:
+        """``json_each(document)``: its ``key`` is the element's position."""
+        return func.json_each(document).table_valued("key", "value")
 
-        return insert_jobs_from_json(self, conn, rows)
+    def json_element(self, array: ColumnElement[Any], index: int, type_: Any) -> ColumnElement[Any]:
+        """``json_extract(array, '$[index]')``."""
+        element: ColumnElement[Any] = func.json_extract(array, f"$[{index}]", type_=type_)
+        return element

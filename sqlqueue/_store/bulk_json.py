@@ -1,4 +1,5 @@
-"""SQLite bulk enqueue: thousands of rows in one statement, as one JSON parameter.
+"""Bulk enqueue from a JSON array (``BulkPath.JSON_ARRAY``, SQLite): thousands of rows in one
+statement, as one JSON parameter.
 
 SQLAlchemy's multi-row INSERT needs to match ``RETURNING`` rows to parameters, which SQLite
 does not promise to return in order, so it sends one statement per row; and binding every value
@@ -11,38 +12,33 @@ than the largest) while the statement holds the write lock, so the ids written a
 and ascending in insertion order: sorted, they map to the rows written, in order. Rows with
 keys are checked against the key each id came back with, and a gap (a rowid allocation that is
 not "largest plus one") is refused rather than guessed at.
+
+The columns come from ``sqlqueue._schema.ENQUEUE_COLUMNS``; the dialect says how its database
+reads a JSON array as rows (``json_each`` and ``json_extract`` on SQLite).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Final
 
-from sqlalchemy import Connection, Float, Integer, String, bindparam, func, literal, select, true
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Float, String, bindparam, func, literal, select, true
 
 from sqlqueue._errors import EnqueueError
 from sqlqueue._payload import JSON_ENCODER
-from sqlqueue._schema import jobs
+from sqlqueue._schema import ENQUEUE_COLUMNS, ROW_COLUMNS, ColumnKind, Fill, JobColumn, jobs
 from sqlqueue._types import EncodedJson, UtcDateTime
-from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects import Dialect
 
 __all__ = ["insert_jobs_from_json"]
 
 #: Rows per statement: bounds the JSON text held at once (~50 bytes a row plus payloads).
 ROWS_PER_STATEMENT: Final = 5000
-#: Each row's values in the JSON array, by position.
-_FIELDS: Final = (
-    "job_type",
-    "queue",
-    "priority",
-    "payload",
-    "max_attempts",
-    "idempotency_key",
-    "group_key",
-    "_run_at",
-    "_delay",
-)
+#: Each row's values in the JSON array, by position: the row's columns, then its due time.
+_FIELDS: Final = (*(column.name for column in ROW_COLUMNS), "_run_at", "_delay")
+_pick: Final = itemgetter(*(column.name for column in ROW_COLUMNS))
+_KEY: Final = jobs.c.idempotency_key.name
 _ENCODER: Final = JSON_ENCODER
 
 _STATEMENTS: dict[tuple[type[Dialect], bool], Any] = {}
@@ -55,10 +51,10 @@ def _statement(dialect: Dialect, *, due_in_rows: bool) -> Any:
     found = _STATEMENTS.get((type(dialect), due_in_rows))
     if found is not None:
         return found
-    each = func.json_each(bindparam("rows", type_=String())).table_valued("key", "value")
+    each = dialect.json_array_rows(bindparam("rows", type_=String()))
 
     def field(name: str, type_: Any) -> Any:
-        return func.json_extract(each.c.value, f"$[{_FIELDS.index(name)}]", type_=type_)
+        return dialect.json_element(each.c.value, _FIELDS.index(name), type_)
 
     clock = dialect.clock()
     due = (
@@ -70,27 +66,25 @@ def _statement(dialect: Dialect, *, due_in_rows: bool) -> Any:
         if due_in_rows
         else clock
     )
-    values = {
-        "job_type": field("job_type", String()),
-        "queue": field("queue", String()),
-        "priority": field("priority", Integer()),
-        "payload": field("payload", String()),
-        "status": literal("queued"),
-        "attempts": literal(0),
-        "max_attempts": field("max_attempts", Integer()),
-        "errors": bindparam("no_errors", "[]", type_=EncodedJson()),
-        "next_run_at": due,
-        "created_at": clock,
-        "updated_at": clock,
-        "idempotency_key": field("idempotency_key", String()),
-        "group_key": field("group_key", String()),
-    }
+
+    def value(column: JobColumn) -> Any:
+        if column.fill is Fill.ROW:  # JSON embedded as text
+            json = column.kind in (ColumnKind.JSON, ColumnKind.JSON_LIST)
+            return field(column.name, String() if json else jobs.c[column.name].type)
+        if column.fill is Fill.DUE:
+            return due
+        if column.fill is Fill.CLOCK:
+            return clock
+        if column.kind in (ColumnKind.JSON, ColumnKind.JSON_LIST):
+            return bindparam(f"sqlqueue_{column.name}", column.constant, type_=EncodedJson())
+        return literal(column.constant)
+
+    values = [value(column) for column in ENQUEUE_COLUMNS]
     # SQLite needs a WHERE in INSERT … SELECT … ON CONFLICT (or it parses ON as a join's).
-    rows = select(*values.values()).select_from(each).where(true()).order_by(each.c.key)
+    rows = select(*values).select_from(each).where(true()).order_by(each.c.key)
     found = (
-        sqlite_insert(jobs)
-        .from_select([jobs.c[name] for name in values], rows)
-        .on_conflict_do_nothing(index_elements=[jobs.c.idempotency_key])
+        dialect.insert_ignoring_duplicate_keys()
+        .from_select([jobs.c[column.name] for column in ENQUEUE_COLUMNS], rows)
         .returning(jobs.c.id, jobs.c.idempotency_key)
     )
     _STATEMENTS[(type(dialect), due_in_rows)] = found
@@ -103,6 +97,7 @@ def insert_jobs_from_json(
     """Write ``rows`` (checked, distinct keys); one id per row, ``None`` where a job with the
     row's key exists."""
     to_text = UtcDateTime().dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    pick = _pick
     ids: list[int | None] = []
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[start : start + ROWS_PER_STATEMENT]
@@ -110,13 +105,7 @@ def insert_jobs_from_json(
         document = _ENCODER.encode(
             [
                 [
-                    row["job_type"],
-                    row["queue"],
-                    row["priority"],
-                    row["payload"],
-                    row["max_attempts"],
-                    row["idempotency_key"],
-                    row["group_key"],
+                    *pick(row),
                     None if row["_run_at"] is None or to_text is None else to_text(row["_run_at"]),
                     row["_delay"],
                 ]
@@ -132,17 +121,13 @@ def insert_jobs_from_json(
 def _match(rows: Sequence[Mapping[str, Any]], returned: Sequence[Any]) -> list[int | None]:
     """Ids for ``rows`` from the ``(id, key)`` pairs one statement returned (see above)."""
     by_key = {key: int(job_id) for job_id, key in returned if key is not None}
-    written = [
-        i
-        for i, row in enumerate(rows)
-        if row["idempotency_key"] in by_key or row["idempotency_key"] is None
-    ]
+    written = [i for i, row in enumerate(rows) if row[_KEY] in by_key or row[_KEY] is None]
     new_ids = sorted(int(job_id) for job_id, _ in returned)
     if len(new_ids) != len(written) or (new_ids and new_ids[-1] - new_ids[0] + 1 != len(new_ids)):
         raise EnqueueError(_UNMATCHED)
     ids: list[int | None] = [None] * len(rows)
     for index, job_id in zip(written, new_ids, strict=True):
-        key = rows[index]["idempotency_key"]
+        key = rows[index][_KEY]
         if key is not None and by_key[key] != job_id:
             raise EnqueueError(_UNMATCHED)
         ids[index] = job_id
