@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue._backoff import Backoff, as_backoff
 from sqlqueue._circuit import CircuitBreaker
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._pipeline import Plan, plan
 from sqlqueue._ratelimit import RateLimit
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class Task:
     _payload_names: tuple[frozenset[str] | None, frozenset[str]] | None = field(
         init=False, repr=False
     )
+    #: The steps its attempts go through, decided here once (see sqlqueue/_pipeline.py).
+    plan: Plan = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:
@@ -115,6 +118,7 @@ class Task:
         object.__setattr__(
             self, "_payload_names", _payload_names(signature, self.context_parameter)
         )
+        object.__setattr__(self, "plan", plan(self))
 
     def payload_fits(self, payload: Mapping[str, Any]) -> bool:
         """Whether ``payload`` binds to the handler's keyword parameters, by set arithmetic
