@@ -72,9 +72,9 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         kwargs = _arguments(task, job)
         if plan.gates:
             admission = await _gates.admit(task, job, runtime)  # or Snooze: deferred
-        if plan.context:
+        if plan.context is not None:
             context = runtime.make_context(job)
-            kwargs[task.context_parameter] = context  # type: ignore[index]
+            kwargs[plan.context] = context
             try:
                 result, recorded, landed = await _watch(task, job, runtime, kwargs, context)
             finally:

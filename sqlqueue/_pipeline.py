@@ -60,20 +60,18 @@ class Plan:
     steps: tuple[str, ...]
     #: Whether it needs no loop-side step: started on a handler thread, no asyncio task.
     direct: bool
-    #: The loop-side steps the executor asks about per attempt, as flags (not a search).
+    #: What the executor asks per attempt, as fields rather than a search of ``steps``:
+    #: whether the gates are in, and the parameter the job's context goes to (if it is in).
     gates: bool
-    context: bool
+    context: str | None
     #: The handler with the extra steps around it.
     call: Call = field(repr=False)
-
-    def __contains__(self, step: str) -> bool:
-        return step in self.steps
 
 
 def plan(task: Task) -> Plan:
     """The pipeline of ``task``'s attempts, from its handler and options."""
     extra = [step for step in STEPS if step.wanted(task)]
-    around_call = [
+    loop_side = [
         name
         for name, wanted in (
             ("gates", task.rate_limit is not None or task.circuit_breaker is not None),
@@ -84,10 +82,10 @@ def plan(task: Task) -> Plan:
     ]
     # Awaited in an asyncio task of its own (shutdown cancels it, a timeout abandons it)
     # whenever something runs on the loop around the handler, or the handler itself does.
-    watch = ["watch"] if around_call or task.is_async else []
+    watch = ["watch"] if loop_side or task.is_async else []
     steps = (
         "arguments",
-        *around_call,
+        *loop_side,
         *watch,
         "loop" if task.is_async else "thread",
         *(step.name for step in extra),
@@ -101,8 +99,8 @@ def plan(task: Task) -> Plan:
     return Plan(
         steps=steps,
         direct=not watch,
-        gates="gates" in around_call,
-        context="context" in around_call,
+        gates="gates" in loop_side,
+        context=task.context_parameter,
         call=call,
     )
 
