@@ -14,6 +14,7 @@ from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._rate_limit import RateLimit
+from sqlqueue._worker.pipeline import Plan, plan
 
 if TYPE_CHECKING:
     from sqlqueue._enqueue import Executable
@@ -129,6 +130,8 @@ class Task:
     _payload_names: tuple[frozenset[str] | None, frozenset[str]] | None = field(
         init=False, repr=False
     )
+    #: The steps its attempts go through, decided here once (see sqlqueue/_worker/pipeline.py).
+    plan: Plan = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:
@@ -144,6 +147,7 @@ class Task:
         object.__setattr__(
             self, "_payload_names", _payload_names(signature, self.context_parameter)
         )
+        object.__setattr__(self, "plan", plan(self))
 
     def payload_fits(self, payload: Mapping[str, Any]) -> bool:
         """Whether ``payload`` binds to the handler's keyword parameters, by set arithmetic

@@ -436,11 +436,11 @@ def test_a_handler_raising_cancelled_error_itself_fails_like_any_error(backend):
     async def async_cancel() -> None:
         raise asyncio.CancelledError
 
-    @queue.task("timed_cancel", max_attempts=1, timeout=30)  # runs through execute()
+    @queue.task("timed_cancel", max_attempts=1, timeout=30)  # not direct: runs through execute()
     def timed_cancel() -> None:
         raise asyncio.CancelledError
 
-    @queue.task("plain_cancel", max_attempts=1)  # runs through start_plain()
+    @queue.task("plain_cancel", max_attempts=1)  # direct: runs through start_direct()
     def plain_cancel() -> None:
         raise asyncio.CancelledError
 

@@ -1,6 +1,10 @@
-"""Running one attempt of one job: its gates, its handler (sync in a thread, async on the
-event loop), its timeout and its own transaction; :mod:`sqlqueue._worker.classify` turns whatever
-happened into the outcome.
+"""Running one attempt of one job through its task's pipeline (sqlqueue/_worker/pipeline.py): its
+gates, its context, its handler (sync in a thread, async on the event loop), its timeout and
+its own transaction; :mod:`sqlqueue._worker.classify` turns whatever happened into the outcome.
+
+There is one pipeline and two ways into it, chosen per task when the task is made: a direct
+plan starts on a handler thread (:func:`start_direct`), any other runs in an asyncio task
+(:func:`execute`). Both run the same handler steps (:func:`_in_thread`, :func:`_on_loop`).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection
@@ -32,7 +37,7 @@ from sqlqueue._worker.classify import (
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.threads import HandlerThreads, Ticket
 
-__all__ = ["Runtime", "execute", "start_plain"]
+__all__ = ["Runtime", "execute", "start_direct"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,8 +56,9 @@ class Runtime:
 
 
 async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outcome:
-    """Run ``job`` with its task's handler (sync in a thread, async on this loop), once the
-    task's gates (circuit breaker, rate limit) let it through."""
+    """Run one attempt whose task's plan is not direct (or a job no task handles): its
+    loop-side steps — gates, context, watch, timeout — around the handler's steps, which run
+    in a thread (sync) or on this loop (async); see sqlqueue/_worker/pipeline.py."""
     started = time.monotonic()
     admission: _admission.Admission | None = None
     try:
@@ -62,15 +68,19 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
                 f"(it knows: {', '.join(runtime.known) or 'nothing'}); register the task or run a "
                 "worker that has it, then requeue this job"
             )
-        _check_arguments(task, job)
-        if task.rate_limit is not None or task.circuit_breaker is not None:
+        plan = task.plan
+        kwargs = _arguments(task, job)
+        if plan.gates:
             admission = await _admission.admit(task, job, runtime)  # or Snooze: deferred
-        context = runtime.make_context(job) if task.context_parameter else None
-        try:
-            result, recorded, landed = await _call(task, job, runtime, context)
-        finally:
-            if context is not None:
+        if plan.context is not None:
+            context = runtime.make_context(job)
+            kwargs[plan.context] = context
+            try:
+                result, recorded, landed = await _watch(task, job, runtime, kwargs, context)
+            finally:
                 runtime.forget_context(job)
+        else:
+            result, recorded, landed = await _watch(task, job, runtime, kwargs, None)
     except BaseException as error:
         if isinstance(error, asyncio.CancelledError) and _being_cancelled():
             raise  # the worker stops this job (shutdown): no outcome, the job is released
@@ -90,32 +100,19 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
     )
 
 
-def start_plain(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Ticket | None:
-    """Start a sync handler that has nothing around it (no gate, no job context, no timeout)
-    without an asyncio task of its own; ``None`` for any other job (run it with
-    :func:`execute`).
+def start_direct(job: ClaimedJob, task: Task, runtime: Runtime) -> Ticket:
+    """Start one attempt of a task whose plan is direct (no loop-side step: a sync handler
+    without gates, job context or timeout) on a handler thread, without an asyncio task.
 
-    The handler thread decides the outcome itself and the ticket's future carries it: the
-    event loop then pays no task step per job to await the thread, which cost a plain sync
-    job about as much again as the rest of its bookkeeping. Cancelling the future abandons
-    the call (:meth:`HandlerThreads.abandon`)."""
-    if (
-        task is None
-        or task.is_async
-        or task.timeout is not None
-        or task.context_parameter is not None
-        or task.rate_limit is not None
-        or task.circuit_breaker is not None
-        or type(job.payload) is not dict  # a row written by hand: execute() reports it
-        or not task.payload_fits(job.payload)  # execute() explains the mismatch
-    ):
-        return None
+    The handler thread runs the plan's steps and decides the outcome itself, and the ticket's
+    future carries it: the event loop then pays no task step per job to await the thread,
+    which cost a plain sync job about as much again as the rest of its bookkeeping.
+    Cancelling the future abandons the call (:meth:`HandlerThreads.abandon`)."""
     started = time.monotonic()
-    kwargs = dict(job.payload)
 
     def attempt() -> Outcome:
         try:
-            result = _checked_result(task.handler(**kwargs), runtime)
+            result = _in_thread(task, job, runtime, _arguments(task, job), None)[0]
         except BaseException as error:  # as execute() does: every error is an outcome
             return classify(job, task, error, time.monotonic() - started)
         return Outcome(job=job, failure=None, elapsed=time.monotonic() - started, result=result)
@@ -131,7 +128,23 @@ def _being_cancelled() -> bool:
     return current is None or current.cancelling() > 0
 
 
+def _arguments(task: Task, job: ClaimedJob) -> dict[str, Any]:
+    """The ``arguments`` step: the handler's keyword arguments from the job's payload, or
+    :class:`PayloadMismatch` when they do not fit."""
+    payload = job.payload
+    context = task.context_parameter
+    if (
+        type(payload) is dict
+        and task.payload_fits(payload)
+        and (context is None or context not in payload)
+    ):
+        return dict(payload)
+    _check_arguments(task, job)
+    return dict(job.payload)
+
+
 def _check_arguments(task: Task, job: ClaimedJob) -> None:
+    """Raise :class:`PayloadMismatch`, saying why, unless ``job``'s payload fits the handler."""
     if not isinstance(job.payload, dict):  # written around sqlqueue (raw SQL, another service)
         raise PayloadMismatch(
             f"the payload is not a JSON object but {type(job.payload).__name__} "
@@ -176,49 +189,19 @@ def _checked_result(result: Any, runtime: Runtime) -> Any:
         raise BadResult(f"the handler's return value cannot be stored: {error}") from None
 
 
-async def _call(
-    task: Task, job: ClaimedJob, runtime: Runtime, context: JobContext | None
+async def _watch(
+    task: Task,
+    job: ClaimedJob,
+    runtime: Runtime,
+    kwargs: dict[str, Any],
+    context: JobContext | None,
 ) -> tuple[Any, bool, bool]:
-    """Run the handler; return ``(result, recorded, landed)``."""
-    kwargs: dict[str, Any] = dict(job.payload)
-    if context is not None and task.context_parameter is not None:
-        kwargs[task.context_parameter] = context
+    """The ``watch`` and ``timeout`` steps: await the handler's steps (in a thread, or on this
+    loop) within the task's timeout; return ``(result, recorded, landed)``."""
     timeout = task.timeout
     if task.is_async:
-        try:
-            result = _checked_result(
-                await (
-                    task.handler(**kwargs)
-                    if timeout is None
-                    else asyncio.wait_for(task.handler(**kwargs), timeout)
-                ),
-                runtime,
-            )
-        except TimeoutError:
-            await _abort(context)
-            raise _timed_out(task, job) from None
-        except BaseException:
-            await _abort(context)
-            raise
-        if context is not None and context.in_transaction:
-            landed = await context.finish_async(_completion(runtime, job, result))
-            if context.in_transaction:  # a sync transaction() opened from an async handler
-                landed = context.finish_sync(_completion(runtime, job, result))
-            return result, True, landed
-        return result, False, False
-
-    def run_in_thread() -> tuple[Any, bool, bool]:
-        try:
-            value = _checked_result(task.handler(**kwargs), runtime)
-        except BaseException:
-            if context is not None:
-                context.finish_sync(None)
-            raise
-        if context is not None and context.in_transaction:
-            return value, True, context.finish_sync(_completion(runtime, job, value))
-        return value, False, False
-
-    ticket = runtime.threads.submit(run_in_thread)
+        return await _on_loop(task, job, runtime, kwargs, context)
+    ticket = runtime.threads.submit(partial(_in_thread, task, job, runtime, kwargs, context))
     try:
         # Awaited directly: a cancelled or timed-out wait cancels the ticket's future, and the
         # thread's late result is dropped (see HandlerThreads); abandon() handles the thread.
@@ -233,6 +216,55 @@ async def _call(
     except asyncio.CancelledError:
         runtime.threads.abandon(ticket)
         raise
+
+
+def _in_thread(
+    task: Task,
+    job: ClaimedJob,
+    runtime: Runtime,
+    kwargs: dict[str, Any],
+    context: JobContext | None,
+) -> tuple[Any, bool, bool]:
+    """The handler's steps for a sync handler, on its thread (every route): the handler call
+    with the plan's extra steps around it, the ``result`` check and the ``transaction``."""
+    try:
+        value = _checked_result(task.plan.call(job, kwargs), runtime)
+    except BaseException:
+        if context is not None:
+            context.finish_sync(None)
+        raise
+    if context is not None and context.in_transaction:
+        return value, True, context.finish_sync(_completion(runtime, job, value))
+    return value, False, False
+
+
+async def _on_loop(
+    task: Task,
+    job: ClaimedJob,
+    runtime: Runtime,
+    kwargs: dict[str, Any],
+    context: JobContext | None,
+) -> tuple[Any, bool, bool]:
+    """The handler's steps for an async handler, on the loop: as :func:`_in_thread`, with the
+    task's timeout around the call."""
+    timeout = task.timeout
+    try:
+        call = task.plan.call(job, kwargs)
+        result = _checked_result(
+            await (call if timeout is None else asyncio.wait_for(call, timeout)), runtime
+        )
+    except TimeoutError:
+        await _abort(context)
+        raise _timed_out(task, job) from None
+    except BaseException:
+        await _abort(context)
+        raise
+    if context is not None and context.in_transaction:
+        landed = await context.finish_async(_completion(runtime, job, result))
+        if context.in_transaction:  # a sync transaction() opened from an async handler
+            landed = context.finish_sync(_completion(runtime, job, result))
+        return result, True, landed
+    return result, False, False
 
 
 async def _abort(context: JobContext | None) -> None:

@@ -1,4 +1,5 @@
-"""Starting a claimed job: a plain sync handler straight on a handler thread, anything else
+"""Starting a claimed job by the route its task's plan chose when the task was made: a direct
+plan straight on a handler thread (:func:`~sqlqueue._worker.attempt.start_direct`), anything else
 in an asyncio task of its own through :func:`~sqlqueue._worker.attempt.execute`.
 
 Either way the worker gets one future per running job (the task, or the thread ticket's
@@ -16,7 +17,7 @@ from typing import Any
 
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
-from sqlqueue._worker.attempt import Runtime, execute, start_plain
+from sqlqueue._worker.attempt import Runtime, execute, start_direct
 from sqlqueue._worker.classify import classify
 from sqlqueue._worker.outbox import Completer
 from sqlqueue._worker.threads import Ticket
@@ -45,20 +46,20 @@ class Launcher:
     def launch(self, job: ClaimedJob) -> asyncio.Future[Any]:
         """Start ``job``; the future stands for it while it runs."""
         task = self._tasks.get(job.job_type)
-        try:
-            ticket = start_plain(job, task, self._runtime)
-        except Exception:  # never leave a taken slot without a job: the full path reports
-            log.exception("could not start job %d on a handler thread directly", job.id)
-            ticket = None
-        if ticket is None:
-            return asyncio.create_task(self._process(job, task), name=f"sqlqueue-job-{job.id}")
-        ticket.future.add_done_callback(partial(self._plain_done, job, task, ticket))
-        return ticket.future
+        if task is not None and task.plan.direct:
+            try:
+                ticket = start_direct(job, task, self._runtime)
+            except Exception:  # never leave a taken slot without a job: the task route reports
+                log.exception("could not start job %d on a handler thread directly", job.id)
+            else:
+                ticket.future.add_done_callback(partial(self._direct_done, job, task, ticket))
+                return ticket.future
+        return asyncio.create_task(self._process(job, task), name=f"sqlqueue-job-{job.id}")
 
-    def _plain_done(
-        self, job: ClaimedJob, task: Task | None, ticket: Ticket, future: asyncio.Future[Any]
+    def _direct_done(
+        self, job: ClaimedJob, task: Task, ticket: Ticket, future: asyncio.Future[Any]
     ) -> None:
-        """A job started by :func:`start_plain` ended: hand over its outcome."""
+        """A job started by :func:`start_direct` ended: hand over its outcome."""
         try:
             if future.cancelled():  # shutdown gave up on it: stop the call, release the job
                 self._runtime.threads.abandon(ticket)
