@@ -10,7 +10,6 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    Float,
     Index,
     Integer,
     MetaData,
@@ -20,7 +19,7 @@ from sqlalchemy import (
     text,
 )
 
-from sqlqueue._types import Id, JsonDocument, UtcDateTime
+from sqlqueue._types import Id, JsonDocument, Number, UtcDateTime
 
 __all__ = [
     "SCHEMA_REVISION",
@@ -52,6 +51,10 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+#: MariaDB and MySQL: full Unicode, and text keys (idempotency keys, queue names) compared byte
+#: for byte as on the other backends, not case-insensitively as their default collation would.
+_MYSQL_TABLE = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 _STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
 _CLAIMABLE = text("status IN ('queued', 'failed')")
@@ -101,6 +104,7 @@ jobs = Table(
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+    **_MYSQL_TABLE,
 )
 
 # Claim: due jobs of a queue in (priority, due time, id) order; only claimable rows are indexed.
@@ -160,9 +164,10 @@ rate_limits = Table(
     "sqlqueue_rate_limits",
     metadata,
     Column("key", String(255), primary_key=True),
-    Column("tokens", Float, nullable=False),
+    Column("tokens", Number, nullable=False),
     # The database time ``tokens`` was counted at; the refill since then is computed on take.
     Column("refilled_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 circuit_breakers = Table(
@@ -180,6 +185,7 @@ circuit_breakers = Table(
     Column("probe_attempt", Integer, nullable=True),
     Column("changed_at", UtcDateTime, nullable=False),
     CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+    **_MYSQL_TABLE,
 )
 
 # Operations (added by 0005). A queue paused by an operator: no worker claims from it until it is
@@ -192,6 +198,7 @@ queues = Table(
     Column("paused_by", String(255), nullable=True),
     Column("pause_reason", Text, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # Counts of finished jobs (whose status, queue and type never change again) that finished before
@@ -204,6 +211,7 @@ finished_counts = Table(
     Column("queue", String(100), primary_key=True),
     Column("job_type", String(200), primary_key=True),
     Column("count", BigInteger, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 count_marks = Table(
@@ -211,6 +219,7 @@ count_marks = Table(
     metadata,
     Column("name", String(100), primary_key=True),
     Column("folded_until", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # A maintenance duty that one worker at a time performs across every host (retention): the
@@ -221,6 +230,7 @@ duties = Table(
     Column("name", String(100), primary_key=True),
     Column("holder", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # Webhook endpoints (added by 0006), the receivers of the webhook kind (see sqlqueue/webhooks/).
@@ -238,6 +248,7 @@ webhook_endpoints = Table(
     Column("disabled_reason", Text, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # The email kind's ledger of sent messages (added by 0007; see sqlqueue/email/_ledger.py): one
@@ -256,4 +267,5 @@ email_sent = Table(
     # Recipients the server took, and those it refused with its reply to each.
     Column("accepted", JsonDocument, nullable=False),
     Column("refused", JsonDocument, nullable=False),
+    **_MYSQL_TABLE,
 )

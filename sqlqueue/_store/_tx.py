@@ -56,7 +56,7 @@ def in_write(
                 conn.rollback()
             return result
 
-    return translated(dialect, run)
+    return translated(dialect, lambda: dialect.retry_transaction(run))
 
 
 class Store:

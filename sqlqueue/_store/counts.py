@@ -128,14 +128,15 @@ def _add(conn: Connection, dialect: Dialect, counts: Iterable[tuple[Key, int]]) 
     for (status, queue, job_type), n in counts:
         if not n:
             continue
-        conn.execute(
+        dialect.execute_returning(
+            conn,
             dialect.upsert(
                 finished_counts,
                 values={"status": status, "queue": queue, "job_type": job_type, "count": n},
                 conflict=["status", "queue", "job_type"],
                 set_={"count": finished_counts.c.count + literal(n, BigInteger())},
                 where=finished_counts.c.count.is_not(None),
-            )
+            ),
         )
 
 

@@ -145,10 +145,10 @@ def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
         one = statements.one_now if key is None else statements.one_keyed_now
     else:
         one = statements.one if key is None else statements.one_keyed
-    if can_run_directly(conn):
+    if not dialect.emulates_returning and can_run_directly(conn):
         inserted = one.direct.first_row(conn, row)
     else:
-        inserted = conn.execute(one.statement, row).first()
+        inserted = dialect.execute_returning(conn, one.statement, row).first()
     if inserted is not None:
         return int(inserted[0])
     if key is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
@@ -164,11 +164,11 @@ def _insert_many(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list
     plain = [i for i, row in enumerate(rows) if row["idempotency_key"] is None]
     keyed = [i for i, row in enumerate(rows) if row["idempotency_key"] is not None]
     if plain:
-        result = conn.execute(statements.many, [rows[i] for i in plain])
+        result = dialect.execute_returning(conn, statements.many, [rows[i] for i in plain])
         for index, job_id in zip(plain, result.scalars().all(), strict=True):
             ids[index] = int(job_id)
     if keyed:
-        result = conn.execute(statements.many_keyed, [rows[i] for i in keyed])
+        result = dialect.execute_returning(conn, statements.many_keyed, [rows[i] for i in keyed])
         by_key = {str(found[1]): int(found[0]) for found in result.all()}
         for index in keyed:
             ids[index] = by_key.get(str(rows[index]["idempotency_key"]))

@@ -71,7 +71,9 @@ def claim(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
-    claimed = dialect.claimed_jobs(conn.execute(stmt, params).all(), _json_decoder(conn))
+    claimed = dialect.claimed_jobs(
+        dialect.execute_returning(conn, stmt, params).all(), _json_decoder(conn)
+    )
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 
@@ -96,7 +98,7 @@ def complete(
     if plain:
         stmt = _complete_statement(dialect, now, with_result=False)
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
-        landed |= set(conn.execute(stmt, params).scalars().all())
+        landed |= set(dialect.execute_returning(conn, stmt, params).scalars().all())
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -105,7 +107,7 @@ def complete(
                 "result": results[fence[0]],
                 **dialect.fence_parameters([fence]),
             }
-            landed |= set(conn.execute(stmt, params).scalars().all())
+            landed |= set(dialect.execute_returning(conn, stmt, params).scalars().all())
     return landed
 
 
@@ -178,7 +180,7 @@ def record_progress(
             )
             .returning(jobs.c.id)
         )
-        landed |= set(conn.execute(stmt).scalars())
+        landed |= set(dialect.execute_returning(conn, stmt).scalars())
     return landed
 
 
@@ -219,7 +221,7 @@ def fail(
         .values(**values)
         .returning(jobs.c.id)
     )
-    return conn.execute(stmt).first() is not None
+    return dialect.execute_returning(conn, stmt).first() is not None
 
 
 def release(
@@ -247,7 +249,7 @@ def release(
         )
         .returning(jobs.c.id)
     )
-    return set(conn.execute(stmt).scalars())
+    return set(dialect.execute_returning(conn, stmt).scalars())
 
 
 def extend_leases(
@@ -269,7 +271,9 @@ def extend_leases(
         .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
         .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
-    return {job_id: requested is not None for job_id, requested in conn.execute(stmt)}
+    return {
+        job_id: requested is not None for job_id, requested in dialect.execute_returning(conn, stmt)
+    }
 
 
 def reap_expired(

@@ -13,11 +13,12 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
     Connection,
+    CursorResult,
     DateTime,
     Engine,
     Float,
@@ -55,6 +56,8 @@ from sqlqueue._store.rows import CLAIM_COLUMNS, ClaimedJob, claims_from_rows
 from sqlqueue._types import UtcDateTime
 
 __all__ = ["CLAIM_JSON", "CLAIM_RETURNING", "CLAIM_TIMESTAMPS", "WAKE_CHANNEL", "Dialect"]
+
+T = TypeVar("T")
 
 #: The notification channel that wakes sleeping workers; the payload is the queue name.
 WAKE_CHANNEL = "sqlqueue"
@@ -114,6 +117,9 @@ class Dialect(abc.ABC):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: ``RETURNING`` and ``ON CONFLICT`` run as several statements (:meth:`execute_returning`),
+    #: so statements using them must not be sent to the driver directly.
+    emulates_returning: ClassVar[bool] = False
 
     # -- connection setup -------------------------------------------------------------------
 
@@ -157,6 +163,12 @@ class Dialect(abc.ABC):
         if relaxed:
             self.relax_commit(conn)
         yield
+
+    def retry_transaction(self, operation: Callable[[], T]) -> T:
+        """Run ``operation``, a whole write transaction that rolls back when it raises; a
+        backend whose server resolves lock conflicts by aborting a transaction (deadlock
+        victims) runs it again."""
+        return operation()
 
     def async_url(self, url: URL) -> URL:
         """The URL of the same database through this backend's asyncio driver."""
@@ -257,6 +269,14 @@ class Dialect(abc.ABC):
             )
             .returning(*self.claim_returning())
         )
+
+    def execute_returning(
+        self, conn: Connection, stmt: Any, params: Any = None
+    ) -> CursorResult[Any]:
+        """Execute a statement with ``RETURNING``, or an :meth:`upsert`, and return its rows as
+        ``RETURNING`` gives them. Backends without ``UPDATE … RETURNING`` or ``ON CONFLICT``
+        emulate them here, in ``conn``'s transaction."""
+        return conn.execute(stmt, params)
 
     def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
         """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for

@@ -132,7 +132,8 @@ def insert_endpoint(
     driver's unique violation, which on PostgreSQL would also abort the caller's transaction.
     """
     now = _now(conn, dialect)
-    inserted = conn.execute(
+    inserted = dialect.execute_returning(
+        conn,
         dialect.conflict_insert(_table)
         .values(
             name=name,
@@ -145,7 +146,7 @@ def insert_endpoint(
             updated_at=now,
         )
         .on_conflict_do_nothing(index_elements=[_table.c.name])
-        .returning(_table.c.name)
+        .returning(_table.c.name),
     ).first()
     if inserted is None:
         raise ConfigurationError(f"an endpoint named {name!r} already exists")
@@ -190,11 +191,12 @@ def rotate_secrets(
     are read under that lock. One statement locks and reads on both backends, so no
     ``SELECT … FOR UPDATE`` is needed.
     """
-    row = conn.execute(
+    row = dialect.execute_returning(
+        conn,
         _table.update()
         .where(_table.c.name == name)
         .values(updated_at=dialect.clock())
-        .returning(_table.c.secrets, _table.c.updated_at)
+        .returning(_table.c.secrets, _table.c.updated_at),
     ).one_or_none()
     if row is None:
         raise UnknownEndpoint(f"no webhook endpoint named {name!r}")

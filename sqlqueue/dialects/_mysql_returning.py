@@ -1,0 +1,282 @@
+"""``RETURNING`` and ``ON CONFLICT`` on MariaDB and MySQL, emulated in the caller's transaction.
+
+* ``UPDATE … RETURNING`` (neither server has it): lock the rows the WHERE clause matches with
+  ``SELECT id … FOR UPDATE`` (or the statement's own lock query, the claim's ``SKIP LOCKED``
+  one), run the UPDATE restricted to those ids, then select the returned columns by id. The
+  rows stay locked until the transaction ends, so what is read back is what was written.
+* ``DELETE … RETURNING`` and ``INSERT … RETURNING`` (MariaDB has them, MySQL not): natively
+  where the server can, else the rows are read before the DELETE, or by the inserted id after
+  each INSERT.
+* ``ON CONFLICT DO NOTHING``: a plain INSERT whose duplicate-key error (1062) is caught. InnoDB
+  rolls back only the failed statement, and it waits for an uncommitted conflicting row first,
+  as PostgreSQL does.
+* Upserts: lock the conflicting row and evaluate ``where`` and the new values against it in
+  one ``SELECT … FOR UPDATE``; no row: INSERT (a concurrent insert of the same key makes it
+  fail with 1062, and the read is tried again, now waiting for that row); a row where ``where``
+  holds: UPDATE it to the values computed. All new values are computed from the old row, as
+  SQL's simultaneous assignment wants (MySQL's SET assigns left to right), and a false
+  ``where`` leaves the row alone and returns nothing.
+
+The results are ordinary cursor results of the final SELECT, with the RETURNING columns in
+order, so callers read them as they would read ``RETURNING``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    CursorResult,
+    Delete,
+    Insert,
+    Select,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    false,
+    select,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.mysql import Insert as MySQLInsert
+
+__all__ = ["LOCK_OPTION", "ConflictInsert", "run_returning"]
+
+#: The execution option under which an UPDATE carries its own lock query (the claim's).
+LOCK_OPTION = "sqlqueue_lock"
+#: ER_DUP_ENTRY.
+_DUPLICATE_KEY = 1062
+#: Rounds of the upsert's read-then-insert before giving up (each lost race waits for the
+#: winner's row, so a second round finds it).
+_UPSERT_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class _Conflict:
+    """What an INSERT does about an existing row with the same ``index_elements``: nothing
+    (``set_`` is ``None``), or update it with ``set_`` where ``where`` holds."""
+
+    index_elements: tuple[str, ...]
+    set_: Mapping[str, Any] | None = None
+    where: ColumnElement[bool] | None = None
+
+
+class ConflictInsert(MySQLInsert):
+    """The MySQL INSERT construct with PostgreSQL's and SQLite's ``on_conflict_*`` methods.
+
+    Executed as it is, ``on_conflict_do_nothing`` compiles to ``ON DUPLICATE KEY UPDATE`` of
+    the primary key to itself (a no-op); with ``RETURNING`` or an update it must go through
+    :func:`run_returning`, which reads the conflict from the construct.
+    """
+
+    inherit_cache = True
+    sqlqueue_conflict: _Conflict | None = None
+
+    def on_conflict_do_nothing(self, index_elements: Sequence[Any]) -> ConflictInsert:
+        """Skip the row if one with the same ``index_elements`` exists."""
+        key = self.table.primary_key.columns.values()[0]  # type: ignore[attr-defined]
+        new = self.on_duplicate_key_update({key.name: key})
+        new.sqlqueue_conflict = _Conflict(_names(index_elements))
+        return new
+
+    def on_conflict_do_update(
+        self,
+        index_elements: Sequence[Any],
+        set_: Mapping[str, Any],
+        where: ColumnElement[bool],
+    ) -> ConflictInsert:
+        """Update the existing row with ``set_`` where ``where`` holds (run by
+        :func:`run_returning` only)."""
+        new = self._generate()
+        new.sqlqueue_conflict = _Conflict(_names(index_elements), dict(set_), where)
+        return new
+
+
+def _names(elements: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(element if isinstance(element, str) else element.name for element in elements)
+
+
+def run_returning(
+    conn: Connection, stmt: Any, params: Mapping[str, Any] | None = None
+) -> CursorResult[Any]:
+    """Execute ``stmt`` as PostgreSQL would, its RETURNING rows as the result."""
+    conflict = getattr(stmt, "sqlqueue_conflict", None)
+    if isinstance(stmt, ConflictInsert) and conflict is not None:
+        if conflict.set_ is not None:
+            return _upsert(conn, stmt, conflict)
+        if _returning(stmt):
+            return _insert_unless_duplicate(conn, stmt, params)
+    if not _returning(stmt):
+        return conn.execute(stmt, params)
+    if isinstance(stmt, Update):
+        return _update(conn, stmt, params)
+    if isinstance(stmt, Delete):
+        return conn.execute(stmt, params) if conn.dialect.delete_returning else _delete(conn, stmt)
+    if isinstance(stmt, Insert):
+        return _insert(conn, stmt, params)
+    return conn.execute(stmt, params)
+
+
+def _returning(stmt: Any) -> tuple[Any, ...]:
+    return tuple(getattr(stmt, "_returning", ()))
+
+
+def _without_returning(stmt: Any) -> Any:
+    """A copy of ``stmt`` without its RETURNING clause (SQLAlchemy has no public way back)."""
+    copy = stmt._generate()
+    copy._returning = ()
+    return copy
+
+
+def _key(table: Table) -> Any:
+    columns = list(table.primary_key.columns)
+    if len(columns) != 1:
+        raise NotImplementedError(f"RETURNING emulation needs a one-column key on {table.name}")
+    return columns[0]
+
+
+def _read_back(
+    conn: Connection, stmt: Any, where: ColumnElement[bool], order: Any = None
+) -> CursorResult[Any]:
+    """The RETURNING columns of the rows ``where`` selects (the key, for a statement without
+    RETURNING whose result nobody reads)."""
+    columns = _returning(stmt) or tuple(stmt.table.primary_key.columns)
+    query: Select[Any] = select(*columns).where(where)
+    if order is not None:
+        query = query.order_by(order)
+    return conn.execute(query)
+
+
+def _update(conn: Connection, stmt: Update, params: Mapping[str, Any] | None) -> CursorResult[Any]:
+    table = stmt.table
+    assert isinstance(table, Table)
+    key = _key(table)
+    lock: Select[Any] | None = stmt.get_execution_options().get(LOCK_OPTION)
+    if lock is None:
+        lock = select(key).where(stmt.whereclause).order_by(key).with_for_update()
+    ids = list(conn.execute(lock, params).scalars())
+    if not ids:
+        return _read_back(conn, stmt, false())
+    chosen = key.in_(bindparam("sqlqueue_ids", expanding=True))
+    conn.execute(_without_returning(stmt).where(chosen), {**(params or {}), "sqlqueue_ids": ids})
+    return _read_back(conn, stmt, key.in_(ids), key)
+
+
+def _delete(conn: Connection, stmt: Delete) -> CursorResult[Any]:
+    """MySQL: the rows are read (and locked) first, then deleted by key."""
+    table = stmt.table
+    assert isinstance(table, Table)
+    key = _key(table)
+    ids = list(conn.execute(select(key).where(stmt.whereclause).with_for_update()).scalars())
+    rows = _read_back(conn, stmt, key.in_(ids) if ids else false())
+    buffered = rows.freeze()
+    if ids:
+        conn.execute(_without_returning(stmt).where(key.in_(ids)))
+    return buffered()  # type: ignore[return-value]
+
+
+def _insert(
+    conn: Connection, stmt: Insert, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+) -> CursorResult[Any]:
+    """MariaDB inserts with RETURNING itself; MySQL row by row, reading each back by id."""
+    if conn.dialect.insert_returning:
+        return conn.execute(stmt, params)
+    table = stmt.table
+    assert isinstance(table, Table)
+    key = _key(table)
+    plain = _without_returning(stmt)
+    rows = [params] if params is None or isinstance(params, Mapping) else list(params)
+    ids = []
+    for row in rows:
+        inserted = conn.execute(plain, row)
+        ids.append(inserted.inserted_primary_key[0])
+    order = _ordered_by(key, ids)
+    return _read_back(conn, stmt, key.in_(ids), order)
+
+
+def _ordered_by(key: Any, ids: list[Any]) -> Any:
+    """``FIELD(key, ids…)``: the rows in the order they were inserted."""
+    from sqlalchemy import func
+
+    return func.field(key, *ids)
+
+
+def _insert_unless_duplicate(
+    conn: Connection, stmt: ConflictInsert, params: Mapping[str, Any] | None
+) -> CursorResult[Any]:
+    """``ON CONFLICT DO NOTHING RETURNING``: the INSERT's rows, or none on a duplicate key.
+    Several rows go one at a time, so one duplicate skips only its own row."""
+    plain = stmt._generate()
+    plain._post_values_clause = None  # the no-op ON DUPLICATE KEY UPDATE: duplicates must fail
+    rows = [params] if params is None or isinstance(params, Mapping) else list(params)
+    if len(rows) == 1:
+        try:
+            return _insert(conn, plain, rows[0])
+        except sa_exc.IntegrityError as error:
+            if _code(error) != _DUPLICATE_KEY:
+                raise
+            return _read_back(conn, stmt, false())
+    table = stmt.table
+    assert isinstance(table, Table)
+    key = _key(table)
+    ids = []
+    for row in rows:
+        try:
+            found = _insert(conn, select_key(plain, key), row).scalar()
+        except sa_exc.IntegrityError as error:
+            if _code(error) != _DUPLICATE_KEY:
+                raise
+            continue
+        ids.append(found)
+    return _read_back(conn, stmt, key.in_(ids) if ids else false(), key)
+
+
+def select_key(stmt: Insert, key: Any) -> Insert:
+    """``stmt`` returning only the key."""
+    return _without_returning(stmt).returning(key)  # type: ignore[no-any-return]
+
+
+def _code(error: sa_exc.DBAPIError) -> int | None:
+    args = getattr(error.orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _upsert(conn: Connection, stmt: ConflictInsert, conflict: _Conflict) -> CursorResult[Any]:
+    table = stmt.table
+    assert isinstance(table, Table) and conflict.set_ is not None and conflict.where is not None
+    values = dict(stmt._values or {})  # type: ignore[attr-defined]
+    names = {getattr(column, "key", column): value for column, value in values.items()}
+    match = and_(*(table.c[name] == names[name] for name in conflict.index_elements))
+    assignments = list(conflict.set_.items())
+    state = (
+        select(conflict.where.label("sqlqueue_where"), *(value for _, value in assignments))
+        .select_from(table)
+        .where(match)
+        .with_for_update()
+    )
+    for _ in range(_UPSERT_ROUNDS):
+        row = conn.execute(state).first()
+        if row is None:
+            try:
+                conn.execute(Insert(table).values(names))
+            except sa_exc.IntegrityError as error:
+                if _code(error) != _DUPLICATE_KEY:
+                    raise
+                continue  # another transaction inserted it first: read it, locked, again
+            return _read_back(conn, stmt, match)
+        if not row[0]:
+            return _read_back(conn, stmt, false())
+        new = {
+            name: bindparam(None, value, type_=table.c[name].type)
+            for (name, _), value in zip(assignments, row[1:], strict=True)
+        }
+        conn.execute(update(table).where(match).values(new))
+        return _read_back(conn, stmt, match)
+    raise sa_exc.InvalidRequestError(  # pragma: no cover - each lost race waits for the winner
+        f"upsert into {table.name} kept losing races"
+    )
