@@ -111,6 +111,8 @@ def test_migrated_schema_equals_create_all_including_checks_and_partial_indexes(
         "ck_sqlqueue_jobs_max_attempts",
         "ck_sqlqueue_jobs_attempts",
     }
+    if not backend.capable("partial_indexes"):  # MySQL: full indexes, compared above
+        return
     for name in ("ix_sqlqueue_jobs_claim", "ix_sqlqueue_jobs_lease"):
         options = table["indexes"][name]["dialect_options"]
         assert any(key.endswith("_where") and value for key, value in options.items()), options
@@ -163,6 +165,7 @@ def test_a_host_apps_alembic_history_is_untouched(backend):
 
 
 def test_a_failed_migration_leaves_nothing_half_done(backend):
+    backend.requires("transactional_ddl")
     _drop_sqlqueue(backend.engine)
     # A host object that takes one of our index names makes the revision fail after its
     # CREATE TABLE; the whole revision must roll back (on SQLite too, where the driver leaves

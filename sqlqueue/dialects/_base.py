@@ -117,6 +117,11 @@ class Dialect(abc.ABC):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: Indexes can have a WHERE clause (elsewhere ``postgresql_where``/``sqlite_where`` are
+    #: ignored and the index covers every row).
+    supports_partial_indexes: ClassVar[bool] = True
+    #: DDL runs inside transactions, so a failed migration rolls back whole.
+    supports_transactional_ddl: ClassVar[bool] = True
     #: ``RETURNING`` and ``ON CONFLICT`` run as several statements (:meth:`execute_returning`),
     #: so statements using them must not be sent to the driver directly.
     emulates_returning: ClassVar[bool] = False

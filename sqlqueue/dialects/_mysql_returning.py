@@ -9,13 +9,14 @@
   each INSERT.
 * ``ON CONFLICT DO NOTHING``: a plain INSERT whose duplicate-key error (1062) is caught. InnoDB
   rolls back only the failed statement, and it waits for an uncommitted conflicting row first,
-  as PostgreSQL does.
+  as PostgreSQL does. Writers of one key take turns under a named lock (``GET_LOCK``), which
+  keeps a crowd of them out of InnoDB's duplicate-key deadlock.
 * Upserts: lock the conflicting row and evaluate ``where`` and the new values against it in
   one ``SELECT … FOR UPDATE``; no row: INSERT (a concurrent insert of the same key makes it
   fail with 1062, and the read is tried again, now waiting for that row); a row where ``where``
   holds: UPDATE it to the values computed. All new values are computed from the old row, as
   SQL's simultaneous assignment wants (MySQL's SET assigns left to right), and a false
-  ``where`` leaves the row alone and returns nothing.
+  ``where`` leaves the row alone and returns nothing. The key's named lock is held throughout.
 
 The results are ordinary cursor results of the final SELECT, with the RETURNING columns in
 order, so callers read them as they would read ``RETURNING``.
@@ -23,7 +24,9 @@ order, so callers read them as they would read ``RETURNING``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +42,15 @@ from sqlalchemy import (
     and_,
     bindparam,
     false,
+    func,
     select,
     update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.mysql import Insert as MySQLInsert
+from sqlalchemy.sql.elements import ClauseElement
+
+from sqlqueue._errors import DatabaseUnavailable
 
 __all__ = ["LOCK_OPTION", "ConflictInsert", "run_returning"]
 
@@ -51,6 +58,8 @@ __all__ = ["LOCK_OPTION", "ConflictInsert", "run_returning"]
 LOCK_OPTION = "sqlqueue_lock"
 #: ER_DUP_ENTRY.
 _DUPLICATE_KEY = 1062
+#: How long a writer of a conflict key waits for its turn (InnoDB's lock wait is 50 s).
+_KEY_LOCK_SECONDS = 60
 #: Rounds of the upsert's read-then-insert before giving up (each lost race waits for the
 #: winner's row, so a second round finds it).
 _UPSERT_ROUNDS = 5
@@ -111,6 +120,7 @@ def run_returning(
             return _upsert(conn, stmt, conflict)
         if _returning(stmt):
             return _insert_unless_duplicate(conn, stmt, params)
+        return _insert_if_absent(conn, stmt, conflict)
     if not _returning(stmt):
         return conn.execute(stmt, params)
     if isinstance(stmt, Update):
@@ -201,8 +211,6 @@ def _insert(
 
 def _ordered_by(key: Any, ids: list[Any]) -> Any:
     """``FIELD(key, ids…)``: the rows in the order they were inserted."""
-    from sqlalchemy import func
-
     return func.field(key, *ids)
 
 
@@ -211,29 +219,89 @@ def _insert_unless_duplicate(
 ) -> CursorResult[Any]:
     """``ON CONFLICT DO NOTHING RETURNING``: the INSERT's rows, or none on a duplicate key.
     Several rows go one at a time, so one duplicate skips only its own row."""
-    plain = stmt._generate()
-    plain._post_values_clause = None  # the no-op ON DUPLICATE KEY UPDATE: duplicates must fail
-    rows = [params] if params is None or isinstance(params, Mapping) else list(params)
-    if len(rows) == 1:
-        try:
-            return _insert(conn, plain, rows[0])
-        except sa_exc.IntegrityError as error:
-            if _code(error) != _DUPLICATE_KEY:
-                raise
-            return _read_back(conn, stmt, false())
+    plain = _without_duplicate_key(stmt)
+    conflict = stmt.sqlqueue_conflict
+    assert conflict is not None
     table = stmt.table
     assert isinstance(table, Table)
     key = _key(table)
+    rows = [params] if params is None or isinstance(params, Mapping) else list(params)
     ids = []
     for row in rows:
         try:
-            found = _insert(conn, select_key(plain, key), row).scalar()
+            with _turn(conn, table, _conflict_values(stmt, conflict, row)):
+                found = _insert(conn, select_key(plain, key), row).scalar()
         except sa_exc.IntegrityError as error:
             if _code(error) != _DUPLICATE_KEY:
                 raise
             continue
         ids.append(found)
     return _read_back(conn, stmt, key.in_(ids) if ids else false(), key)
+
+
+def _conflict_values(
+    stmt: Any, conflict: _Conflict, params: Mapping[str, Any] | None
+) -> tuple[Any, ...]:
+    """The values of the conflict columns: the statement's own, or the execution's."""
+    values = {getattr(column, "key", column): value for column, value in stmt._values.items()}
+    found = []
+    for name in conflict.index_elements:
+        value = (params or {}).get(name, values.get(name))
+        found.append(getattr(value, "value", value))  # a bound parameter's value
+    return tuple(found)
+
+
+@contextmanager
+def _turn(conn: Connection, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
+    """Hold a named lock (``GET_LOCK``) on one conflict key while inserting or upserting it:
+    transactions racing for a key take turns. Without it, waiters that all saw the holder's
+    uncommitted row hold shared locks on it once it commits or rolls back, and then each
+    wants it exclusively — InnoDB's classic duplicate-key deadlock, which would roll back the
+    caller's whole transaction (PostgreSQL's ``ON CONFLICT`` has no such failure)."""
+    digest = hashlib.sha1(repr((table.name, values)).encode(), usedforsecurity=False)
+    name = f"sqlqueue:{digest.hexdigest()}"
+    got = conn.execute(select(func.get_lock(name, _KEY_LOCK_SECONDS))).scalar()
+    if got != 1:
+        raise DatabaseUnavailable(
+            f"waited over {_KEY_LOCK_SECONDS} s for another transaction writing the same key "
+            f"of {table.name}"
+        )
+    try:
+        yield
+    finally:
+        conn.execute(select(func.release_lock(name))).scalar()
+
+
+def _insert_if_absent(
+    conn: Connection, stmt: ConflictInsert, conflict: _Conflict
+) -> CursorResult[Any]:
+    """``ON CONFLICT DO NOTHING`` without RETURNING: a plain read first, so a row another
+    transaction holds locked is not waited for (the no-op ``ON DUPLICATE KEY UPDATE`` would
+    lock it); the INSERT's duplicate-key error covers a row inserted in between."""
+    table = stmt.table
+    assert isinstance(table, Table)
+    match = _match(table, stmt, conflict)
+    if conn.execute(select(_key(table)).where(match)).first() is not None:
+        return _read_back(conn, stmt, false())
+    try:
+        conn.execute(_without_duplicate_key(stmt))
+    except sa_exc.IntegrityError as error:
+        if _code(error) != _DUPLICATE_KEY:
+            raise
+    return _read_back(conn, stmt, false())
+
+
+def _match(table: Table, stmt: Any, conflict: _Conflict) -> ColumnElement[bool]:
+    """The existing row's condition: its conflict columns equal the statement's values."""
+    values = {getattr(column, "key", column): value for column, value in stmt._values.items()}
+    return and_(*(table.c[name] == values[name] for name in conflict.index_elements))
+
+
+def _without_duplicate_key(stmt: ConflictInsert) -> Any:
+    """``stmt`` without the no-op ``ON DUPLICATE KEY UPDATE``: a duplicate must fail."""
+    plain = stmt._generate()
+    plain._post_values_clause = None
+    return plain
 
 
 def select_key(stmt: Insert, key: Any) -> Insert:
@@ -251,14 +319,30 @@ def _upsert(conn: Connection, stmt: ConflictInsert, conflict: _Conflict) -> Curs
     assert isinstance(table, Table) and conflict.set_ is not None and conflict.where is not None
     values = dict(stmt._values or {})  # type: ignore[attr-defined]
     names = {getattr(column, "key", column): value for column, value in values.items()}
-    match = and_(*(table.c[name] == names[name] for name in conflict.index_elements))
-    assignments = list(conflict.set_.items())
+    match = _match(table, stmt, conflict)
+    # Expressions are evaluated against the locked row; plain values are written as they are.
+    assignments = [(n, v) for n, v in conflict.set_.items() if isinstance(v, ClauseElement)]
+    constants = {n: v for n, v in conflict.set_.items() if not isinstance(v, ClauseElement)}
     state = (
         select(conflict.where.label("sqlqueue_where"), *(value for _, value in assignments))
         .select_from(table)
         .where(match)
         .with_for_update()
     )
+    with _turn(conn, table, _conflict_values(stmt, conflict, None)):
+        return _upsert_in_turn(conn, stmt, table, state, names, match, assignments, constants)
+
+
+def _upsert_in_turn(
+    conn: Connection,
+    stmt: ConflictInsert,
+    table: Table,
+    state: Select[Any],
+    names: Mapping[str, Any],
+    match: ColumnElement[bool],
+    assignments: Sequence[tuple[str, Any]],
+    constants: Mapping[str, Any],
+) -> CursorResult[Any]:
     for _ in range(_UPSERT_ROUNDS):
         row = conn.execute(state).first()
         if row is None:
@@ -271,10 +355,11 @@ def _upsert(conn: Connection, stmt: ConflictInsert, conflict: _Conflict) -> Curs
             return _read_back(conn, stmt, match)
         if not row[0]:
             return _read_back(conn, stmt, false())
-        new = {
+        new: dict[str, Any] = {
             name: bindparam(None, value, type_=table.c[name].type)
             for (name, _), value in zip(assignments, row[1:], strict=True)
         }
+        new.update(constants)
         conn.execute(update(table).where(match).values(new))
         return _read_back(conn, stmt, match)
     raise sa_exc.InvalidRequestError(  # pragma: no cover - each lost race waits for the winner

@@ -34,7 +34,6 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
-    cast,
     event,
     func,
     literal_column,
@@ -82,11 +81,25 @@ def check_server_version(version: str) -> None:
         )
 
 
+def _datetime_literal(value: datetime, _mapping: Any = None) -> str:
+    """A datetime parameter as a typed literal, ``TIMESTAMP'…'``: PyMySQL quotes it as text,
+    which the server types as a string wherever no column gives it a type (a selected
+    parameter, ``COALESCE(column, parameter)``), so it came back as a string and compared as
+    one. Aware values are UTC here (``UtcDateTime`` converts them)."""
+    return f"TIMESTAMP'{value:%Y-%m-%d %H:%M:%S.%f}'"
+
+
 def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
-    """Check the server, then READ COMMITTED and UTC for the session."""
-    check_server_version(str(dbapi_connection.get_server_info()))
+    """Check the server, then READ COMMITTED and UTC for the session, and datetimes sent as
+    ``TIMESTAMP`` literals."""
+    driver = getattr(dbapi_connection, "_connection", dbapi_connection)  # aiomysql's adapter
+    encoders = getattr(driver, "encoders", None)
+    if isinstance(encoders, dict):
+        encoders[datetime] = _datetime_literal
     cursor = dbapi_connection.cursor()
     try:
+        cursor.execute("SELECT VERSION()")
+        check_server_version(str(cursor.fetchone()[0]))
         cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         cursor.execute("SET SESSION time_zone = '+00:00'")
     finally:
@@ -108,6 +121,9 @@ class MySQLDialect(Dialect):
     supports_listen_notify: ClassVar[bool] = False
     supports_many_hosts: ClassVar[bool] = True
     emulates_returning: ClassVar[bool] = True
+    supports_partial_indexes: ClassVar[bool] = False
+    #: DDL commits implicitly: a failed migration keeps the statements before the failure.
+    supports_transactional_ddl: ClassVar[bool] = False
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the server and run every new connection at READ COMMITTED, in UTC."""
@@ -133,21 +149,6 @@ class MySQLDialect(Dialect):
     def clock(self) -> ColumnElement[datetime]:
         """``UTC_TIMESTAMP(6)``: microseconds, fixed for the whole statement."""
         return func.utc_timestamp(literal_column("6"), type_=UtcDateTime())
-
-    def now(self, at: datetime | None = None) -> ColumnElement[datetime]:
-        """An injected instant is cast to ``DATETIME(6)``: PyMySQL sends parameters as quoted
-        text, which a SELECT would hand back as a string."""
-        if at is not None:
-            return cast(super().now(at), UtcDateTime())
-        return self.clock()
-
-    def now_plus(
-        self, seconds: float | ColumnElement[float], at: datetime | None = None
-    ) -> ColumnElement[datetime]:
-        """As :meth:`now`, cast where the instant is injected."""
-        if at is not None:
-            return cast(super().now_plus(seconds, at), UtcDateTime())
-        return super().now_plus(seconds)
 
     def async_url(self, url: URL) -> URL:
         """PyMySQL's asyncio counterpart, aiomysql (built on it)."""
