@@ -5,6 +5,8 @@ Migrations in ``migrations/`` must produce exactly this schema (a test compares 
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -54,7 +56,7 @@ metadata = MetaData(
 
 #: MariaDB and MySQL: full Unicode, and text keys (idempotency keys, queue names) compared byte
 #: for byte as on the other backends, not case-insensitively as their default collation would.
-_MYSQL_TABLE = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 _STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
 _CLAIMABLE = text("status IN ('queued', 'failed')")

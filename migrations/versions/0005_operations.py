@@ -8,6 +8,8 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.mysql import DATETIME
@@ -22,7 +24,7 @@ _FINISHED = sa.text("finished_at IS NOT NULL")
 _UNHANDLED_DEAD = sa.text("status = 'dead' AND requeued_as IS NULL AND discarded_at IS NULL")
 
 #: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
-_MYSQL_TABLE = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:

@@ -13,17 +13,17 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
     Connection,
-    CursorResult,
     DateTime,
     Engine,
     Float,
     Insert,
     Integer,
+    Result,
     Row,
     Select,
     String,
@@ -43,6 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 from sqlqueue._errors import (
     DatabaseError,
@@ -276,8 +279,8 @@ class Dialect(abc.ABC):
         )
 
     def execute_returning(
-        self, conn: Connection, stmt: Any, params: Any = None
-    ) -> CursorResult[Any]:
+        self, conn: Connection | Session, stmt: Any, params: Any = None
+    ) -> Result[*tuple[Any, ...]]:
         """Execute a statement with ``RETURNING``, or an :meth:`upsert`, and return its rows as
         ``RETURNING`` gives them. Backends without ``UPDATE … RETURNING`` or ``ON CONFLICT``
         emulate them here, in ``conn``'s transaction."""

@@ -28,14 +28,14 @@ import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    CursorResult,
     Delete,
     Insert,
+    Result,
     Select,
     Table,
     Update,
@@ -44,6 +44,7 @@ from sqlalchemy import (
     false,
     func,
     select,
+    true,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -52,7 +53,15 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from sqlqueue._errors import DatabaseUnavailable
 
-__all__ = ["LOCK_OPTION", "ConflictInsert", "run_returning"]
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+__all__ = ["LOCK_OPTION", "ConflictInsert", "Rows", "run_returning"]
+
+#: What a statement with RETURNING gives: rows of any shape.
+Rows = Result[*tuple[Any, ...]]
+#: A Connection; an ORM Session (webhook endpoints are written through either) is run alike.
+Conn = Connection
 
 #: The execution option under which an UPDATE carries its own lock query (the claim's).
 LOCK_OPTION = "sqlqueue_lock"
@@ -110,10 +119,12 @@ def _names(elements: Sequence[Any]) -> tuple[str, ...]:
     return tuple(element if isinstance(element, str) else element.name for element in elements)
 
 
-def run_returning(
-    conn: Connection, stmt: Any, params: Mapping[str, Any] | None = None
-) -> CursorResult[Any]:
+def run_returning(conn: Connection | Session, stmt: Any, params: Any = None) -> Rows:
     """Execute ``stmt`` as PostgreSQL would, its RETURNING rows as the result."""
+    return _run(cast(Connection, conn), stmt, params)
+
+
+def _run(conn: Conn, stmt: Any, params: Any) -> Rows:
     conflict = getattr(stmt, "sqlqueue_conflict", None)
     if isinstance(stmt, ConflictInsert) and conflict is not None:
         if conflict.set_ is not None:
@@ -150,9 +161,7 @@ def _key(table: Table) -> Any:
     return columns[0]
 
 
-def _read_back(
-    conn: Connection, stmt: Any, where: ColumnElement[bool], order: Any = None
-) -> CursorResult[Any]:
+def _read_back(conn: Conn, stmt: Any, where: ColumnElement[bool], order: Any = None) -> Rows:
     """The RETURNING columns of the rows ``where`` selects (the key, for a statement without
     RETURNING whose result nobody reads)."""
     columns = _returning(stmt) or tuple(stmt.table.primary_key.columns)
@@ -162,13 +171,13 @@ def _read_back(
     return conn.execute(query)
 
 
-def _update(conn: Connection, stmt: Update, params: Mapping[str, Any] | None) -> CursorResult[Any]:
+def _update(conn: Conn, stmt: Update, params: Mapping[str, Any] | None) -> Rows:
     table = stmt.table
     assert isinstance(table, Table)
     key = _key(table)
     lock: Select[Any] | None = stmt.get_execution_options().get(LOCK_OPTION)
     if lock is None:
-        lock = select(key).where(stmt.whereclause).order_by(key).with_for_update()
+        lock = select(key).where(_where(stmt)).order_by(key).with_for_update()
     ids = list(conn.execute(lock, params).scalars())
     if not ids:
         return _read_back(conn, stmt, false())
@@ -177,22 +186,28 @@ def _update(conn: Connection, stmt: Update, params: Mapping[str, Any] | None) ->
     return _read_back(conn, stmt, key.in_(ids), key)
 
 
-def _delete(conn: Connection, stmt: Delete) -> CursorResult[Any]:
+def _where(stmt: Update | Delete) -> ColumnElement[bool]:
+    """The statement's WHERE clause (a DML statement without one matches every row)."""
+    where = stmt.whereclause
+    return true() if where is None else where
+
+
+def _delete(conn: Conn, stmt: Delete) -> Rows:
     """MySQL: the rows are read (and locked) first, then deleted by key."""
     table = stmt.table
     assert isinstance(table, Table)
     key = _key(table)
-    ids = list(conn.execute(select(key).where(stmt.whereclause).with_for_update()).scalars())
+    ids = list(conn.execute(select(key).where(_where(stmt)).with_for_update()).scalars())
     rows = _read_back(conn, stmt, key.in_(ids) if ids else false())
     buffered = rows.freeze()
     if ids:
         conn.execute(_without_returning(stmt).where(key.in_(ids)))
-    return buffered()  # type: ignore[return-value]
+    return buffered()
 
 
 def _insert(
-    conn: Connection, stmt: Insert, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
-) -> CursorResult[Any]:
+    conn: Conn, stmt: Insert, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+) -> Rows:
     """MariaDB inserts with RETURNING itself; MySQL row by row, reading each back by id."""
     if conn.dialect.insert_returning:
         return conn.execute(stmt, params)
@@ -204,7 +219,9 @@ def _insert(
     ids = []
     for row in rows:
         inserted = conn.execute(plain, row)
-        ids.append(inserted.inserted_primary_key[0])
+        inserted_key = inserted.inserted_primary_key
+        assert inserted_key is not None
+        ids.append(inserted_key[0])
     order = _ordered_by(key, ids)
     return _read_back(conn, stmt, key.in_(ids), order)
 
@@ -215,8 +232,8 @@ def _ordered_by(key: Any, ids: list[Any]) -> Any:
 
 
 def _insert_unless_duplicate(
-    conn: Connection, stmt: ConflictInsert, params: Mapping[str, Any] | None
-) -> CursorResult[Any]:
+    conn: Conn, stmt: ConflictInsert, params: Mapping[str, Any] | None
+) -> Rows:
     """``ON CONFLICT DO NOTHING RETURNING``: the INSERT's rows, or none on a duplicate key.
     Several rows go one at a time, so one duplicate skips only its own row."""
     plain = _without_duplicate_key(stmt)
@@ -252,7 +269,7 @@ def _conflict_values(
 
 
 @contextmanager
-def _turn(conn: Connection, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
+def _turn(conn: Conn, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
     """Hold a named lock (``GET_LOCK``) on one conflict key while inserting or upserting it:
     transactions racing for a key take turns. Without it, waiters that all saw the holder's
     uncommitted row hold shared locks on it once it commits or rolls back, and then each
@@ -272,9 +289,7 @@ def _turn(conn: Connection, table: Table, values: tuple[Any, ...]) -> Iterator[N
         conn.execute(select(func.release_lock(name))).scalar()
 
 
-def _insert_if_absent(
-    conn: Connection, stmt: ConflictInsert, conflict: _Conflict
-) -> CursorResult[Any]:
+def _insert_if_absent(conn: Conn, stmt: ConflictInsert, conflict: _Conflict) -> Rows:
     """``ON CONFLICT DO NOTHING`` without RETURNING: a plain read first, so a row another
     transaction holds locked is not waited for (the no-op ``ON DUPLICATE KEY UPDATE`` would
     lock it); the INSERT's duplicate-key error covers a row inserted in between."""
@@ -314,11 +329,13 @@ def _code(error: sa_exc.DBAPIError) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def _upsert(conn: Connection, stmt: ConflictInsert, conflict: _Conflict) -> CursorResult[Any]:
+def _upsert(conn: Conn, stmt: ConflictInsert, conflict: _Conflict) -> Rows:
     table = stmt.table
-    assert isinstance(table, Table) and conflict.set_ is not None and conflict.where is not None
-    values = dict(stmt._values or {})  # type: ignore[attr-defined]
-    names = {getattr(column, "key", column): value for column, value in values.items()}
+    assert isinstance(table, Table)
+    assert conflict.set_ is not None
+    assert conflict.where is not None
+    values = dict(stmt._values or {})
+    names: dict[str, Any] = {getattr(c, "key", str(c)): value for c, value in values.items()}
     match = _match(table, stmt, conflict)
     # Expressions are evaluated against the locked row; plain values are written as they are.
     assignments = [(n, v) for n, v in conflict.set_.items() if isinstance(v, ClauseElement)]
@@ -334,7 +351,7 @@ def _upsert(conn: Connection, stmt: ConflictInsert, conflict: _Conflict) -> Curs
 
 
 def _upsert_in_turn(
-    conn: Connection,
+    conn: Conn,
     stmt: ConflictInsert,
     table: Table,
     state: Select[Any],
@@ -342,7 +359,7 @@ def _upsert_in_turn(
     match: ColumnElement[bool],
     assignments: Sequence[tuple[str, Any]],
     constants: Mapping[str, Any],
-) -> CursorResult[Any]:
+) -> Rows:
     for _ in range(_UPSERT_ROUNDS):
         row = conn.execute(state).first()
         if row is None:

@@ -19,16 +19,16 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
     BigInteger,
     Connection,
-    CursorResult,
     Engine,
     Float,
     Insert,
+    Result,
     Select,
     Table,
     Text,
@@ -41,6 +41,9 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue._types import UtcDateTime
@@ -185,7 +188,7 @@ class MySQLDialect(Dialect):
         due = self._due_jobs(
             queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now
         ).with_for_update(skip_locked=True)
-        chosen = bindparam("sqlqueue_ids", expanding=True)
+        chosen: Any = bindparam("sqlqueue_ids", expanding=True)
         lease = self._lease(chosen, lease_seconds, now, in_subquery=True)
         return lease.execution_options(**{LOCK_OPTION: due})
 
@@ -196,8 +199,8 @@ class MySQLDialect(Dialect):
         return super()._claim_column(column)
 
     def execute_returning(
-        self, conn: Connection, stmt: Any, params: Mapping[str, Any] | None = None
-    ) -> CursorResult[Any]:
+        self, conn: Connection | Session, stmt: Any, params: Any = None
+    ) -> Result[*tuple[Any, ...]]:
         """Emulate ``RETURNING`` and ``ON CONFLICT`` (see ``dialects/_mysql_returning.py``)."""
         return run_returning(conn, stmt, params)
 

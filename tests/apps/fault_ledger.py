@@ -10,8 +10,9 @@
   attempt count or owner, with the database's time. It is how the tests see "exactly-once
   state transitions" (a job never leaves ``succeeded``, never has two owners at once).
 
-Times are DOUBLE (MySQL's FLOAT is single precision). The triggers and ``fault_pause`` (the claim-window widener, see ``fault_hooks``) differ per
-backend; they are test instruments, kept here as DDL that runs only on its own dialect.
+Times are DOUBLE (MySQL's FLOAT is single precision). The triggers and ``fault_pause`` (the
+claim-window widener, see ``fault_hooks``) differ per backend; they are test instruments, kept
+here as DDL that runs only on its own dialect.
 """
 
 from __future__ import annotations
@@ -140,14 +141,14 @@ BEGIN
 END
 """
 
+_MYSQL_DDL = (_MYSQL_AUDIT, "DROP FUNCTION IF EXISTS fault_pause", _MYSQL_PAUSE)
+
 for _ddl, _dialect in (
     (_SQLITE_AUDIT, "sqlite"),
     (_POSTGRES_AUDIT_FUNCTION, "postgresql"),
     (_POSTGRES_AUDIT_TRIGGER, "postgresql"),
     (_POSTGRES_PAUSE, "postgresql"),
-    (_MYSQL_AUDIT, ("mysql", "mariadb")),
-    ("DROP FUNCTION IF EXISTS fault_pause", ("mysql", "mariadb")),
-    (_MYSQL_PAUSE, ("mysql", "mariadb")),
+    *((ddl, name) for name in ("mysql", "mariadb") for ddl in _MYSQL_DDL),
 ):
     sa.event.listen(
         TRANSITIONS, "after_create", sa.DDL(_ddl.replace("%", "%%")).execute_if(dialect=_dialect)
