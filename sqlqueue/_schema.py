@@ -21,7 +21,7 @@ from sqlalchemy import (
     text,
 )
 
-from sqlqueue._types import Id, JsonDocument, Number, UtcDateTime
+from sqlqueue._types import MYSQL_NAMES, Id, JsonDocument, Number, UtcDateTime
 
 __all__ = [
     "SCHEMA_REVISION",
@@ -119,6 +119,18 @@ Index(
     postgresql_where=_CLAIMABLE,
     sqlite_where=_CLAIMABLE,
 )
+# MariaDB/MySQL have no partial indexes, so there the claim index above holds every finished job
+# too, and a claim walked the whole history of its queue (176 ms per claim at 100,000 finished
+# jobs). This one (MySQL only) puts the status after the queue: the claim reads each claimable
+# status in claim order and stops at its limit (see sqlqueue/dialects/mysql.py).
+Index(
+    "ix_sqlqueue_jobs_claim_by_status",
+    jobs.c.queue,
+    jobs.c.status,
+    jobs.c.priority,
+    jobs.c.next_run_at,
+    jobs.c.id,
+).ddl_if(dialect=MYSQL_NAMES)
 # Reaper: running jobs by lease expiry.
 Index(
     "ix_sqlqueue_jobs_lease",

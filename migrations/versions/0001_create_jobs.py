@@ -75,6 +75,13 @@ def upgrade() -> None:
         postgresql_where=_CLAIMABLE,
         sqlite_where=_CLAIMABLE,
     )
+    if op.get_bind().dialect.name in ("mysql", "mariadb"):
+        # No partial indexes there: the claimable rows by status (see sqlqueue/_schema.py).
+        op.create_index(
+            "ix_sqlqueue_jobs_claim_by_status",
+            "sqlqueue_jobs",
+            ["queue", "status", "priority", "next_run_at", "id"],
+        )
     op.create_index(
         "ix_sqlqueue_jobs_lease",
         "sqlqueue_jobs",

@@ -38,6 +38,7 @@ from sqlalchemy import (
     func,
     literal_column,
     type_coerce,
+    union_all,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 from sqlqueue._errors import UnsupportedDatabase
+from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import _CLAIM_LIMIT, CLAIM_JSON, Dialect
 from sqlqueue.dialects._mysql_returning import (
@@ -67,6 +69,8 @@ _RETRYABLE = frozenset({1205, 1213})
 #: shutting down, cannot connect, gone away, lost during a query, connection killed.
 _UNREACHABLE = frozenset({1040, 1053, 1077, 1927, 2002, 2003, 2005, 2006, 2013, 2055, 4031})
 _NO_SUCH_TABLE = 1146
+#: The statuses a claim takes jobs from (the claim index's predicate elsewhere).
+_CLAIMABLE = ("queued", "failed")
 #: Tries of a write transaction that deadlocked or timed out waiting for a lock.
 _TRANSACTION_TRIES = 5
 
@@ -184,10 +188,24 @@ class MySQLDialect(Dialect):
     ) -> Update:
         """The lease by id, carrying its lock query (the due jobs, ``FOR UPDATE SKIP LOCKED``)
         for :meth:`execute_returning` to run first: MySQL refuses ``LIMIT`` in an ``IN``
-        subquery, and neither server has ``UPDATE … RETURNING``."""
-        due = self._due_jobs(
-            queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now
-        ).with_for_update(skip_locked=True)
+        subquery, and neither server has ``UPDATE … RETURNING``.
+
+        The lock query takes each claimable status on its own, through
+        ``ix_sqlqueue_jobs_claim_by_status`` in claim order up to the limit, and keeps the
+        first ``:claim_limit`` of both: one ``status IN (…)`` range cannot come out of an index
+        in claim order, and the full claim index walks every finished job of the queue. Rows of
+        the longer list beyond the limit stay locked until the claim commits (other workers
+        skip them for that long)."""
+        parts = [
+            self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+            .add_columns(jobs.c.priority, jobs.c.next_run_at)
+            .where(jobs.c.status == literal_column(f"'{status}'"))
+            .with_for_update(skip_locked=True)
+            for status in _CLAIMABLE
+        ]
+        both = union_all(*parts)
+        order = both.selected_columns
+        due = both.order_by(order.priority, order.next_run_at, order.id).limit(_CLAIM_LIMIT)
         chosen: Any = bindparam("sqlqueue_ids", expanding=True)
         lease = self._lease(chosen, lease_seconds, now, in_subquery=True)
         return lease.execution_options(**{LOCK_OPTION: due})
