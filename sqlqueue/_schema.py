@@ -130,7 +130,7 @@ Index(
     jobs.c.priority,
     jobs.c.next_run_at,
     jobs.c.id,
-).ddl_if(dialect=MYSQL_NAMES)
+).ddl_if(dialect=MYSQL_NAMES)  # type: ignore[arg-type]  # a tuple is documented
 # Reaper: running jobs by lease expiry.
 Index(
     "ix_sqlqueue_jobs_lease",

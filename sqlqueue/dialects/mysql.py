@@ -15,6 +15,7 @@ transactions are then run again (:meth:`MySQLDialect.retry_transaction`).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -113,6 +114,22 @@ def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _same_event_loop(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """aiomysql's connections belong to the event loop that opened them: one pooled from
+    another loop (an earlier ``asyncio.run``, another worker) is discarded, and the pool
+    opens a new one (``DisconnectionError`` on checkout makes it try again)."""
+    driver = getattr(dbapi_connection, "_connection", None)
+    loop = getattr(driver, "_loop", None)
+    if loop is None:
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if loop is not running:
+        raise sa_exc.DisconnectionError("the connection belongs to another event loop")
+
+
 def _error_code(error: BaseException) -> int | None:
     """The server's (or client's) numeric error code of a PyMySQL error."""
     orig = getattr(error, "orig", error)
@@ -136,6 +153,8 @@ class MySQLDialect(Dialect):
         """Check the server and run every new connection at READ COMMITTED, in UTC."""
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
+            if engine.dialect.is_async:
+                event.listen(engine, "checkout", _same_event_loop)
             engine.dispose()  # idle pooled connections were opened without the settings
 
     def retry_transaction(self, operation: Callable[[], T]) -> T:
