@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from sqlqueue._store.rows import Failure
 
 
@@ -123,8 +121,7 @@ def test_a_relaxed_round_leaves_the_connection_at_its_own_durability(backend):
     """The worker's rounds commit without waiting for the disk (SQLite ``synchronous =
     NORMAL``, PostgreSQL ``synchronous_commit = off``) for their own transaction only: the
     pooled connection goes back to whatever level it had, here set stricter than the default."""
-    if backend.name == "mysql":
-        pytest.skip("MariaDB/MySQL have no per-transaction durability setting to relax")
+    backend.requires("relaxed_commit")
     queue, _grouped, _plain = _queue_with_jobs(backend)
     expected: object
     if backend.name == "sqlite":

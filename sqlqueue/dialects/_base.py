@@ -123,6 +123,8 @@ class Dialect(abc.ABC):
     #: Indexes can have a WHERE clause (elsewhere ``postgresql_where``/``sqlite_where`` are
     #: ignored and the index covers every row).
     supports_partial_indexes: ClassVar[bool] = True
+    #: One transaction's commit can skip waiting for the disk (:meth:`relax_commit`).
+    supports_relaxed_commit: ClassVar[bool] = True
     #: DDL runs inside transactions, so a failed migration rolls back whole.
     supports_transactional_ddl: ClassVar[bool] = True
     #: ``RETURNING`` and ``ON CONFLICT`` run as several statements (:meth:`execute_returning`),

@@ -146,6 +146,8 @@ class MySQLDialect(Dialect):
     supports_many_hosts: ClassVar[bool] = True
     emulates_returning: ClassVar[bool] = True
     supports_partial_indexes: ClassVar[bool] = False
+    #: Durability (``innodb_flush_log_at_trx_commit``) is the server's, not a transaction's.
+    supports_relaxed_commit: ClassVar[bool] = False
     #: DDL commits implicitly: a failed migration keeps the statements before the failure.
     supports_transactional_ddl: ClassVar[bool] = False
 
