@@ -2,7 +2,8 @@
 
 Every measurement gets a database of its own: a new SQLite file (WAL, as sqlqueue sets it) in a
 temporary directory, or a new PostgreSQL database created next to the one ``--postgres-url``
-names and dropped afterwards (the role needs ``CREATEDB``).
+names and dropped afterwards (the role needs ``CREATEDB``), or likewise a new MariaDB/MySQL
+database next to ``--mysql-url``'s.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sqlqueue
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_MYSQL_URL",
     "DEFAULT_POSTGRES_URL",
     "ROOT",
     "Target",
@@ -37,18 +39,23 @@ __all__ = [
 
 #: The repository root: worker processes run there, with it on PYTHONPATH, to import ``bench``.
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ("sqlite", "postgresql")
+BACKENDS = ("sqlite", "postgresql", "mysql")
 DEFAULT_POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+DEFAULT_MYSQL_URL = os.environ.get(
+    "SQLQUEUE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
 )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """Where fresh databases are made: the PostgreSQL server and the SQLite directory."""
+    """Where fresh databases are made: the PostgreSQL and MariaDB/MySQL servers and the SQLite
+    directory."""
 
     postgres_url: str
     sqlite_dir: Path | None = None
+    mysql_url: str = DEFAULT_MYSQL_URL
 
 
 def sqlite_path(url: str) -> str:
@@ -89,11 +96,34 @@ def _fresh_postgres(admin_url: str) -> Iterator[str]:
 
 
 @contextmanager
+def _fresh_mysql(admin_url: str) -> Iterator[str]:
+    admin = sa.create_engine(admin_url, poolclass=sa.pool.NullPool)
+    name = f"sqlqueue_bench_{secrets.token_hex(4)}"  # generated here: safe to quote into DDL
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    except sa.exc.OperationalError as error:
+        admin.dispose()
+        raise SystemExit(
+            f"MariaDB/MySQL is unreachable at {admin_url} ({error.orig}); start it, pass "
+            "--mysql-url, or run with --backends sqlite,postgresql"
+        ) from None
+    try:
+        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.dispose()
+
+
+@contextmanager
 def fresh_database(backend: str, target: Target) -> Iterator[str]:
     """A new database migrated to sqlqueue's schema; yields its SQLAlchemy URL."""
     maker = (
         _fresh_sqlite(target.sqlite_dir)
         if backend == "sqlite"
+        else _fresh_mysql(target.mysql_url)
+        if backend == "mysql"
         else _fresh_postgres(target.postgres_url)
     )
     with maker as url:
@@ -120,6 +150,17 @@ def _durability(backend: str, target: Target) -> dict[str, str]:
                     level = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
                     values["synchronous"] = level.get(int(values["synchronous"] or 0), "?")
                     return {name: str(value) for name, value in values.items()}
+                if backend == "mysql":
+                    variables = (
+                        "version",
+                        "innodb_flush_log_at_trx_commit",
+                        "sync_binlog",
+                        "innodb_buffer_pool_size",
+                        "max_connections",
+                    )
+                    return {
+                        n: str(conn.exec_driver_sql(f"SELECT @@{n}").scalar()) for n in variables
+                    }
                 names = (
                     "server_version",
                     "synchronous_commit",

@@ -92,8 +92,17 @@ def _hold_queue(conn: sa.Connection, backend: str) -> None:
     """Open the barrier transaction: claims wait until it commits."""
     if backend == "sqlite":
         conn.exec_driver_sql("BEGIN IMMEDIATE")
-    else:
+    elif backend == "postgresql":
         conn.exec_driver_sql("LOCK TABLE sqlqueue_jobs IN EXCLUSIVE MODE")
+    else:  # MariaDB/MySQL: a table lock (SKIP LOCKED skips row locks, it waits for this one)
+        conn.exec_driver_sql("LOCK TABLES sqlqueue_jobs WRITE")
+
+
+def _release_queue(conn: sa.Connection, backend: str) -> None:
+    """Commit the backlog and lift the barrier."""
+    conn.commit()
+    if backend == "mysql":  # a table lock outlives the transaction
+        conn.exec_driver_sql("UNLOCK TABLES")
 
 
 def _wait_blocked(workers: Sequence[processes.Worker], monitor: Monitor | None) -> dict[str, int]:
@@ -141,7 +150,9 @@ def _timestamp(value: Any) -> datetime:
 
 
 def _database_now(conn: sa.Connection, backend: str) -> datetime:
-    clock = "strftime('%Y-%m-%d %H:%M:%f', 'now')" if backend == "sqlite" else "clock_timestamp()"
+    clock = {"sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now')", "mysql": "UTC_TIMESTAMP(6)"}.get(
+        backend, "clock_timestamp()"
+    )
     return _timestamp(conn.exec_driver_sql(f"SELECT {clock}").scalar_one())
 
 
@@ -233,7 +244,7 @@ def measure(
                 start_up_cpu = sum(processes.cpu_seconds(worker.pid) for worker in workers)
                 transactions_before = monitor.transactions() if monitor else 0
                 released_at = _database_now(conn, backend)
-                conn.commit()
+                _release_queue(conn, backend)
             released = time.perf_counter()
             peak = _wait_exit(workers, monitor, settings.timeout, at_start)
             wall = time.perf_counter() - released

@@ -3,7 +3,10 @@
 These statements do what the database must do for each operation and nothing else: the same
 table, indexes and column values, the database clock for timestamps, ``RETURNING id`` where
 sqlqueue returns ids, and completions fenced by worker and attempt as sqlqueue's are. The
-drivers are the ones sqlqueue uses through SQLAlchemy: ``sqlite3`` and psycopg 3.
+drivers are the ones sqlqueue uses through SQLAlchemy: ``sqlite3``, psycopg 3 and PyMySQL.
+MariaDB/MySQL have no ``UPDATE … RETURNING``: a claim there is the three statements sqlqueue
+runs too (lock the due rows ``SKIP LOCKED``, lease them by id, read them back), and enqueue
+uses MariaDB's ``INSERT … RETURNING``.
 """
 
 from __future__ import annotations
@@ -82,6 +85,30 @@ UPDATE sqlqueue_jobs
 """
 _PG_COPY: Final = f"COPY sqlqueue_jobs ({_COLUMNS}) FROM STDIN"
 
+_MY_NOW: Final = "UTC_TIMESTAMP(6)"
+_MY_ROW: Final = f"(%s, %s, %s, %s, 'queued', 0, %s, '[]', {_MY_NOW}, {_MY_NOW}, {_MY_NOW})"
+_MY_DUE: Final = f"""
+SELECT id FROM sqlqueue_jobs
+ WHERE status IN ('queued', 'failed') AND queue = %s AND next_run_at <= {_MY_NOW}
+ ORDER BY priority, next_run_at, id
+ LIMIT %s
+   FOR UPDATE SKIP LOCKED
+"""
+_MY_LEASE: Final = f"""
+UPDATE sqlqueue_jobs
+   SET status = 'running', attempts = attempts + 1, locked_by = %s,
+       started_at = {_MY_NOW}, updated_at = {_MY_NOW},
+       lease_expires_at = TIMESTAMPADD(MICROSECOND, %s, {_MY_NOW})
+ WHERE id IN ({{ids}})
+"""
+_MY_READ: Final = "SELECT id, attempts, payload FROM sqlqueue_jobs WHERE id IN ({ids})"
+_MY_COMPLETE: Final = f"""
+UPDATE sqlqueue_jobs
+   SET status = 'succeeded', finished_at = {_MY_NOW}, updated_at = {_MY_NOW},
+       lease_expires_at = NULL
+ WHERE (id, attempts) IN ({{pairs}}) AND status = 'running' AND locked_by = %s
+"""
+
 #: A claimed job: id, attempt number, payload.
 Claimed = tuple[int, int, dict[str, Any]]
 
@@ -108,7 +135,21 @@ class Raw:
         self.autocommit = autocommit
         self._sqlite: sqlite3.Connection | None = None
         self._pg: psycopg.Connection[Any] | None = None
-        if self.backend == "sqlite":
+        self._my: Any = None
+        if self.backend == "mysql":
+            import pymysql  # type: ignore[import-untyped]
+
+            self._my = pymysql.connect(
+                host=parsed.host or "127.0.0.1",
+                port=parsed.port or 3306,
+                user=parsed.username or "root",
+                password=parsed.password or "",
+                database=parsed.database or "",
+                autocommit=autocommit,
+            )
+            with self._my.cursor() as cursor:  # as sqlqueue's engine sets every connection
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        elif self.backend == "sqlite":
             # The settings sqlqueue's engine gives every connection; the rest stays default.
             # Autocommit: explicit BEGIN IMMEDIATE/COMMIT; otherwise the module's implicit
             # deferred BEGIN before DML, as SQLAlchemy's pysqlite dialect uses for sqlqueue.
@@ -129,6 +170,8 @@ class Raw:
             self._sqlite.close()
         if self._pg is not None:
             self._pg.close()
+        if self._my is not None:
+            self._my.close()
 
     # -- enqueue -------------------------------------------------------------------------------
 
@@ -146,6 +189,12 @@ class Raw:
             job_id = self._sqlite.execute(_insert(_SQLITE_ROW, 1), params).fetchone()[0]
             self._sqlite.commit()
             return int(job_id)
+        if self._my is not None:
+            with self._my.cursor() as cursor:
+                cursor.execute(_insert(_MY_ROW, 1), params)
+                (job_id,) = cursor.fetchone()
+            self._my.commit()
+            return int(job_id)
         assert self._pg is not None
         row = self._pg.execute(_insert(_PG_ROW, 1), params).fetchone()
         self._pg.commit()
@@ -161,6 +210,10 @@ class Raw:
             if self._sqlite is not None:
                 rows = self._sqlite.execute(_insert(_SQLITE_ROW, len(chunk)), params)
                 ids.extend(int(r[0]) for r in rows.fetchall())
+            elif self._my is not None:
+                with self._my.cursor() as cursor:
+                    cursor.execute(_insert(_MY_ROW, len(chunk)), params)
+                    ids.extend(int(r[0]) for r in cursor.fetchall())
             else:
                 assert self._pg is not None
                 cursor = self._pg.execute(_insert(_PG_ROW, len(chunk)), params)
@@ -198,6 +251,8 @@ class Raw:
             ).fetchall()
             conn.execute("COMMIT")
             return [(int(i), int(a), json.loads(p)) for i, a, p in rows]
+        if self._my is not None:
+            return self._my_claim(worker=worker, batch=batch, queue=queue)
         assert self._pg is not None
         params = {"queue": queue, "batch": batch, "worker": worker, "lease": LEASE_SECONDS}
         claimed = self._pg.execute(_PG_CLAIM, params).fetchall()
@@ -214,6 +269,13 @@ class Raw:
             conn.execute(_SQLITE_COMPLETE, {"fences": fences, "worker": worker})
             conn.execute("COMMIT")
             return
+        if self._my is not None:
+            pairs = ", ".join(["(%s, %s)"] * len(jobs))
+            values = [value for job_id, attempt, _ in jobs for value in (job_id, attempt)]
+            with self._my.cursor() as cursor:
+                cursor.execute(_MY_COMPLETE.format(pairs=pairs), [*values, worker])
+            self._my.commit()
+            return
         assert self._pg is not None
         self._pg.execute(
             _PG_COMPLETE,
@@ -226,11 +288,30 @@ class Raw:
         if not self.autocommit:
             self._pg.commit()
 
+    def _my_claim(self, *, worker: str, batch: int, queue: str) -> list[Claimed]:
+        """Lock, lease and read back in one transaction (no ``UPDATE … RETURNING``)."""
+        conn = self._my
+        conn.begin()
+        with conn.cursor() as cursor:
+            cursor.execute(_MY_DUE, (queue, batch))
+            ids = [int(row[0]) for row in cursor.fetchall()]
+            if not ids:
+                conn.commit()
+                return []
+            marks = ", ".join(["%s"] * len(ids))
+            cursor.execute(_MY_LEASE.format(ids=marks), [worker, LEASE_SECONDS * 1_000_000, *ids])
+            cursor.execute(_MY_READ.format(ids=marks), ids)
+            rows = cursor.fetchall()
+        conn.commit()
+        return [(int(i), int(a), json.loads(p)) for i, a, p in rows]
+
     def _commit(self) -> None:
         if self._sqlite is not None:
             self._sqlite.commit()
         elif self._pg is not None:
             self._pg.commit()
+        elif self._my is not None:
+            self._my.commit()
 
 
 def connect(url: str, *, autocommit: bool = False) -> Raw:

@@ -26,7 +26,14 @@ from types import FrameType
 from typing import Any
 
 from bench import memory, report
-from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, Target, environment, git_commit
+from bench.databases import (
+    BACKENDS,
+    DEFAULT_MYSQL_URL,
+    DEFAULT_POSTGRES_URL,
+    Target,
+    environment,
+    git_commit,
+)
 from bench.runner import Runner
 from bench.settings import SCENARIOS, Settings
 
@@ -67,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("--backends", default=",".join(BACKENDS), help="sqlite,postgresql (both)")
+    add("--backends", default=",".join(BACKENDS), help="sqlite,postgresql,mysql (all)")
     add("--runs", type=int, help="runs per figure (3; 1 with --quick)")
     add("--quick", action="store_true", help="small sizes for a smoke run")
     add("--json", type=Path, metavar="PATH", help="also write every run here as JSON")
@@ -88,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         help="server where scratch databases are created (default: $SQLQUEUE_TEST_POSTGRES_URL "
         "or postgres@127.0.0.1:5432/test); the role needs CREATEDB",
     )
+    add(
+        "--mysql-url",
+        default=DEFAULT_MYSQL_URL,
+        help="MariaDB/MySQL server for scratch databases (default: $SQLQUEUE_TEST_MYSQL_URL "
+        "or root@127.0.0.1:3306/test)",
+    )
     add("--sqlite-dir", type=Path, help="directory for SQLite files (the system temp dir)")
     add("--poll-interval", type=float, default=1.0, help="pickup and idle workers' (1.0 s)")
     add("--idle-seconds", type=float, help="how long idle CPU is watched (10)")
@@ -105,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
     backends = tuple(_names(args.backends))
     if not backends or set(backends) - set(BACKENDS):
-        parser.error(f"--backends: expected sqlite and/or postgresql, got {args.backends!r}")
+        parser.error(f"--backends: expected sqlite, postgresql, mysql, got {args.backends!r}")
     scenarios = tuple(_names(args.only)) if args.only else SCENARIOS
     if not scenarios or set(scenarios) - set(SCENARIOS):
         parser.error(f"--only: expected some of {','.join(SCENARIOS)}, got {args.only!r}")
@@ -132,7 +145,9 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sett
     return Settings(
         backends=backends,
         runs=runs,
-        target=Target(postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir),
+        target=Target(
+            postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir, mysql_url=args.mysql_url
+        ),
         scenarios=scenarios,
         poll_interval=args.poll_interval,
         many_processes=args.many_processes,
@@ -168,6 +183,14 @@ def _header(facts: dict[str, Any], settings: Settings) -> str:
             f"wal_sync_method={d['wal_sync_method']}, full_page_writes={d['full_page_writes']} "
             "(sqlqueue's worker commits with SET LOCAL synchronous_commit=off; raw at the "
             "server's level)"
+        )
+    if "mysql" in durability:
+        d = durability["mysql"]
+        lines.append(
+            f"MariaDB/MySQL {d['version']} on loopback: innodb_flush_log_at_trx_commit="
+            f"{d['innodb_flush_log_at_trx_commit']}, sync_binlog={d['sync_binlog']}, "
+            f"innodb_buffer_pool_size={d['innodb_buffer_pool_size']} (no per-transaction "
+            "durability setting: sqlqueue and raw commit alike)"
         )
     return "\n".join(lines)
 

@@ -16,7 +16,6 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    Float,
     Index,
     Integer,
     MetaData,
@@ -26,7 +25,7 @@ from sqlalchemy import (
     text,
 )
 
-from sqlqueue._types import Id, JsonDocument, UtcDateTime
+from sqlqueue._types import MYSQL_NAMES, Id, JsonDocument, Number, UtcDateTime
 
 __all__ = [
     "CLAIM_COLUMNS",
@@ -79,6 +78,10 @@ metadata = MetaData(
     }
 )
 
+#: MariaDB and MySQL: full Unicode, and text keys (idempotency keys, queue names) compared byte
+#: for byte as on the other backends, not case-insensitively as their default collation would.
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
 _STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
 _CLAIMABLE = text("status IN ('queued', 'failed')")
 
@@ -127,6 +130,7 @@ jobs = Table(
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
+    **_MYSQL_TABLE,
 )
 
 
@@ -212,6 +216,18 @@ Index(
     postgresql_where=_CLAIMABLE,
     sqlite_where=_CLAIMABLE,
 )
+# MariaDB/MySQL have no partial indexes, so there the claim index above holds every finished job
+# too, and a claim walked the whole history of its queue (176 ms per claim at 100,000 finished
+# jobs). This one (MySQL only) puts the status after the queue: the claim reads each claimable
+# status in claim order and stops at its limit (see sqlqueue/dialects/mysql.py).
+Index(
+    "ix_sqlqueue_jobs_claim_by_status",
+    jobs.c.queue,
+    jobs.c.status,
+    jobs.c.priority,
+    jobs.c.next_run_at,
+    jobs.c.id,
+).ddl_if(dialect=MYSQL_NAMES)  # type: ignore[arg-type]  # a tuple is documented
 # Reaper: running jobs by lease expiry.
 Index(
     "ix_sqlqueue_jobs_lease",
@@ -260,9 +276,10 @@ rate_limits = Table(
     "sqlqueue_rate_limits",
     metadata,
     Column("key", String(255), primary_key=True),
-    Column("tokens", Float, nullable=False),
+    Column("tokens", Number, nullable=False),
     # The database time ``tokens`` was counted at; the refill since then is computed on take.
     Column("refilled_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 circuit_breakers = Table(
@@ -280,6 +297,7 @@ circuit_breakers = Table(
     Column("probe_attempt", Integer, nullable=True),
     Column("changed_at", UtcDateTime, nullable=False),
     CheckConstraint("state IN ('closed', 'open', 'half_open')", name="state"),
+    **_MYSQL_TABLE,
 )
 
 # Operations (added by 0005). A queue paused by an operator: no worker claims from it until it is
@@ -292,6 +310,7 @@ queues = Table(
     Column("paused_by", String(255), nullable=True),
     Column("pause_reason", Text, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # Counts of finished jobs (whose status, queue and type never change again) that finished before
@@ -304,6 +323,7 @@ finished_counts = Table(
     Column("queue", String(100), primary_key=True),
     Column("job_type", String(200), primary_key=True),
     Column("count", BigInteger, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 count_marks = Table(
@@ -311,6 +331,7 @@ count_marks = Table(
     metadata,
     Column("name", String(100), primary_key=True),
     Column("folded_until", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # A maintenance duty that one worker at a time performs across every host (retention): the
@@ -321,6 +342,7 @@ duties = Table(
     Column("name", String(100), primary_key=True),
     Column("holder", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # Webhook endpoints (added by 0006), the receivers of the webhook kind (see sqlqueue/webhooks/).
@@ -338,6 +360,7 @@ webhook_endpoints = Table(
     Column("disabled_reason", Text, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 # The email kind's ledger of sent messages (added by 0007; see sqlqueue/email/_ledger.py): one
@@ -356,4 +379,5 @@ email_sent = Table(
     # Recipients the server took, and those it refused with its reply to each.
     Column("accepted", JsonDocument, nullable=False),
     Column("refused", JsonDocument, nullable=False),
+    **_MYSQL_TABLE,
 )

@@ -9,18 +9,36 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer
+from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer
+from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["EncodedJson", "Id", "JsonDocument", "UtcDateTime", "as_utc"]
+__all__ = [
+    "MYSQL_NAMES",
+    "EncodedJson",
+    "Id",
+    "JsonDocument",
+    "Number",
+    "UtcDateTime",
+    "as_utc",
+]
+
+#: The SQLAlchemy dialect names of MariaDB and MySQL, for type variants.
+MYSQL_NAMES = ("mysql", "mariadb")
 
 #: 64-bit ids on PostgreSQL; SQLite only auto-increments a plain ``INTEGER PRIMARY KEY``.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
 #: JSON documents: ``jsonb`` on PostgreSQL, SQLite's JSON text elsewhere.
 JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+#: Floating-point numbers: MySQL's ``FLOAT`` is single precision, so ``DOUBLE`` there.
+Number = Float().with_variant(Double(), *MYSQL_NAMES)
+
+#: Timestamps: MySQL's ``DATETIME`` drops the fraction unless it is declared with six digits.
+_TIMESTAMP = DateTime(timezone=True).with_variant(MYSQL_DATETIME(fsp=6), *MYSQL_NAMES)
 
 
 def as_utc(value: datetime) -> datetime:
@@ -48,10 +66,11 @@ class UtcDateTime(TypeDecorator[datetime]):
     """A timestamp that is always timezone-aware UTC in Python.
 
     PostgreSQL stores ``timestamptz``; SQLite stores ISO text (``YYYY-MM-DD HH:MM:SS.ffffff``)
-    in UTC, the same format the SQLite clock expression produces, so they compare as text.
+    in UTC, the same format the SQLite clock expression produces, so they compare as text;
+    MariaDB and MySQL store ``DATETIME(6)`` in UTC (their clock is ``UTC_TIMESTAMP(6)``).
     """
 
-    impl = DateTime(timezone=True)
+    impl = _TIMESTAMP
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: SADialect) -> datetime | None:

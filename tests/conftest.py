@@ -1,5 +1,6 @@
-"""The conformance harness: every test that takes ``backend`` runs on a SQLite file and on
-PostgreSQL. With ``CI=true`` an unreachable PostgreSQL fails the run instead of skipping."""
+"""The conformance harness: every test that takes ``backend`` runs on a SQLite file, on
+PostgreSQL and on MariaDB/MySQL. With ``CI=true`` an unreachable server fails the run instead
+of skipping."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from sqlqueue.dialects import dialect_for
 POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+MYSQL_URL = os.environ.get("SQLQUEUE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-#: Which backends the conformance suite runs on (comma-separated); both by default.
+#: Which backends the conformance suite runs on (comma-separated); all three by default.
 BACKENDS = [
     name.strip()
-    for name in os.environ.get("SQLQUEUE_TEST_BACKENDS", "sqlite,postgresql").split(",")
+    for name in os.environ.get("SQLQUEUE_TEST_BACKENDS", "sqlite,postgresql,mysql").split(",")
     if name.strip()
 ]
 
@@ -85,6 +87,48 @@ def worker_id() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
+def _mysql_database(worker: str) -> Iterator[str]:
+    admin = sa.create_engine(MYSQL_URL, poolclass=sa.pool.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except sa.exc.OperationalError as error:
+        message = f"MariaDB/MySQL is unreachable at {MYSQL_URL}: {error.orig}"
+        admin.dispose()
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    name = f"sqlqueue_test_{worker}_{secrets.token_hex(4)}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    url = sa.make_url(MYSQL_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def mysql_url(worker_id: str) -> Iterator[str]:
+    """A MariaDB/MySQL database of its own for this test session (or xdist worker)."""
+    yield from _mysql_database(worker_id)
+
+
+def _reset_mysql(url: str) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        tables = conn.execute(
+            sa.text(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+            )
+        ).scalars()
+        for table in list(tables):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{table}`")
+    engine.dispose()
+
+
 def _reset_postgres(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -98,9 +142,12 @@ def _reset_postgres(url: str) -> None:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """An empty, migrated database: a SQLite file, or PostgreSQL."""
+    """An empty, migrated database: a SQLite file, PostgreSQL, or MariaDB/MySQL."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'sqlqueue.db'}"
+    elif request.param == "mysql":
+        url = request.getfixturevalue("mysql_url")
+        _reset_mysql(url)
     else:
         url = request.getfixturevalue("postgres_url")
         _reset_postgres(url)

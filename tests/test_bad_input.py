@@ -304,9 +304,11 @@ def test_worker_settings_are_checked_at_construction(tmp_path, options, field):
 
 def test_unsupported_database_names_what_is_supported():
     engine = sa.create_engine(
-        "mysql+pymysql://root@127.0.0.1/test", module=SimpleNamespace(paramstyle="format")
+        "mssql+pymssql://sa@127.0.0.1/test",
+        module=SimpleNamespace(paramstyle="pyformat", __version__="2.2.0"),
     )
-    with pytest.raises(sqlqueue.UnsupportedDatabase, match="supported: postgresql, sqlite"):
+    supported = "supported: mariadb, mysql, postgresql, sqlite"
+    with pytest.raises(sqlqueue.UnsupportedDatabase, match=supported):
         sqlqueue.Queue(engine)
 
 

@@ -10,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from sqlqueue._schema import jobs
 from sqlqueue._store.counts import reset_counts
 from tests._support import drain
 from tests.apps.processes import REPO_ROOT
@@ -173,7 +175,7 @@ def test_jobs_list_show_cancel_prune_pause_resume(backend: Backend) -> None:
     assert cli("cancel", url=backend.url).returncode == 2
 
     with backend.engine.begin() as conn:  # everything finished long ago
-        conn.execute(sa.text("UPDATE sqlqueue_jobs SET finished_at = '2000-01-01 00:00:00+00:00'"))
+        conn.execute(sa.update(jobs).values(finished_at=datetime(2000, 1, 1, tzinfo=UTC)))
         reset_counts(conn)  # moved by hand below the mark a worker's fold may have set
     pruned = cli("prune", "--older-than", "7d", "--json", url=backend.url)
     assert json.loads(pruned.stdout)["deleted"] == 5  # 4 succeeded + 1 cancelled

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import email_sent, jobs
+from sqlqueue._schema import circuit_breakers, email_sent, jobs
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.email._mailer import deferred_key
 from tests._support import WorkerThread, count_jobs, db_now, drain, wait_until
@@ -753,8 +753,7 @@ def test_the_circuit_breaker_and_rate_limit_are_keyed_by_the_provider(backend, q
     assert smtp.data_commands == 1
     with backend.engine.connect() as conn:
         state = conn.execute(
-            sa.text("SELECT state FROM sqlqueue_circuit_breakers WHERE key = :key"),
-            {"key": provider},
+            sa.select(circuit_breakers.c.state).where(circuit_breakers.c.key == provider)
         ).scalar_one()
     assert state == "open"
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 import sqlqueue
 from sqlqueue._schema import jobs
 from sqlqueue._store._direct import DirectStatement
+from sqlqueue.dialects import dialect_for
 from tests._support import count_jobs, db_now, drain
 
 users = sa.Table(
@@ -81,15 +82,16 @@ def test_orm_session_enqueue_commits_and_rolls_back_with_the_session(backend):
         assert conn.execute(sa.select(users.c.id)).scalars().all() == [2]
 
 
-def _async_url(url: str) -> str:
-    return url.replace("sqlite://", "sqlite+aiosqlite://", 1)
+def _async_url(backend) -> str:
+    url = dialect_for(backend.engine).async_url(sa.make_url(backend.url))
+    return url.render_as_string(hide_password=False)
 
 
 def test_async_connection_and_async_session_enqueue(backend):
     queue, welcome = _queue_with_welcome(backend)
 
     async def scenario() -> tuple[int, int, int]:
-        engine = create_async_engine(_async_url(backend.url))
+        engine = create_async_engine(_async_url(backend))
         try:
             async with engine.connect() as conn:
                 await conn.begin()
@@ -286,16 +288,18 @@ def test_one_job_enqueue_writes_the_same_rows_with_or_without_listeners(backend,
     def record(conn, cursor, statement, parameters, context, executemany):
         seen.append(statement)
 
+    # Where RETURNING is emulated in several statements, nothing goes to the driver directly.
+    direct_expected = 0 if dialect_for(backend.engine).emulates_returning else 5
     with backend.engine.begin() as conn:
         direct_ids = _enqueue_each_kind(queue, conn, run_at)
-    assert len(direct_runs) == 5
+    assert len(direct_runs) == direct_expected
     direct = _stored(backend.engine, direct_ids)
     assert queue.get_job(direct_ids[4]).next_run_at == run_at
     with backend.engine.begin() as conn:
         conn.execute(sa.delete(jobs))  # frees the idempotency keys
         sa.event.listen(conn, "before_cursor_execute", record)  # this connection only
         listened_ids = _enqueue_each_kind(queue, conn, run_at)
-    assert len(direct_runs) == 5
+    assert len(direct_runs) == direct_expected
     assert sum("INSERT INTO sqlqueue_jobs" in statement for statement in seen) == 5
     listened = _stored(backend.engine, listened_ids)
     assert queue.get_job(listened_ids[4]).next_run_at == run_at

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from sqlqueue import _schema as schema
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "signup_demo.py"
 WEBHOOK_TASK = "sqlqueue.webhooks.deliver"
@@ -67,10 +69,10 @@ def test_signup_demo_tells_its_story_and_leaves_this_database(backend, tmp_path)
 
     engine = backend.engine
     meta = sa.MetaData()
-    jobs = sa.Table("sqlqueue_jobs", meta, autoload_with=engine)
+    # sqlqueue's own declarations, not reflected ones: MariaDB reports its JSON columns as
+    # LONGTEXT, which would read the documents back as text.
+    jobs, ledger, endpoints = schema.jobs, schema.email_sent, schema.webhook_endpoints
     users = sa.Table("demo_users", meta, autoload_with=engine)
-    ledger = sa.Table("sqlqueue_email_sent", meta, autoload_with=engine)
-    endpoints = sa.Table("sqlqueue_webhook_endpoints", meta, autoload_with=engine)
     with engine.connect() as conn:
         (ada_id,) = conn.execute(sa.select(users.c.id)).scalars().all()
         rows = conn.execute(sa.select(jobs).order_by(jobs.c.id)).mappings().all()

@@ -88,9 +88,25 @@ def test_alembic_sees_no_difference_between_migrations_and_metadata(backend):
         # version_table tells alembic which table is the version table: it skips that one, as
         # it would skip `alembic_version`, instead of reporting it as a table to drop.
         context = MigrationContext.configure(
-            conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+            conn,
+            opts={
+                "version_table": VERSION_TABLE,
+                "compare_type": True,
+                "include_object": _created_on(conn.dialect.name),
+            },
         )
         assert compare_metadata(context, metadata) == []
+
+
+def _created_on(dialect: str) -> Any:
+    """Alembic's filter for objects that exist on ``dialect``: alembic compares objects
+    declared for one backend only (``ddl_if``, e.g. a MySQL-only index) on every backend."""
+
+    def include(obj: Any, _name: Any, _type: Any, _reflected: Any, _compare_to: Any) -> bool:
+        only = getattr(obj, "_ddl_if", None)
+        return only is None or only.dialect is None or dialect in only.dialect
+
+    return include
 
 
 def test_migrated_schema_equals_create_all_including_checks_and_partial_indexes(backend):
@@ -111,6 +127,8 @@ def test_migrated_schema_equals_create_all_including_checks_and_partial_indexes(
         "ck_sqlqueue_jobs_max_attempts",
         "ck_sqlqueue_jobs_attempts",
     }
+    if not backend.capable("partial_indexes"):  # MySQL: full indexes, compared above
+        return
     for name in ("ix_sqlqueue_jobs_claim", "ix_sqlqueue_jobs_lease"):
         options = table["indexes"][name]["dialect_options"]
         assert any(key.endswith("_where") and value for key, value in options.items()), options
@@ -163,6 +181,7 @@ def test_a_host_apps_alembic_history_is_untouched(backend):
 
 
 def test_a_failed_migration_leaves_nothing_half_done(backend):
+    backend.requires("transactional_ddl")
     _drop_sqlqueue(backend.engine)
     # A host object that takes one of our index names makes the revision fail after its
     # CREATE TABLE; the whole revision must roll back (on SQLite too, where the driver leaves

@@ -466,7 +466,7 @@ def test_a_fold_never_passes_a_writing_transaction_still_open(backend: Backend) 
         writer.execute(
             sa.update(jobs)
             .where(jobs.c.id.in_(ids))
-            .values(status="cancelled", finished_at=sa.func.statement_timestamp())
+            .values(status="cancelled", finished_at=dialect_for(backend.engine).clock())
         )
         time.sleep(0.3)
         queue.admin.fold_all_counts(margin=0)

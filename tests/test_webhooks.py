@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import sqlqueue
 import sqlqueue.webhooks
+from sqlqueue.dialects import dialect_for
 from sqlqueue.webhooks import (
     Endpoint,
     UnknownEndpoint,
@@ -415,7 +416,8 @@ def test_an_async_app_delivers_through_its_async_connection_or_session(backend, 
     receiver.script("/crm", Reply(status=200))
 
     async def scenario() -> list[int]:
-        engine = create_async_engine(backend.url.replace("sqlite://", "sqlite+aiosqlite://", 1))
+        url = dialect_for(backend.engine).async_url(sa.make_url(backend.url))
+        engine = create_async_engine(url.render_as_string(hide_password=False))
         try:
             async with engine.connect() as conn:  # rolled back: nothing is delivered
                 await conn.begin()

@@ -7,8 +7,11 @@ Create Date: 2026-11-29
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0001"
@@ -18,9 +21,12 @@ depends_on = None
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _JSON = sa.JSON().with_variant(JSONB(), "postgresql")
-_TIME = sa.DateTime(timezone=True)
+_TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
 _CLAIMABLE = sa.text("status IN ('queued', 'failed')")
 _RUNNING = sa.text("status = 'running'")
+
+#: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:
@@ -60,6 +66,7 @@ def upgrade() -> None:
             "attempts >= 0 AND attempts <= max_attempts", name=op.f("ck_sqlqueue_jobs_attempts")
         ),
         sa.PrimaryKeyConstraint("id", name="pk_sqlqueue_jobs"),
+        **_MYSQL_TABLE,
     )
     op.create_index(
         "ix_sqlqueue_jobs_claim",
@@ -68,6 +75,13 @@ def upgrade() -> None:
         postgresql_where=_CLAIMABLE,
         sqlite_where=_CLAIMABLE,
     )
+    if op.get_bind().dialect.name in ("mysql", "mariadb"):
+        # No partial indexes there: the claimable rows by status (see sqlqueue/_schema.py).
+        op.create_index(
+            "ix_sqlqueue_jobs_claim_by_status",
+            "sqlqueue_jobs",
+            ["queue", "status", "priority", "next_run_at", "id"],
+        )
     op.create_index(
         "ix_sqlqueue_jobs_lease",
         "sqlqueue_jobs",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 
 revision = "0003"
 down_revision = "0002"
@@ -22,7 +23,11 @@ def upgrade() -> None:
     with op.batch_alter_table("sqlqueue_jobs") as batch:
         batch.add_column(sa.Column("group_key", sa.String(255), nullable=True))
         batch.add_column(
-            sa.Column("cancel_requested_at", sa.DateTime(timezone=True), nullable=True)
+            sa.Column(
+                "cancel_requested_at",
+                sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb"),
+                nullable=True,
+            )
         )
     op.create_index(
         "ix_sqlqueue_jobs_group",

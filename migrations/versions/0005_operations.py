@@ -8,17 +8,23 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
 
-_TIME = sa.DateTime(timezone=True)
+_TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
 _FINISHED = sa.text("finished_at IS NOT NULL")
 _UNHANDLED_DEAD = sa.text("status = 'dead' AND requeued_as IS NULL AND discarded_at IS NULL")
+
+#: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:
@@ -55,6 +61,7 @@ def upgrade() -> None:
         sa.Column("pause_reason", sa.Text(), nullable=True),
         sa.Column("updated_at", _TIME, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_queues"),
+        **_MYSQL_TABLE,
     )
     op.create_table(
         "sqlqueue_finished_counts",
@@ -63,12 +70,14 @@ def upgrade() -> None:
         sa.Column("job_type", sa.String(200), nullable=False),
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("status", "queue", "job_type", name="pk_sqlqueue_finished_counts"),
+        **_MYSQL_TABLE,
     )
     op.create_table(
         "sqlqueue_count_marks",
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("folded_until", _TIME, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_count_marks"),
+        **_MYSQL_TABLE,
     )
     op.create_table(
         "sqlqueue_duties",
@@ -76,6 +85,7 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(255), nullable=False),
         sa.Column("expires_at", _TIME, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_duties"),
+        **_MYSQL_TABLE,
     )
 
 

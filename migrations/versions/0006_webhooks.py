@@ -7,8 +7,11 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0006"
@@ -17,7 +20,10 @@ branch_labels = None
 depends_on = None
 
 _JSON = sa.JSON().with_variant(JSONB(), "postgresql")
-_TIME = sa.DateTime(timezone=True)
+_TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
+
+#: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:
@@ -32,6 +38,7 @@ def upgrade() -> None:
         sa.Column("created_at", _TIME, nullable=False),
         sa.Column("updated_at", _TIME, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_sqlqueue_webhook_endpoints"),
+        **_MYSQL_TABLE,
     )
 
 

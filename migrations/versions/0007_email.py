@@ -7,9 +7,12 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.mysql import DATETIME
 
 revision = "0007"
 down_revision = "0006"
@@ -17,8 +20,11 @@ branch_labels = None
 depends_on = None
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-_TIME = sa.DateTime(timezone=True)
+_TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
 _JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+#: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:
@@ -32,6 +38,7 @@ def upgrade() -> None:
         sa.Column("accepted", _JSON, nullable=False),
         sa.Column("refused", _JSON, nullable=False),
         sa.PrimaryKeyConstraint("key", name="pk_sqlqueue_email_sent"),
+        **_MYSQL_TABLE,
     )
 
 

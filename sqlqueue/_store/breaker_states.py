@@ -99,7 +99,7 @@ def pass_breaker(
         .values(state=HALF_OPEN, probe_job_id=job_id, probe_attempt=attempt, changed_at=current)
         .returning(breakers.c.key)
     )
-    if conn.execute(take_probe).first() is not None:
+    if dialect.execute_returning(conn, take_probe).first() is not None:
         return Passage(allowed=True, probe=True)
     row = _read_with_clock(conn, key, current)  # someone else moved first: where are we now?
     if row is None or row["state"] == CLOSED:
@@ -150,7 +150,7 @@ def record_success(
             )
             .returning(breakers.c.state)
         )
-        return conn.execute(stmt).scalar_one_or_none()
+        return dialect.execute_returning(conn, stmt).scalar_one_or_none()
     conn.execute(
         update(breakers)
         .where(breakers.c.key == key, breakers.c.state == CLOSED, breakers.c.failures > 0)
@@ -193,7 +193,7 @@ def record_failure(
             )
             .returning(breakers.c.state)
         )
-        return conn.execute(stmt).scalar_one_or_none()
+        return dialect.execute_returning(conn, stmt).scalar_one_or_none()
     threshold = bindparam("failure_threshold", failure_threshold, type_=Integer())
     in_window = breakers.c.streak_started_at >= dialect.now_plus(-window_seconds, now)
     streak = case((and_(breakers.c.failures > 0, in_window), breakers.c.failures + 1), else_=1)
@@ -219,7 +219,7 @@ def record_failure(
         },
         where=breakers.c.state == CLOSED,
     ).returning(breakers.c.state)
-    state = conn.execute(upsert).scalar_one_or_none()
+    state = dialect.execute_returning(conn, upsert).scalar_one_or_none()
     return OPEN if state == OPEN else None
 
 

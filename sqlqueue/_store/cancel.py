@@ -35,11 +35,12 @@ def cancel_job(conn: Connection, dialect: Dialect, job_id: int) -> Job:
             f"job {job_id} is {row['status']}; only queued, failed or running jobs can be cancelled"
         )
     updated = (
-        conn.execute(
+        dialect.execute_returning(
+            conn,
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.status == row["status"])
             .values(**values)
-            .returning(*jobs.c)
+            .returning(*jobs.c),
         )
         .mappings()
         .one()

@@ -113,10 +113,11 @@ def _locked_mark(conn: Connection, dialect: Dialect) -> datetime | None:
     it: a worker must never wait on it (a stalled worker holding it would stall them all), so
     a fold then skips its turn and a prune batch says so (created at the beginning of time
     first, so two first folds cannot both count everything)."""
-    conn.execute(
+    dialect.execute_returning(
+        conn,
         dialect.conflict_insert(count_marks)
         .values(name=MARK, folded_until=_BEGINNING)
-        .on_conflict_do_nothing(index_elements=[count_marks.c.name])
+        .on_conflict_do_nothing(index_elements=[count_marks.c.name]),
     )
     query = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
     mark: datetime | None = conn.execute(dialect.skip_locked(query)).scalar_one_or_none()
@@ -128,14 +129,15 @@ def _add(conn: Connection, dialect: Dialect, counts: Iterable[tuple[Key, int]]) 
     for (status, queue, job_type), n in counts:
         if not n:
             continue
-        conn.execute(
+        dialect.execute_returning(
+            conn,
             dialect.upsert(
                 finished_counts,
                 values={"status": status, "queue": queue, "job_type": job_type, "count": n},
                 conflict=["status", "queue", "job_type"],
                 set_={"count": finished_counts.c.count + literal(n, BigInteger())},
                 where=finished_counts.c.count.is_not(None),
-            )
+            ),
         )
 
 

@@ -102,7 +102,9 @@ def _requeue_rows(
         }
         for row in rows
     ]
-    new_of: dict[int, int] = {int(dead): int(new) for dead, new in conn.execute(insert_new, copied)}
+    new_of: dict[int, int] = {
+        int(dead): int(new) for dead, new in dialect.execute_returning(conn, insert_new, copied)
+    }
     new_ids = [new_of[dead_id] for dead_id in dead_ids]
     mark_dead = (
         update(jobs)
@@ -158,7 +160,7 @@ def discard_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, rea
         .values(**_discard_values(dialect, by, reason))
         .returning(*jobs.c)
     )
-    return row_to_job(conn.execute(stmt).mappings().one())
+    return row_to_job(dialect.execute_returning(conn, stmt).mappings().one())
 
 
 def discard_batch(

@@ -179,10 +179,12 @@ def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
         one = statements.one_now if key is None else statements.one_keyed_now
     else:
         one = statements.one if key is None else statements.one_keyed
-    if can_run_directly(conn):
+    if not dialect.emulates_returning and can_run_directly(conn):
         inserted = one.direct.first_row(conn, row, dialect.schema)
     else:
-        inserted = conn.execute(one.statement, row, execution_options=dialect.table_options).first()
+        inserted = dialect.execute_returning(
+            conn, one.statement, row, execution_options=dialect.table_options
+        ).first()
     if inserted is not None:
         return int(inserted[0])
     if key is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
@@ -198,13 +200,17 @@ def _insert_many(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list
     plain = [i for i, row in enumerate(rows) if row["idempotency_key"] is None]
     keyed = [i for i, row in enumerate(rows) if row["idempotency_key"] is not None]
     if plain:
-        result = conn.execute(
-            statements.many, [rows[i] for i in plain], execution_options=dialect.table_options
+        result = dialect.execute_returning(
+            conn,
+            statements.many,
+            [rows[i] for i in plain],
+            execution_options=dialect.table_options,
         )
         for index, job_id in zip(plain, result.scalars().all(), strict=True):
             ids[index] = int(job_id)
     if keyed:
-        result = conn.execute(
+        result = dialect.execute_returning(
+            conn,
             statements.many_keyed,
             [rows[i] for i in keyed],
             execution_options=dialect.table_options,

@@ -48,10 +48,11 @@ def prune_batch(
     ids = list(conn.execute(chosen).scalars())
     if not ids:
         return 0
-    gone = conn.execute(
+    gone = dialect.execute_returning(
+        conn,
         delete(jobs)
         .where(jobs.c.id.in_(ids))
-        .returning(jobs.c.status, jobs.c.queue, jobs.c.job_type, jobs.c.finished_at)
+        .returning(jobs.c.status, jobs.c.queue, jobs.c.job_type, jobs.c.finished_at),
     ).all()
     counts.prune_counted(conn, dialect, mark, gone)
     return len(gone)
@@ -70,7 +71,7 @@ def take_duty(
         set_={"holder": holder, "expires_at": until},
         where=(duties.c.expires_at < dialect.clock()) | (duties.c.holder == holder),
     ).returning(duties.c.holder)
-    return conn.execute(stmt).first() is not None
+    return dialect.execute_returning(conn, stmt).first() is not None
 
 
 def release_duty(conn: Connection, *, name: str, holder: str) -> None:
@@ -82,14 +83,15 @@ def pause_queue(conn: Connection, dialect: Dialect, *, name: str, by: str, reaso
     """Mark queue ``name`` paused (again, if it was), with who and why."""
     current = dialect.now()
     values = {"paused_at": current, "paused_by": by, "pause_reason": reason, "updated_at": current}
-    conn.execute(
+    dialect.execute_returning(
+        conn,
         dialect.upsert(
             queues,
             values={"name": name, **values},
             conflict=["name"],
             set_=values,
             where=queues.c.name == name,
-        )
+        ),
     )
     _announce(conn, dialect)
 

@@ -67,7 +67,7 @@ def take_token(
         },
         where=available >= 1.0,
     ).returning(rate_limits.c.key)
-    if conn.execute(take).first() is not None:
+    if dialect.execute_returning(conn, take).first() is not None:
         return None
     rate = bindparam("rate", per_second, type_=Float())
     due = select((1.0 - available) / rate).where(rate_limits.c.key == key)

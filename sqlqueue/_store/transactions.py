@@ -41,6 +41,9 @@ def in_write(
     ``relaxed``: the commit need not wait for the disk (PostgreSQL ``synchronous_commit =
     off``, SQLite ``synchronous = NORMAL``) — for writes whose loss in a database crash
     at-least-once absorbs (a job runs again).
+
+    The dialect runs the whole transaction again where its server aborted it over a lock
+    conflict (MariaDB/MySQL deadlock victims, see ``Dialect.retry_transaction``).
     """
 
     def run() -> T:
@@ -52,4 +55,4 @@ def in_write(
                 conn.rollback()
             return result
 
-    return translated(dialect, run)
+    return translated(dialect, lambda: dialect.retry_transaction(run))

@@ -72,7 +72,7 @@ def claim(
         )
     params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
     claimed = claims_from_rows(
-        conn.execute(stmt, params).all(),
+        dialect.execute_returning(conn, stmt, params).all(),
         moment=dialect.claim_moment,
         document=_json_decoder(conn),
     )
@@ -102,7 +102,8 @@ def complete(
         stmt = _complete_statement(dialect, now, with_result=False)
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
         options = dialect.table_options
-        landed |= set(conn.execute(stmt, params, execution_options=options).scalars().all())
+        result = dialect.execute_returning(conn, stmt, params, execution_options=options)
+        landed |= set(result.scalars().all())
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -112,7 +113,8 @@ def complete(
                 **dialect.fence_parameters([fence]),
             }
             options = dialect.table_options
-            landed |= set(conn.execute(stmt, params, execution_options=options).scalars().all())
+            result = dialect.execute_returning(conn, stmt, params, execution_options=options)
+            landed |= set(result.scalars().all())
     return landed
 
 
@@ -185,7 +187,7 @@ def record_progress(
             )
             .returning(jobs.c.id)
         )
-        landed |= set(conn.execute(stmt).scalars())
+        landed |= set(dialect.execute_returning(conn, stmt).scalars())
     return landed
 
 
@@ -226,7 +228,7 @@ def fail(
         .values(**values)
         .returning(jobs.c.id)
     )
-    return conn.execute(stmt).first() is not None
+    return dialect.execute_returning(conn, stmt).first() is not None
 
 
 def release(
@@ -254,7 +256,7 @@ def release(
         )
         .returning(jobs.c.id)
     )
-    return set(conn.execute(stmt).scalars())
+    return set(dialect.execute_returning(conn, stmt).scalars())
 
 
 def extend_leases(
@@ -276,7 +278,9 @@ def extend_leases(
         .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
         .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
-    return {job_id: requested is not None for job_id, requested in conn.execute(stmt)}
+    return {
+        job_id: requested is not None for job_id, requested in dialect.execute_returning(conn, stmt)
+    }
 
 
 def reap_expired(

@@ -6,13 +6,14 @@ from sqlalchemy import Engine
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects.mysql import MySQLDialect
 from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
 __all__ = ["BulkPath", "Dialect", "dialect_for"]
 
 _DIALECTS: dict[str, type[Dialect]] = {
-    name: cls for cls in (SQLiteDialect, PostgresDialect) for name in cls.names
+    name: cls for cls in (SQLiteDialect, PostgresDialect, MySQLDialect) for name in cls.names
 }
 
 

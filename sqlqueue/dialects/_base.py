@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
@@ -28,6 +28,7 @@ from sqlalchemy import (
     Float,
     Insert,
     Integer,
+    Result,
     Select,
     String,
     Table,
@@ -46,6 +47,9 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 from sqlqueue._errors import (
     ConfigurationError,
@@ -67,6 +71,8 @@ __all__ = [
     "Dialect",
     "wake_channel",
 ]
+
+T = TypeVar("T")
 
 #: The notification channel that wakes sleeping workers; the payload is the queue name. The
 #: workers of a queue in a named schema listen on a channel of that schema's own.
@@ -168,6 +174,16 @@ class Dialect(abc.ABC):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: Indexes can have a WHERE clause (elsewhere ``postgresql_where``/``sqlite_where`` are
+    #: ignored and the index covers every row).
+    supports_partial_indexes: ClassVar[bool] = True
+    #: One transaction's commit can skip waiting for the disk (:meth:`relax_commit`).
+    supports_relaxed_commit: ClassVar[bool] = True
+    #: DDL runs inside transactions, so a failed migration rolls back whole.
+    supports_transactional_ddl: ClassVar[bool] = True
+    #: ``RETURNING`` and ``ON CONFLICT`` run as several statements (:meth:`execute_returning`),
+    #: so statements using them must not be sent to the driver directly.
+    emulates_returning: ClassVar[bool] = False
     #: The fastest way to write a batch of job rows.
     bulk_path: ClassVar[BulkPath] = BulkPath.INSERT
     #: sqlqueue's tables can live in a named schema of the database, apart from other queues'.
@@ -261,6 +277,12 @@ class Dialect(abc.ABC):
         if relaxed:
             self.relax_commit(conn)
         yield
+
+    def retry_transaction(self, operation: Callable[[], T]) -> T:
+        """Run ``operation``, a whole write transaction that rolls back when it raises; a
+        backend whose server resolves lock conflicts by aborting a transaction (deadlock
+        victims) runs it again."""
+        return operation()
 
     def async_url(self, url: URL) -> URL:
         """The URL of the same database through this backend's asyncio driver."""
@@ -361,6 +383,22 @@ class Dialect(abc.ABC):
             )
             .returning(*self.claim_returning())
         )
+
+    def execute_returning(
+        self,
+        conn: Connection | Session,
+        stmt: Any,
+        params: Any = None,
+        *,
+        execution_options: Mapping[str, Any] | None = None,
+    ) -> Result[*tuple[Any, ...]]:
+        """Execute a statement with ``RETURNING``, or an :meth:`upsert`, and return its rows as
+        ``RETURNING`` gives them. Backends without ``UPDATE … RETURNING`` or ``ON CONFLICT``
+        emulate them here, in ``conn``'s transaction. ``execution_options``: for a connection
+        sqlqueue did not open (the caller's), the :attr:`table_options` of its schema."""
+        if execution_options:
+            return conn.execute(stmt, params, execution_options=execution_options)
+        return conn.execute(stmt, params)
 
     def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
         """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for the

@@ -91,8 +91,9 @@ def check_retry_statuses(statuses: Sequence[int]) -> tuple[int, ...]:
 
 
 def _execute(conn: Executable, dialect: Dialect, statement: Any) -> Any:
-    """``conn.execute(statement)`` on the endpoints table in the dialect's schema."""
-    return conn.execute(statement, execution_options=dialect.table_options)
+    """``conn.execute(statement)`` on the endpoints table in the dialect's schema, through the
+    dialect's ``RETURNING`` and ``ON CONFLICT`` (emulated where the backend lacks them)."""
+    return dialect.execute_returning(conn, statement, execution_options=dialect.table_options)
 
 
 def _now(conn: Executable, dialect: Dialect) -> datetime:

@@ -10,8 +10,9 @@
   attempt count or owner, with the database's time. It is how the tests see "exactly-once
   state transitions" (a job never leaves ``succeeded``, never has two owners at once).
 
-The triggers and ``fault_pause`` (the claim-window widener, see ``fault_hooks``) differ per
-backend; they are test instruments, kept here as DDL that runs only on its own dialect.
+Times are DOUBLE (MySQL's FLOAT is single precision). The triggers and ``fault_pause`` (the
+claim-window widener, see ``fault_hooks``) differ per backend; they are test instruments, kept
+here as DDL that runs only on its own dialect.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ LEDGER = sa.Table(
     sa.Column("job_id", sa.BigInteger, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("pid", sa.Integer, nullable=False),
-    sa.Column("started", sa.Float, nullable=False),
-    sa.Column("finished", sa.Float, nullable=True),
-    sa.Column("clock", sa.Float, nullable=False),
+    sa.Column("started", sa.Double, nullable=False),
+    sa.Column("finished", sa.Double, nullable=True),
+    sa.Column("clock", sa.Double, nullable=False),
 )
 
 CLAIMS = sa.Table(
@@ -62,7 +63,7 @@ CLAIMS = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     sa.Column("claim_limit", sa.Integer, nullable=False),
     sa.Column("returned", sa.Integer, nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("at", sa.Double, nullable=False),
 )
 
 EVENTS = sa.Table(
@@ -72,7 +73,7 @@ EVENTS = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     sa.Column("job_id", sa.BigInteger, nullable=True),
     sa.Column("kind", sa.String(50), nullable=False),
-    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("at", sa.Double, nullable=False),
 )
 
 TRANSITIONS = sa.Table(
@@ -84,7 +85,7 @@ TRANSITIONS = sa.Table(
     sa.Column("new_status", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("locked_by", sa.String(255), nullable=True),
-    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("at", sa.Double, nullable=False),
 )
 
 _AUDITED_CHANGE = (
@@ -121,11 +122,33 @@ CREATE OR REPLACE FUNCTION fault_pause(seconds double precision) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$ BEGIN PERFORM pg_sleep(seconds); RETURN true; END $$
 """
 
+_MYSQL_AUDIT = """
+CREATE TRIGGER fault_audit AFTER UPDATE ON sqlqueue_jobs FOR EACH ROW
+BEGIN
+    IF NOT (OLD.status <=> NEW.status) OR NOT (OLD.attempts <=> NEW.attempts)
+            OR NOT (OLD.locked_by <=> NEW.locked_by) THEN
+        INSERT INTO fault_transitions (job_id, old_status, new_status, attempts, locked_by, at)
+        VALUES (NEW.id, OLD.status, NEW.status, NEW.attempts, NEW.locked_by,
+                UNIX_TIMESTAMP(SYSDATE(6)));
+    END IF;
+END
+"""
+_MYSQL_PAUSE = """
+CREATE FUNCTION fault_pause(seconds DOUBLE) RETURNS BOOLEAN NOT DETERMINISTIC NO SQL
+BEGIN
+    DO SLEEP(seconds);
+    RETURN TRUE;
+END
+"""
+
+_MYSQL_DDL = (_MYSQL_AUDIT, "DROP FUNCTION IF EXISTS fault_pause", _MYSQL_PAUSE)
+
 for _ddl, _dialect in (
     (_SQLITE_AUDIT, "sqlite"),
     (_POSTGRES_AUDIT_FUNCTION, "postgresql"),
     (_POSTGRES_AUDIT_TRIGGER, "postgresql"),
     (_POSTGRES_PAUSE, "postgresql"),
+    *((ddl, name) for name in ("mysql", "mariadb") for ddl in _MYSQL_DDL),
 ):
     sa.event.listen(
         TRANSITIONS, "after_create", sa.DDL(_ddl.replace("%", "%%")).execute_if(dialect=_dialect)

@@ -42,8 +42,8 @@ GATE_LEDGER = sa.Table(
     sa.Column("key", sa.String(100), nullable=False),
     sa.Column("endpoint", sa.String(100), nullable=False),
     sa.Column("pid", sa.Integer, nullable=False),
-    sa.Column("started", sa.Float, nullable=False),
-    sa.Column("finished", sa.Float, nullable=True),
+    sa.Column("started", sa.Double, nullable=False),
+    sa.Column("finished", sa.Double, nullable=True),
 )
 
 #: One ledger row: ``id, key, endpoint, pid, started, finished`` (epoch seconds).

@@ -35,8 +35,8 @@ LEDGER = sa.Table(
     sa.Column("job_id", sa.BigInteger, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("pid", sa.Integer, nullable=False),
-    sa.Column("started", sa.Float, nullable=False),
-    sa.Column("finished", sa.Float, nullable=True),
+    sa.Column("started", sa.Double, nullable=False),
+    sa.Column("finished", sa.Double, nullable=True),
 )
 
 # The two columns of sqlqueue's job table a handler reads to know which attempt it is.
@@ -73,8 +73,8 @@ def _record_start(engine: sa.Engine, key: str, finished: bool) -> tuple[int, int
         _jobs.c.id,
         _jobs.c.attempts,
         sa.literal(os.getpid(), sa.Integer),
-        sa.literal(now, sa.Float),
-        sa.literal(now if finished else None, sa.Float),
+        sa.literal(now, sa.Double),
+        sa.literal(now if finished else None, sa.Double),
     ).where(_jobs.c.idempotency_key == key)
     stmt = (
         LEDGER.insert()
