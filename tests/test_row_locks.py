@@ -13,7 +13,7 @@ import threading
 import sqlalchemy as sa
 
 from sqlqueue._schema import jobs
-from sqlqueue._store import transitions
+from sqlqueue._store import claim
 from sqlqueue.dialects import dialect_for
 
 
@@ -51,7 +51,7 @@ def test_a_claim_takes_the_next_due_job_past_one_another_transaction_holds(backe
         claimer.begin()
         claimer.execute(_lock(not_due)).all()
         asking.start()  # the holder now waits for the claimer until its transaction ends
-        claimed = transitions.claim(
+        claimed = claim.claim(
             claimer,
             dialect_for(backend.engine),
             queues=[queue.default_queue],

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, select
 
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store import cancel, deadletter, transitions
+from sqlqueue._store import cancel, claim, deadletter, leases, outcomes
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue._store.transactions import in_write, translated
@@ -44,7 +44,7 @@ class Store(GateTransactions):
         lease_seconds: float,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Lease up to ``limit`` due jobs (see :func:`transitions.claim`): a :meth:`cycle` with
+        """Lease up to ``limit`` due jobs (see :func:`claim.claim`): a :meth:`cycle` with
         no outcomes to write."""
         _, [claimed] = self.cycle(
             worker_id=worker_id,
@@ -80,7 +80,7 @@ class Store(GateTransactions):
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
             landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, now)
             claimed = [
-                transitions.claim(
+                claim.claim(
                     conn,
                     self.dialect,
                     queues=queues,
@@ -119,11 +119,11 @@ class Store(GateTransactions):
             ).all()
         landed = set()
         if succeeded:
-            landed = transitions.complete(
+            landed = outcomes.complete(
                 conn, self.dialect, worker_id=worker_id, fences=succeeded, results=results, now=now
             )
         for failure in failures:
-            if transitions.fail(conn, self.dialect, worker_id=worker_id, failure=failure, now=now):
+            if outcomes.fail(conn, self.dialect, worker_id=worker_id, failure=failure, now=now):
                 landed.add(failure.job_id)
         return landed
 
@@ -152,7 +152,7 @@ class Store(GateTransactions):
     ) -> set[int]:
         """Store progress reports, extending their jobs' leases."""
         return self._in_write(
-            lambda conn: transitions.record_progress(
+            lambda conn: outcomes.record_progress(
                 conn,
                 self.dialect,
                 worker_id=worker_id,
@@ -165,9 +165,9 @@ class Store(GateTransactions):
     def release(
         self, *, worker_id: str, fences: Sequence[tuple[int, int]], now: datetime | None = None
     ) -> set[int]:
-        """Give jobs back without burning their attempt (see :func:`transitions.release`)."""
+        """Give jobs back without burning their attempt (see :func:`outcomes.release`)."""
         return self._in_write(
-            lambda conn: transitions.release(
+            lambda conn: outcomes.release(
                 conn, self.dialect, worker_id=worker_id, fences=fences, now=now
             )
         )
@@ -182,7 +182,7 @@ class Store(GateTransactions):
     ) -> dict[int, bool]:
         """Heartbeat the given leases: ids still held, each mapped to "cancel requested"."""
         return self._in_write(
-            lambda conn: transitions.extend_leases(
+            lambda conn: leases.extend_leases(
                 conn,
                 self.dialect,
                 worker_id=worker_id,
@@ -198,7 +198,7 @@ class Store(GateTransactions):
     ) -> tuple[list[int], list[int]]:
         """Recover jobs whose lease expired: ``(retried ids, dead ids)``."""
         return self._in_write(
-            lambda conn: transitions.reap_expired(conn, self.dialect, limit=limit, now=now)
+            lambda conn: leases.reap_expired(conn, self.dialect, limit=limit, now=now)
         )
 
     def database_now(self) -> datetime:

@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 from sqlqueue._context import JobContext
 from sqlqueue._errors import JobTimeout, PayloadError
 from sqlqueue._payload import check_result
-from sqlqueue._store import transitions
+from sqlqueue._store import outcomes
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._store.store import Store
 from sqlqueue._task import Task
@@ -170,7 +170,7 @@ def _completion(runtime: Runtime, job: ClaimedJob, result: Any) -> Callable[[Con
     """The fenced success write, for a handler's own transaction."""
 
     def complete(conn: Connection) -> bool:
-        landed = transitions.complete(
+        landed = outcomes.complete(
             conn,
             runtime.store.dialect,
             worker_id=runtime.worker_id,

@@ -31,7 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._store import store, transitions
+from sqlqueue._store import outcomes, store
 from sqlqueue._worker import heartbeat
 from sqlqueue.dialects import _base
 from tests.apps.fault_ledger import record_claim, record_event
@@ -119,7 +119,7 @@ def _kill_before_completion_commit() -> None:
 
         return complete
 
-    _wrap(transitions, "complete", make)
+    _wrap(outcomes, "complete", make)
 
 
 def install_from_environment() -> list[str]:
