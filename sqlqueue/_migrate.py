@@ -90,8 +90,7 @@ def migrate(
     dialect.prepare_engine(engine)
 
     def upgrade(conn: Connection) -> None:
-        dialect.lock_for_migration(conn)
-        with dialect.migrating_in_schema(conn):
+        with dialect.migration_lock(conn), dialect.migrating_in_schema(conn):
             command.upgrade(alembic_config(conn, schema), revision)
 
     def upgrade_in_own_transaction(conn: Connection) -> None:

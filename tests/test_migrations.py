@@ -291,6 +291,23 @@ def test_cli_migrate_creates_the_tables(backend, tmp_path):
     assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
 
 
+def test_concurrent_first_migrations_take_turns(backend, tmp_path):
+    """Four ``sqlqueue migrate`` processes on an empty database at once (several hosts'
+    deploys): every one succeeds and the schema is migrated exactly once — PostgreSQL's
+    advisory lock, SQLite's write lock, MariaDB's named lock (its DDL cannot wait in a
+    transaction)."""
+    _drop_sqlqueue(backend.engine)
+    command = [sys.executable, "-m", "sqlqueue", "migrate", "--database-url", backend.url]
+    processes = [
+        subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True) for _ in range(4)
+    ]
+    errors = [process.communicate(timeout=120)[1] for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0, 0, 0], errors
+    assert {"sqlqueue_jobs", VERSION_TABLE} <= _tables(backend.engine)
+    assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
+
+
 def test_cli_migrate_without_a_database_says_how_to_give_one(tmp_path):
     result = _sqlqueue_cli("migrate", cwd=tmp_path)
 

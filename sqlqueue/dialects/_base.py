@@ -232,8 +232,11 @@ class Dialect(abc.ABC):
     def prepare_engine(self, engine: Engine) -> None:  # noqa: B027 - most backends need none
         """Check the server and install per-connection settings; called once per engine."""
 
-    def lock_for_migration(self, conn: Connection) -> None:  # noqa: B027 - often nothing to do
-        """Make concurrent ``migrate`` runs take turns (until this transaction ends)."""
+    @contextmanager
+    def migration_lock(self, conn: Connection) -> Iterator[None]:
+        """Make concurrent ``migrate`` runs take turns: the block runs alone (the portable
+        version needs nothing: a database-wide write lock, as SQLite's, serialises them)."""
+        yield
 
     @contextmanager
     def migrating_in_schema(self, conn: Connection) -> Iterator[None]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -38,6 +39,7 @@ from sqlalchemy import (
     event,
     func,
     literal_column,
+    select,
     type_coerce,
     union_all,
 )
@@ -47,7 +49,7 @@ from sqlalchemy.sql.elements import ColumnElement
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-from sqlqueue._errors import UnsupportedDatabase
+from sqlqueue._errors import DatabaseUnavailable, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import _CLAIM_LIMIT, CLAIM_JSON, Dialect
@@ -74,6 +76,9 @@ _NO_SUCH_TABLE = 1146
 _CLAIMABLE = ("queued", "failed")
 #: Tries of a write transaction that deadlocked or timed out waiting for a lock.
 _TRANSACTION_TRIES = 5
+#: The named lock concurrent ``migrate`` runs take turns on, and how long one waits for it.
+_MIGRATION_LOCK = "sqlqueue:migrate"
+_MIGRATION_LOCK_SECONDS = 120
 
 
 def check_server_version(version: str) -> None:
@@ -151,6 +156,23 @@ class MySQLDialect(Dialect):
     supports_relaxed_commit: ClassVar[bool] = False
     #: DDL commits implicitly: a failed migration keeps the statements before the failure.
     supports_transactional_ddl: ClassVar[bool] = False
+
+    @contextmanager
+    def migration_lock(self, conn: Connection) -> Iterator[None]:
+        """A named lock (``GET_LOCK``) around the whole migration: MySQL commits each DDL
+        statement at once, so no transaction keeps two first migrations apart. The lock is
+        the session's: released after the block, failed or not (or with the session)."""
+        got = conn.execute(select(func.get_lock(_MIGRATION_LOCK, _MIGRATION_LOCK_SECONDS))).scalar()
+        if got != 1:
+            raise DatabaseUnavailable(
+                f"another `sqlqueue migrate` held the migration lock for over "
+                f"{_MIGRATION_LOCK_SECONDS} s"
+            )
+        try:
+            yield
+        finally:
+            with suppress(sa_exc.DBAPIError):  # the session is gone, and its lock with it
+                conn.execute(select(func.release_lock(_MIGRATION_LOCK)))
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the server and run every new connection at READ COMMITTED, in UTC."""

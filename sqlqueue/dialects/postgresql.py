@@ -141,9 +141,12 @@ class PostgresDialect(Dialect):
         """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""
         conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
 
-    def lock_for_migration(self, conn: Connection) -> None:
-        """A transaction-scoped advisory lock: concurrent first migrations queue up."""
+    @contextmanager
+    def migration_lock(self, conn: Connection) -> Iterator[None]:
+        """A transaction-scoped advisory lock: concurrent first migrations queue up (it is
+        held until the transaction ends, past the block)."""
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
+        yield
 
     @contextmanager
     def migrating_in_schema(self, conn: Connection) -> Iterator[None]:
