@@ -9,12 +9,14 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue.dialects import dialect_for
+from tests.apps.processes import Workers
 
 POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -51,28 +53,43 @@ class Backend:
         return sqlqueue.Queue(self.engine, **options)  # type: ignore[arg-type]
 
 
-def _postgres_database(worker: str) -> Iterator[str]:
-    # No pooled connections: they would go stale across the soak's server restart.
-    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+def _server_database(
+    label: str, admin_url: str, worker: str, *, create: str, drop: str, **engine_options: Any
+) -> Iterator[str]:
+    """A new database of its own on the server at ``admin_url`` (``create``/``drop`` format
+    ``{name}``), dropped afterwards. Unreachable: skipped, or failed with ``CI=true``. No pooled
+    connections: they would go stale across the soak's server restart."""
+    admin = sa.create_engine(admin_url, poolclass=sa.pool.NullPool, **engine_options)
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except sa.exc.OperationalError as error:
-        message = f"PostgreSQL is unreachable at {POSTGRES_URL}: {error.orig}"
+        message = f"{label} is unreachable at {admin_url}: {error.orig}"
         admin.dispose()
         if IN_CI:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     name = f"sqlqueue_test_{worker}_{secrets.token_hex(4)}"
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = sa.make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+        conn.exec_driver_sql(create.format(name=name))
+    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
     finally:
         with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.exec_driver_sql(drop.format(name=name))
         admin.dispose()
+
+
+def _postgres_database(worker: str) -> Iterator[str]:
+    return _server_database(
+        "PostgreSQL",
+        POSTGRES_URL,
+        worker,
+        create='CREATE DATABASE "{name}"',
+        drop='DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+        isolation_level="AUTOCOMMIT",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -88,26 +105,13 @@ def worker_id() -> str:
 
 
 def _mysql_database(worker: str) -> Iterator[str]:
-    admin = sa.create_engine(MYSQL_URL, poolclass=sa.pool.NullPool)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql("SELECT 1")
-    except sa.exc.OperationalError as error:
-        message = f"MariaDB/MySQL is unreachable at {MYSQL_URL}: {error.orig}"
-        admin.dispose()
-        if IN_CI:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    name = f"sqlqueue_test_{worker}_{secrets.token_hex(4)}"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    url = sa.make_url(MYSQL_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        admin.dispose()
+    return _server_database(
+        "MariaDB/MySQL",
+        MYSQL_URL,
+        worker,
+        create="CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        drop="DROP DATABASE IF EXISTS `{name}`",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -157,3 +161,14 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend(name=request.param, url=url, engine=engine)
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
+    """Starts real worker processes on ``backend``; kills any still running when the test
+    ends."""
+    started = Workers(backend.url, tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()

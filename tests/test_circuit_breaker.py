@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -340,16 +338,6 @@ def test_only_failures_of_the_dependency_open_the_breaker_and_deferrals_burn_no_
 
 
 # -- worker processes: one probe, and the other key flows -------------------------------------
-
-
-@pytest.fixture
-def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
-    """Starts worker processes on ``backend``; kills any still running when the test ends."""
-    started = Workers(backend.url, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 PROBE_SECONDS = 0.8

@@ -11,7 +11,6 @@ process id, so the job's result says whose outcome landed.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,16 +28,6 @@ LEASE = 2.0
 #: Slower than the other process tests' poll: the worker is frozen at a random moment, and
 #: the fewer write transactions it runs, the less likely it holds a lock the test then needs.
 POLL = ("--poll-interval", "0.2")
-
-
-@pytest.fixture
-def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
-    """Starts worker processes on ``backend``; kills any still running when the test ends."""
-    started = Workers(backend.url, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture

@@ -6,27 +6,14 @@ import itertools
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 import sqlqueue
 from tests.apps.ledger import create_ledger, read_ledger, register_ledger_tasks
-from tests.apps.processes import Workers, wait_until
+from tests.apps.processes import wait_until
 
 GROUPS = 6
 PER_GROUP = 8
-
-
-@pytest.fixture
-def workers(backend, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(backend.url, tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def test_no_two_jobs_of_a_key_overlap_even_when_a_worker_is_killed(backend, workers):

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -27,15 +26,6 @@ pytestmark = pytest.mark.timeout(120)
 
 OPS_APP = "tests.apps.ops_app:queue"
 FAST_POLL = ("--poll-interval", "0.1")
-
-
-@pytest.fixture
-def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(backend.url, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def local_queue(backend: Backend) -> sqlqueue.Queue:

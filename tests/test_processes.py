@@ -11,8 +11,6 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,16 +24,6 @@ from tests.conftest import Backend
 pytestmark = pytest.mark.timeout(120)
 
 FAST_POLL = ("--poll-interval", "0.05")
-
-
-@pytest.fixture
-def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
-    """Starts worker processes on ``backend``; kills any still running when the test ends."""
-    started = Workers(backend.url, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture

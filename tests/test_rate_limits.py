@@ -11,9 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -206,16 +204,6 @@ JOBS_PER_KEY = 16
 #: when counting starts in a window. 0.1 s once failed on a loaded machine (3 starts within
 #: 27 ms after two tokens granted together); still, 16 starts need >= 2.55 s at 5/s.
 START_LAG = 0.25
-
-
-@pytest.fixture
-def workers(backend: Backend, tmp_path: Path) -> Iterator[Workers]:
-    """Starts worker processes on ``backend``; kills any still running when the test ends."""
-    started = Workers(backend.url, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def _most_starts_allowed(span: float) -> float:
