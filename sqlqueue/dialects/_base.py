@@ -466,12 +466,15 @@ class Dialect(abc.ABC):
         return condition
 
     def lock_row(self, query: Select[Any]) -> Select[Any]:
-        """Lock the selected row until the transaction ends (SQLite's write lock already does)."""
-        return query
+        """Lock the selected row until the transaction ends (``FOR UPDATE`` where the backend
+        has row locks: two operators requeueing the same job take turns; SQLite's write lock
+        already serialises them)."""
+        return query.with_for_update() if self.supports_row_locks else query
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
-        """Let concurrent readers of ``query`` skip rows another transaction holds, if possible."""
-        return query
+        """Let concurrent readers of ``query`` skip rows another transaction holds (``FOR
+        UPDATE SKIP LOCKED``: concurrent maintenance passes take disjoint rows), if possible."""
+        return query.with_for_update(skip_locked=True) if self.supports_skip_locked else query
 
     @abc.abstractmethod
     def conflict_insert(self, table: Table) -> Any:

@@ -287,14 +287,6 @@ class MySQLDialect(Dialect):
         COMMITTED each statement would see its own snapshot."""
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
-    def lock_row(self, query: Select[Any]) -> Select[Any]:
-        """``FOR UPDATE``: two operators requeueing the same job take turns."""
-        return query.with_for_update()
-
-    def skip_locked(self, query: Select[Any]) -> Select[Any]:
-        """``FOR UPDATE SKIP LOCKED``: concurrent maintenance passes take disjoint rows."""
-        return query.with_for_update(skip_locked=True)
-
     def conflict_insert(self, table: Table) -> Any:
         """An INSERT that knows ``on_conflict_do_nothing`` (see :class:`ConflictInsert`)."""
         return ConflictInsert(table)

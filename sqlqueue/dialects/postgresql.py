@@ -233,14 +233,6 @@ class PostgresDialect(Dialect):
             "fence_attempts": [attempt for _, attempt in fences],
         }
 
-    def lock_row(self, query: Select[Any]) -> Select[Any]:
-        """``FOR UPDATE``: two operators requeueing the same job take turns."""
-        return query.with_for_update()
-
-    def skip_locked(self, query: Select[Any]) -> Select[Any]:
-        """``FOR UPDATE SKIP LOCKED``: concurrent maintenance passes take disjoint rows."""
-        return query.with_for_update(skip_locked=True)
-
     def conflict_insert(self, table: Table) -> Any:
         """This backend's INSERT construct (``ON CONFLICT`` support)."""
         return pg_insert(table)
