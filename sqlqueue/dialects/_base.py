@@ -1,9 +1,9 @@
 """The dialect seam: the only place where sqlqueue's backends differ.
 
-A :class:`Dialect` owns the database clock (and arithmetic on it), the claim statement,
-conflict-ignoring inserts and upserts, connection setup, capability flags and the translation of
-driver errors into sqlqueue's hierarchy. The base class holds the portable versions; backends
-override only what differs.
+A :class:`Dialect` owns the database clock (and arithmetic on it: ``_clock.py``), the claim
+statement and the lease fence (``_claiming.py``), conflict-ignoring inserts and upserts,
+connection setup, capability flags and the translation of driver errors into sqlqueue's
+hierarchy. The base classes hold the portable versions; backends override only what differs.
 
 Dialects sit below the store: they import nothing of sqlqueue but ``_schema``, ``_types`` and
 ``_errors``. They say what their database can do (:attr:`Dialect.bulk_path`) and how (statement
@@ -17,33 +17,17 @@ import enum
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
     Connection,
-    DateTime,
     Engine,
-    Float,
     Insert,
-    Integer,
     Result,
     Select,
-    String,
     Table,
-    Text,
-    Update,
-    bindparam,
-    cast,
-    exists,
-    literal,
-    literal_column,
-    or_,
-    select,
-    tuple_,
-    type_coerce,
-    update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
@@ -59,13 +43,12 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnsupportedDatabase,
 )
-from sqlqueue._schema import CLAIM_COLUMNS, ColumnKind, jobs, table_options
-from sqlqueue._types import UtcDateTime, as_utc
+from sqlqueue._schema import jobs, table_options
+from sqlqueue.dialects._claiming import (
+    Claiming,
+)
 
 __all__ = [
-    "CLAIM_JSON",
-    "CLAIM_RETURNING",
-    "CLAIM_TIMESTAMPS",
     "WAKE_CHANNEL",
     "BulkPath",
     "Dialect",
@@ -81,15 +64,6 @@ WAKE_CHANNEL = "sqlqueue"
 #: The longest channel name PostgreSQL takes (NAMEDATALEN - 1 bytes).
 _MAX_CHANNEL_BYTES = 63
 
-#: Columns a claim hands to the worker, in ``sqlqueue._schema.CLAIM_COLUMNS`` order.
-CLAIM_RETURNING = tuple(jobs.c[column.name] for column in CLAIM_COLUMNS)
-
-#: The columns of :data:`CLAIM_RETURNING` that hold JSON, and those that are timestamps.
-CLAIM_JSON = frozenset(
-    c.name for c in CLAIM_COLUMNS if c.kind in (ColumnKind.JSON, ColumnKind.JSON_LIST)
-)
-CLAIM_TIMESTAMPS = frozenset(c.name for c in CLAIM_COLUMNS if c.kind is ColumnKind.TIMESTAMP)
-
 
 class BulkPath(enum.Enum):
     """How a backend writes thousands of job rows fastest (the store's ``insert_rows``)."""
@@ -104,39 +78,6 @@ class BulkPath(enum.Enum):
     JSON_ARRAY = "json_array"
 
 
-#: The claim statement's parameters, bound at each execution (see ``Dialect.claim_statement``).
-_CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
-_WORKER_ID: ColumnElement[str] = bindparam("worker_id", type_=String())
-_LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
-
-
-def _statuses(*names: str) -> list[ColumnElement[str]]:
-    """Status names written into the SQL as literals, for ``status IN (…)``: partial indexes
-    are declared on exactly these predicates, and a planner cannot prove a bound parameter
-    matches one (SQLite then sorted every due row on each claim: ~70 ms at a 100k backlog
-    instead of ~3 ms). Literals also spare each execution the re-rendering an expanding or
-    ``literal_execute`` parameter costs."""
-    assert all(name.isidentifier() for name in names)
-    return [literal_column(f"'{name}'", String()) for name in names]
-
-
-def _one_of(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
-    """``column IN (?, ?, …)`` with one plain bound parameter per value: the statement is
-    built once per set of values, so nothing is re-rendered at execution."""
-    return column.in_([bindparam(None, value, type_=String()) for value in values])
-
-
-def _earlier_in_group() -> ColumnElement[bool]:
-    """Another unfinished job of the same group is running or was enqueued earlier: per-key
-    ordering lets only the oldest unfinished job of a group run, and only when none runs."""
-    other = jobs.alias("sqlqueue_same_group")
-    return exists().where(
-        other.c.group_key == jobs.c.group_key,
-        other.c.status.in_(_statuses("queued", "failed", "running")),
-        or_(other.c.status == "running", other.c.id < jobs.c.id),
-    )
-
-
 def wake_channel(schema: str | None) -> str:
     """The wake-up channel of the queue whose tables are in ``schema``: workers of two schemas
     of one database do not wake each other. A name too long for a channel is hashed."""
@@ -148,7 +89,7 @@ def wake_channel(schema: str | None) -> str:
     return f"{WAKE_CHANNEL}.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
 
 
-class Dialect(abc.ABC):
+class Dialect(Claiming):
     """Portable SQL for sqlqueue; subclasses override what their database does differently.
 
     An instance serves the sqlqueue tables of one schema: ``schema`` (``None``: the
@@ -229,7 +170,7 @@ class Dialect(abc.ABC):
 
     # -- connection setup -------------------------------------------------------------------
 
-    def prepare_engine(self, engine: Engine) -> None:  # noqa: B027 - most backends need none
+    def prepare_engine(self, engine: Engine) -> None:
         """Check the server and install per-connection settings; called once per engine."""
 
     @contextmanager
@@ -262,7 +203,7 @@ class Dialect(abc.ABC):
         commits, or ``None`` where the backend has no wake-ups (workers find out by polling)."""
         return None
 
-    def relax_commit(self, conn: Connection) -> None:  # noqa: B027 - a hint most backends lack
+    def relax_commit(self, conn: Connection) -> None:
         """Let this transaction's commit return before it reaches the disk, if supported."""
 
     def begin_write(self, conn: Connection) -> None:
@@ -291,101 +232,7 @@ class Dialect(abc.ABC):
         """The URL of the same database through this backend's asyncio driver."""
         return url
 
-    # -- the database clock ------------------------------------------------------------------
-
-    @abc.abstractmethod
-    def clock(self) -> ColumnElement[datetime]:
-        """The database's current time, evaluated once per statement."""
-
-    @abc.abstractmethod
-    def clock_plus(self, seconds: ColumnElement[float]) -> ColumnElement[datetime]:
-        """The database time ``seconds`` from now (negative goes back)."""
-
-    def now(self, at: datetime | None = None) -> ColumnElement[datetime]:
-        """The database clock, or the injected instant ``at`` (tests pass one to be exact)."""
-        if at is not None:
-            return literal(at, UtcDateTime())
-        return self.clock()
-
-    def now_plus(
-        self, seconds: float | ColumnElement[float], at: datetime | None = None
-    ) -> ColumnElement[datetime]:
-        """``now`` plus ``seconds``; a plain float is bound, never formatted into SQL."""
-        if at is not None:
-            if isinstance(seconds, int | float):
-                return literal(at + timedelta(seconds=seconds), UtcDateTime())
-            raise TypeError("an injected clock needs a constant offset")
-        offset = (
-            bindparam(None, float(seconds), type_=Float())
-            if isinstance(seconds, int | float)
-            else seconds
-        )
-        return self.clock_plus(offset)
-
-    @abc.abstractmethod
-    def seconds_between(
-        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
-    ) -> ColumnElement[float]:
-        """``later - earlier`` in (fractional) seconds, computed by the database."""
-
     # -- statements --------------------------------------------------------------------------
-
-    def claim_statement(
-        self,
-        *,
-        queues: Sequence[str],
-        job_types: Sequence[str] | None,
-        lease_seconds: float,
-        now: datetime | None,
-    ) -> Update:
-        """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
-        them (portable form). The parameters are bound at execution, so one statement serves
-        every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
-        with an injected ``now``, whose lease end is a constant."""
-        due = self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
-        return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
-
-    def _due_jobs(
-        self,
-        *,
-        queues: Sequence[str],
-        job_types: Sequence[str] | None,
-        limit: ColumnElement[int],
-        now: datetime | None,
-    ) -> Select[Any]:
-        query = (
-            select(jobs.c.id)
-            .where(
-                jobs.c.status.in_(_statuses("queued", "failed")),  # the claim index's predicate
-                _one_of(jobs.c.queue, queues),
-                jobs.c.next_run_at <= self.now(now),
-            )
-            .order_by(jobs.c.priority, jobs.c.next_run_at, jobs.c.id)
-            .limit(limit)
-        )
-        if job_types is not None:
-            query = query.where(_one_of(jobs.c.job_type, job_types))
-        return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
-
-    def _lease(
-        self, chosen: Any, lease_seconds: float, now: datetime | None, *, in_subquery: bool
-    ) -> Update:
-        current = self.now(now)
-        lease = self.now_plus(_LEASE_SECONDS if now is None else lease_seconds, now)
-        condition = jobs.c.id.in_(chosen) if in_subquery else jobs.c.id == chosen
-        return (
-            update(jobs)
-            .where(condition)
-            .values(
-                status="running",
-                attempts=jobs.c.attempts + 1,
-                locked_by=_WORKER_ID,
-                started_at=current,
-                updated_at=current,
-                lease_expires_at=lease,
-            )
-            .returning(*self.claim_returning())
-        )
 
     def execute_returning(
         self,
@@ -403,48 +250,6 @@ class Dialect(abc.ABC):
             return conn.execute(stmt, params, execution_options=execution_options)
         return conn.execute(stmt, params)
 
-    def claim_returning(self) -> tuple[ColumnElement[Any], ...]:
-        """What a claim returns: the columns of :data:`CLAIM_RETURNING`, in that order, for the
-        store to read: JSON as text (decoded from ``str``, where drivers decode bytes, an empty
-        error history not at all), timestamps as the driver reads them (made UTC by
-        :meth:`claim_moment` once per distinct value, where the column type would convert
-        each)."""
-        return tuple(self._claim_column(column) for column in CLAIM_RETURNING)
-
-    def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        if column.name in CLAIM_JSON:
-            return cast(column, Text()).label(column.name)
-        if column.name in CLAIM_TIMESTAMPS:
-            return type_coerce(column, DateTime(timezone=True)).label(column.name)
-        return column
-
-    def claim_moment(self, value: Any) -> datetime:
-        """A timestamp of :meth:`claim_returning` as the driver returns it, as an aware UTC
-        datetime (the store calls it once per distinct value of a claim)."""
-        return as_utc(value)
-
-    def holds_lease(
-        self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None
-    ) -> list[ColumnElement[bool]]:
-        """WHERE conditions of a fenced transition: the row is one of ``fences`` (``(id,
-        attempt)`` pairs) and still ``running`` under ``worker_id``'s lease (a value or a bound
-        parameter). ``fences=None``: bound at execution, from :meth:`fence_parameters`."""
-        if fences is None:
-            ids: Any = bindparam("fence_ids", expanding=True)
-            pairs: Any = bindparam("fences", expanding=True)
-        else:
-            ids, pairs = [job_id for job_id, _ in fences], list(fences)
-        return [
-            jobs.c.status == "running",
-            jobs.c.locked_by == worker_id,
-            jobs.c.id.in_(ids),  # the primary key: index lookups
-            tuple_(jobs.c.id, jobs.c.attempts).in_(pairs),
-        ]
-
-    def fence_parameters(self, fences: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """The execution parameters of ``holds_lease(…, fences=None)`` for ``fences``."""
-        return {"fence_ids": [job_id for job_id, _ in fences], "fences": list(fences)}
-
     def missing_database(self, url: URL) -> str | None:
         """Where ``url`` names a database that does not exist and opening it would create it
         empty (a SQLite file), say so; ``None`` otherwise (a server reports its own)."""
@@ -456,7 +261,7 @@ class Dialect(abc.ABC):
         single-writer database needs none: its writes commit before the next writer starts."""
         return None
 
-    def begin_snapshot(self, conn: Connection) -> None:  # noqa: B027 - READ COMMITTED default
+    def begin_snapshot(self, conn: Connection) -> None:
         """Start a read-only transaction whose statements all see one snapshot, where the
         backend's default would give each statement its own."""
 

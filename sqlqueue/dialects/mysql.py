@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 from sqlqueue._errors import DatabaseUnavailable, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import _CLAIM_LIMIT, CLAIM_JSON, Dialect
+from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON
 from sqlqueue.dialects._mysql_returning import (
     LOCK_OPTION,
     ConflictInsert,

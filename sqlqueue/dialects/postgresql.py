@@ -40,7 +40,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import _CLAIM_LIMIT, BulkPath, Dialect
+from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._claiming import _CLAIM_LIMIT
 
 if TYPE_CHECKING:
     from psycopg import sql

@@ -37,7 +37,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
-from sqlqueue.dialects._base import CLAIM_TIMESTAMPS, BulkPath, Dialect
+from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS
 
 __all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_json", "check_sqlite_version"]
 
