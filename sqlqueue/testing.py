@@ -9,6 +9,7 @@ retries with backoff, dead jobs, snoozes and cancellations. The pytest fixtures
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,12 @@ class DrainResult:
     ``succeeded``, ``dead`` and ``cancelled`` count jobs that ended so; ``failed`` counts
     failed attempts that were scheduled for a retry (a job retried twice counts two);
     ``snoozed`` counts attempts that snoozed; ``waiting`` is how many jobs the drain left
-    unfinished (a retry or snooze not yet due, or a job still running elsewhere).
+    unfinished (a retry or snooze not yet due, or a job still running elsewhere). An attempt
+    refused by a rate limit or an open circuit breaker is a snooze, as on a worker.
+
+    The counts come from the jobs as they were before and after each round of the drain (one
+    burst worker): a job that snoozed or failed and then ran again within one round counts
+    its failures (from its error history) and its end, not the snooze.
     """
 
     succeeded: int = 0
@@ -139,10 +145,9 @@ def drain(
     something else (a snooze). Jobs the handlers enqueue run too. Call :func:`drain_async`
     from a running event loop.
     """
-    rounds = _Rounds(queue, queues, retry_now, concurrency)
-    for worker in rounds:
-        worker.run(burst=True)
-    return rounds.result
+    return asyncio.run(
+        drain_async(queue, queues=queues, retry_now=retry_now, concurrency=concurrency)
+    )
 
 
 async def drain_async(
@@ -152,7 +157,9 @@ async def drain_async(
     retry_now: bool = False,
     concurrency: int = 1,
 ) -> DrainResult:
-    """:func:`drain` inside a running event loop (an async test): the worker serves on it."""
+    """:func:`drain` inside a running event loop (an async test): the worker serves on it.
+
+    All rounds of one drain share the loop, and so the connections async handlers open."""
     rounds = _Rounds(queue, queues, retry_now, concurrency)
     async for worker in _async(rounds):
         await worker.serve(burst=True)
