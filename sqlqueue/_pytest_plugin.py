@@ -23,7 +23,8 @@ __all__ = ["sqlqueue_app_queue", "sqlqueue_engine", "sqlqueue_queue"]
 @pytest.fixture
 def sqlqueue_app_queue() -> Queue | None:
     """The app's Queue, whose tasks ``sqlqueue_queue`` should carry; override it in your
-    ``conftest.py`` (the default, ``None``, gives a Queue with no tasks)."""
+    ``conftest.py`` (the default, ``None``, gives a Queue with no tasks). The app's code
+    enqueues through it with its own backend's SQL: it should be a SQLite Queue in tests."""
     return None
 
 
