@@ -196,6 +196,26 @@ class Operations:
             batch_size,
         )
 
+    # -- retries -------------------------------------------------------------------------------
+
+    def retry_now(
+        self,
+        *,
+        job_type: str | None = None,
+        queue: str | None = None,
+        job_ids: Iterable[int] | None = None,
+    ) -> int:
+        """Make every failed job matching all the given filters (none: every failed job) due
+        now instead of at the end of its backoff; return how many were waiting. Each keeps its
+        attempt count: the next attempt is the one it was waiting for."""
+        return self.admin.retry_now(
+            JobFilter(
+                job_type=job_type,
+                queue=queue,
+                job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            )
+        )
+
     @staticmethod
     def _dead_filter(
         job_type: str | None,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import sqlalchemy as sa
 
 from sqlqueue import _schema as schema
+from sqlqueue.testing import DrainResult, assert_enqueued, drain, enqueued_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "signup_demo.py"
@@ -132,3 +135,58 @@ def test_signup_demo_tells_its_story_and_leaves_this_database(backend, tmp_path)
     again = run_demo("--database-url", backend.url, cwd=tmp_path)
     assert again.returncode == 2
     assert "point --database-url at a new one" in again.stdout
+
+
+def load_demo() -> ModuleType:
+    """The demo as a module, for a test that uses its app the way the app's own tests would."""
+    spec = importlib.util.spec_from_file_location("signup_demo", DEMO)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demos_sign_up_tested_as_an_app_tests_it(backend):
+    """The demo app under sqlqueue.testing: what a sign-up enqueues, then its jobs drained in
+    this process against the demo's own mail server and CRM."""
+    demo = load_demo()
+    mail = demo.MailServer(busy=1)
+    with demo.running_mail_server(mail) as smtp_port, demo.Crm() as crm:
+        app = demo.build_app(backend.engine, smtp_port)
+        demo.app_metadata.create_all(backend.engine)
+        with backend.engine.begin() as conn:
+            crm.secret = app.hooks.add_endpoint(conn, name="crm", url=crm.url).secret
+        for _ in range(2):  # the second is a double-submit
+            with backend.engine.begin() as conn:
+                ada = demo.sign_up(app, conn, email="ada@example.com", name="Ada")
+
+        queue = app.queue
+        assert_enqueued(
+            queue,
+            "email",
+            {
+                "to": ["Ada <ada@example.com>"],
+                "template": {"name": "welcome"},
+                "context": {"name": "Ada"},
+            },
+            count=1,
+        )
+        assert_enqueued(
+            queue, WEBHOOK_TASK, {"endpoint": "crm", "event_type": "user.created"}, count=1
+        )
+        assert_enqueued(queue, "track_signup", {"user_id": ada.user_id}, count=1)
+        assert len(enqueued_jobs(queue)) == 3
+
+        # The mail server is busy once, the CRM is down: the email retries and arrives, the
+        # delivery fails three times and is dead.
+        assert drain(queue, retry_now=True) == DrainResult(succeeded=2, failed=3, dead=1)
+        (message,) = mail.received
+        assert message["Subject"] == "Welcome, Ada!"
+        assert [request.status for request in crm.requests] == [503, 503, 503]
+
+        crm.up = True
+        queue.requeue_where(job_type=WEBHOOK_TASK, by="support@example.com", reason="CRM is back")
+        assert drain(queue) == DrainResult(succeeded=1)
+        assert crm.contacts == {ada.user_id: "ada@example.com"}

@@ -340,6 +340,47 @@ def test_a_worker_with_retention_prunes_as_a_duty(backend: Backend) -> None:
     assert {job.id for job in queue.jobs()} == set(done[3:])
 
 
+# -- retry now --------------------------------------------------------------------------------
+
+
+def test_retry_now_makes_waiting_failed_jobs_due_keeping_their_attempts(backend: Backend) -> None:
+    queue = backend.queue()
+    attempts: list[tuple[str, int]] = []
+
+    @queue.task("flaky", queue="hooks", max_attempts=3, backoff=[3600.0])
+    def flaky(name: str, ctx: sqlqueue.JobContext) -> None:
+        attempts.append((name, ctx.attempt))
+        raise ConnectionError("partner down")
+
+    @queue.task("other", queue="mail", max_attempts=3, backoff=[3600.0])
+    def other(name: str) -> None:
+        raise ConnectionError("smtp down")
+
+    with backend.engine.begin() as conn:
+        a = queue.enqueue(conn, "flaky", {"name": "a"})
+        b = queue.enqueue(conn, "flaky", {"name": "b"})
+        mail = queue.enqueue(conn, "other", {"name": "m"})
+        queued = queue.enqueue(conn, "flaky", {"name": "q"}, delay=3600)
+    drain(queue)
+    assert [job.status for job in map(queue.get_job, (a, b, mail))] == ["failed"] * 3  # type: ignore[union-attr]
+
+    assert queue.retry_now(job_ids=[a]) == 1
+    job = queue.get_job(a)
+    assert job is not None
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert job.next_run_at <= db_now(backend.engine)
+    assert queue.retry_now(job_ids=[a]) == 0, "already due: nothing to bring forward"
+    assert queue.retry_now(queue="hooks") == 1  # b; not the queued job, not the mail job
+    assert queue.retry_now(job_type="nothing") == 0
+
+    attempts.clear()
+    drain(queue)
+    assert sorted(attempts) == [("a", 2), ("b", 2)]
+    assert queue.get_job(queued).status == "queued"  # type: ignore[union-attr]
+    assert queue.get_job(mail).attempts == 1  # type: ignore[union-attr]
+    assert queue.retry_now() == 3, "no filter: every failed job"
+
+
 # -- pausing ----------------------------------------------------------------------------------
 
 

@@ -64,7 +64,7 @@ def test_every_error_derives_from_sqlqueue_error():
 
 def test_modules_other_than_dialects_and_the_kinds_are_private():
     names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
-    public_subpackages = {"dialects", "email", "webhooks"}
+    public_subpackages = {"dialects", "email", "testing", "webhooks"}
     assert names - public_subpackages == {name for name in names if name.startswith("_")}
 
 
@@ -94,6 +94,18 @@ def test_the_email_kind_names_exactly_its_public_api():
         value = getattr(sqlqueue.email, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, sqlqueue.SqlqueueError), name
+
+
+def test_the_test_helpers_name_exactly_their_public_api():
+    import sqlqueue.testing
+
+    assert set(sqlqueue.testing.__all__) == {
+        "DrainResult",
+        "assert_enqueued",
+        "drain",
+        "drain_async",
+        "enqueued_jobs",
+    }
 
 
 def test_job_status_compares_equal_to_plain_strings():

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, column, select, table
 from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
-from sqlqueue._store import counts, deadletter, maintenance, readmodel
+from sqlqueue._store import counts, deadletter, due, maintenance, readmodel
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readmodel import StatsRows
 from sqlqueue._store.transactions import in_write, translated
@@ -132,6 +132,12 @@ class Admin:
                 conn, self.dialect, job_filter, limit=limit, by=by, reason=reason
             )
         )
+
+    # -- retries -------------------------------------------------------------------------------
+
+    def retry_now(self, job_filter: JobFilter) -> int:
+        """See :func:`due.retry_now`."""
+        return self._write(lambda conn: due.retry_now(conn, self.dialect, job_filter))
 
     # -- retention and pausing -----------------------------------------------------------------
 
