@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,22 +145,29 @@ def redacted(document: Any) -> Any:
 class Redactor:
     """Scrubs the plaintext of one job's secrets out of what its attempt stores."""
 
-    values: tuple[Any, ...]
+    #: The numbers among the secrets (and inside secret objects), matched by value.
+    numbers: tuple[int | float, ...]
     #: The texts a secret may show up as in a message, longest first.
     needles: tuple[str, ...]
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> Redactor:
-        """A redactor for ``values``: strings as they are, other values also as JSON and repr."""
-        kept = tuple(values)
+        """A redactor for ``values``: a string as it is (and escaped as repr and JSON would), a
+        number as text, an object or list as a whole and by each of its strings and numbers.
+        ``true``/``false``/``null`` are no secret worth garbling every message for."""
+        numbers: list[int | float] = []
         needles: set[str] = set()
-        for value in kept:
-            if isinstance(value, str):
-                needles.update((value, repr(value)[1:-1], JSON_ENCODER.encode(value)[1:-1]))
-            else:
-                needles.update((JSON_ENCODER.encode(value), repr(value), str(value)))
+        for value in values:
+            if isinstance(value, dict | list):
+                needles.update((JSON_ENCODER.encode(value), repr(value)))
+            for leaf in _leaves(value):
+                if isinstance(leaf, str):
+                    needles.update((leaf, repr(leaf)[1:-1], JSON_ENCODER.encode(leaf)[1:-1]))
+                elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
+                    numbers.append(leaf)
+                    needles.update((repr(leaf), JSON_ENCODER.encode(leaf)))
         needles.discard("")
-        return cls(values=kept, needles=tuple(sorted(needles, key=len, reverse=True)))
+        return cls(numbers=tuple(numbers), needles=tuple(sorted(needles, key=len, reverse=True)))
 
     def text(self, text: str) -> str:
         """``text`` with every occurrence of a secret replaced by :data:`REDACTED`."""
@@ -182,9 +189,21 @@ class Redactor:
             }
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
-        if any(type(value) is type(secret) and value == secret for secret in self.values):
+        if any(type(value) is type(secret) and value == secret for secret in self.numbers):
             return REDACTED
         return value
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """The scalars of a JSON value, depth first."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
 
 
 @dataclass(frozen=True, eq=False)

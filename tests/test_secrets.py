@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import sqlqueue
 from sqlqueue._schema import jobs
-from sqlqueue._secrets import MARKER, SecretKeyMissing
+from sqlqueue._secrets import MARKER, SecretKeyMissing, keyring_from, secret_fields_for
 from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue.dialects import dialect_for
 from tests._support import drain
@@ -474,3 +474,22 @@ def test_a_plain_task_plans_no_secrets_step(backend: Backend) -> None:
     assert plain.secrets is None
     assert "secrets" not in plain.plan.steps
     assert plain.plan.direct
+
+
+@pytest.mark.parametrize("fields", [["card", "card.number"], ["card.number", "card"]])
+def test_a_field_sealed_inside_another_opens_whichever_order_they_are_declared_in(
+    fields: list[str],
+) -> None:
+    keyring = keyring_from([KEY_A])
+    sealer = secret_fields_for("charge", fields, keyring)
+    assert sealer is not None
+    number = canary_number()
+    payload: dict[str, Any] = {"card": {"number": number, "exp": "12/30"}, "amount": 1}
+    sealed = sealer.seal(payload)
+    assert sealed is not None
+    assert str(number) not in json.dumps(sealed)
+    assert payload["card"]["number"] == number  # the caller's payload is left as it was
+    opened, redactor = sealer.open(dict(sealed))
+    assert opened == payload
+    assert redactor.text(f"card {number} declined") == "card *** declined"
+    assert sealer.redactor(sealed).text(f"{number}") == "***"

@@ -127,8 +127,12 @@ def _scrubbed(
     try:
         redactor = task.secrets.redactor(job.payload)
         return redactor.text(message), redactor.value(details)
-    except Exception:
-        log.exception("could not scrub the secrets of job %d from its error", job.id)
+    except Exception as failure:  # its type only: its message might quote what it was reading
+        log.error(
+            "could not scrub the secrets of job %d from its error (%s)",
+            job.id,
+            type(failure).__name__,
+        )
         kind = message.split(":", 1)[0]
         return f"{kind} (not stored: its secrets could not be scrubbed)", {}
 
