@@ -1,7 +1,8 @@
 """Enqueue: check each request, then write its row in the caller's transaction.
 
 Every check happens before any SQL is sent, so a rejected request leaves no row and the
-caller's transaction usable. The INSERTs themselves live in the store.
+caller's transaction usable. Every enqueue path passes :func:`check_job`, which is also where a
+task's secret fields are sealed. The INSERTs themselves live in the store.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def check_job(
         )
     if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
         raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
+    if task is not None and task.secrets is not None:
+        # Sealed before the size check and the write: only ciphertext reaches the row.
+        payload = task.secrets.seal(payload)
     encoded = encode_payload(payload, max_bytes=max_payload_bytes)
     if delay is not None:
         if run_at is not None:

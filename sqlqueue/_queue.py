@@ -21,6 +21,7 @@ from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
+from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue._worker.loop import Worker
@@ -43,6 +44,8 @@ class Queue(Operations):
     ``schema`` is the PostgreSQL schema that holds sqlqueue's tables (migrated there with
     ``sqlqueue migrate --schema``); queues in different schemas of one database share nothing.
     The engine itself is left as it is: the app's own statements keep their schemas.
+    ``encryption_keys`` (Fernet keys; by default the comma-separated ``SQLQUEUE_ENCRYPTION_KEYS``)
+    seal the ``secret_fields`` of tasks: the first key encrypts, all of them decrypt.
 
     Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
     (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
@@ -60,6 +63,7 @@ class Queue(Operations):
         async_engine: Any = None,
         retention: Retention | None = None,
         schema: str | None = None,
+        encryption_keys: Sequence[str | bytes] | None = None,
     ) -> None:
         built_here = isinstance(engine, str)
         if isinstance(engine, str):
@@ -108,6 +112,8 @@ class Queue(Operations):
         self._async_engine = async_engine
         self.unknown_jobs: UnknownJobPolicy = unknown_jobs
         self.retention = retention
+        #: The keys that seal and open secret fields (``None``: no keys configured).
+        self.keyring: Keyring | None = keyring_from(encryption_keys)
         self._tasks: dict[str, Task] = {}
         self._periodic: list[Periodic] = []
 
@@ -141,10 +147,14 @@ class Queue(Operations):
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = None,
         rate_limit: RateLimit | None = None,
         circuit_breaker: CircuitBreaker | None = None,
+        secret_fields: Iterable[str] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]:
         """Register the decorated function (sync or ``async``) as the handler of ``name``.
 
         ``rate_limit`` and ``circuit_breaker`` gate its attempts per key, across all workers.
+        ``secret_fields`` (dotted paths into the payload, e.g. ``["token", "card.number"]``)
+        are encrypted with the queue's ``encryption_keys`` before the row is written; the
+        handler gets them in the clear, everything else shows ``"***"``.
         """
 
         def register(handler: Callable[..., Any]) -> Task:
@@ -162,6 +172,7 @@ class Queue(Operations):
                 retry_on=retry_on,
                 rate_limit=rate_limit,
                 circuit_breaker=circuit_breaker,
+                secrets=secret_fields_for(name, secret_fields, self.keyring),
             )
             self._tasks[name] = task
             return task
@@ -318,7 +329,9 @@ class Queue(Operations):
             max_result_bytes=self.max_result_bytes,
             unknown_jobs=self.unknown_jobs,
             retention=self.retention,
+            encryption_keys=(),  # this queue's keys, below, whatever the environment says
         )
+        other.keyring = self.keyring
         other._tasks = {name: replace(task, owner=other) for name, task in self._tasks.items()}
         other._periodic = list(self._periodic)
         return other

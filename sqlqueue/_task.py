@@ -14,6 +14,7 @@ from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._rate_limit import RateLimit
+from sqlqueue._secrets import SecretFields
 from sqlqueue._worker.pipeline import Plan, plan
 
 if TYPE_CHECKING:
@@ -122,6 +123,8 @@ class Task:
     #: Gates checked in the database before each attempt (see sqlqueue/_worker/admission.py).
     rate_limit: RateLimit | None = None
     circuit_breaker: CircuitBreaker | None = None
+    #: The payload fields sealed at enqueue and opened into the handler's arguments.
+    secrets: SecretFields | None = None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     #: The name of the parameter annotated ``JobContext``, if the handler asks for one.
@@ -274,6 +277,7 @@ def make_task(
     retry_on: Iterable[type[BaseException]] | type[BaseException] | None,
     rate_limit: RateLimit | None = None,
     circuit_breaker: CircuitBreaker | None = None,
+    secrets: SecretFields | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -298,4 +302,5 @@ def make_task(
         retry_on=tuple(retry_on) if retry_on is not None else None,
         rate_limit=rate_limit,
         circuit_breaker=circuit_breaker,
+        secrets=secrets,
     )

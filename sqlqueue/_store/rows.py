@@ -11,6 +11,7 @@ from sqlalchemy import RowMapping
 
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._schema import CLAIM_COLUMNS, ColumnKind, JobColumn
+from sqlqueue._secrets import redacted
 from sqlqueue._types import as_utc
 
 __all__ = [
@@ -99,13 +100,13 @@ def _progress(entry: Mapping[str, Any] | None) -> Progress | None:
 
 
 def row_to_job(row: RowMapping) -> Job:
-    """A ``sqlqueue_jobs`` row as a frozen :class:`Job`."""
+    """A ``sqlqueue_jobs`` row as a frozen :class:`Job`; secret fields read as ``"***"``."""
     return Job(
         id=row["id"],
         job_type=row["job_type"],
         queue=row["queue"],
         priority=row["priority"],
-        payload=row["payload"],
+        payload=redacted(row["payload"]),
         status=JobStatus(row["status"]),
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],

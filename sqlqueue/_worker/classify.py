@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlqueue._backoff import as_backoff
 from sqlqueue._errors import HandlerSignal, JobTimeout, PermanentError, Retry, Snooze
+from sqlqueue._secrets import SecretKeyMissing
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
 
@@ -93,8 +94,12 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         delay = _backoff_delay(task, job)
     message = _describe(error)
     details: dict[str, Any] = {**_signal_details(error), "elapsed_seconds": round(elapsed, 6)}
-    if not isinstance(error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout):
+    if not isinstance(
+        error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout | SecretKeyMissing
+    ):
         details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
+    if task is not None and task.secrets is not None:
+        message, details = _scrubbed(task, job, message, details)
     entry = error_entry(
         attempt=job.attempt,
         at=job.started_at + timedelta(seconds=elapsed),
@@ -111,6 +116,25 @@ def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: 
         errors=[*job.errors, entry],
     )
     return Outcome(job=job, failure=failure, elapsed=elapsed)
+
+
+def _scrubbed(
+    task: Task, job: ClaimedJob, message: str, details: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """``message`` and ``details`` with every plaintext of the job's secret fields replaced by
+    ``"***"``: an error quoting a token must not store it. Never raises (see the module)."""
+    assert task.secrets is not None
+    try:
+        redactor = task.secrets.redactor(job.payload)
+        return redactor.text(message), redactor.value(details)
+    except Exception as failure:  # its type only: its message might quote what it was reading
+        log.error(
+            "could not scrub the secrets of job %d from its error (%s)",
+            job.id,
+            type(failure).__name__,
+        )
+        kind = message.split(":", 1)[0]
+        return f"{kind} (not stored: its secrets could not be scrubbed)", {}
 
 
 def _signal_details(error: BaseException) -> dict[str, Any]:

@@ -48,8 +48,32 @@ class Step:
     around: Callable[[Task, Call], Call]
 
 
+def _open_secrets(task: Task, call: Call) -> Call:
+    """The ``secrets`` step: the task's secret fields decrypted into the handler's arguments
+    (:class:`~sqlqueue._secrets.SecretKeyMissing` when no key opens one), and their plaintext
+    scrubbed from its result before that is stored."""
+    secrets = task.secrets
+    assert secrets is not None  # wanted only by tasks with secret fields
+
+    if task.is_async:
+
+        async def open_async(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
+            opened, redactor = secrets.open(kwargs)
+            return redactor.value(await call(job, opened))
+
+        return open_async
+
+    def open_sync(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
+        opened, redactor = secrets.open(kwargs)
+        return redactor.value(call(job, opened))
+
+    return open_sync
+
+
 #: The extra steps around handler calls, outermost first; read when a task is made.
-STEPS: tuple[Step, ...] = ()
+STEPS: tuple[Step, ...] = (
+    Step(name="secrets", wanted=lambda task: task.secrets is not None, around=_open_secrets),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
