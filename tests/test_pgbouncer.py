@@ -344,7 +344,10 @@ def test_an_idle_worker_without_listen_polls_and_holds_one_connection(
         )
         latencies.append(time.monotonic() - begun)
     assert max(latencies) < poll + 1.0, latencies  # picked up by the next poll
-    assert bouncer.clients()["pgb-idle"] == 1
+    # The database thread's connection, plus at most one the ledger handler's own write took
+    # from the same pool while the database thread held its connection (jobs ran one at a time;
+    # whether the two overlapped is timing, so both counts are right).
+    assert bouncer.clients()["pgb-idle"] in (1, 2)
     assert problems(worker) == [], worker.describe()
     stopping = time.monotonic()
     assert worker.stop(timeout=15) == 0, worker.describe()
