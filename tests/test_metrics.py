@@ -148,7 +148,9 @@ def test_a_worker_process_serves_counts_histograms_and_gauges(
 
 def test_the_queue_gauges_read_the_stats_once_per_interval(backend: Backend) -> None:
     queue = observe_queue.rebind(backend.engine)
-    worker = queue.worker(metrics_port=0, metrics_interval=60.0, poll_interval=0.05)
+    worker = queue.worker(
+        queues=["default"], metrics_port=0, metrics_interval=60.0, poll_interval=0.05
+    )
     with WorkerThread(worker):
         wait_until(lambda: worker.metrics_port is not None, timeout=30, what="metrics served")
         assert worker.metrics_port is not None
