@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -77,11 +78,18 @@ class Worker:
             raise SystemExit(f"{self.name} raised:\n{text[:3000]}")
 
 
+#: Extra options for every sqlqueue worker the bench starts, to measure what they cost (e.g.
+#: ``--metrics-port 0``: Prometheus metrics on; ``--log-format json``).
+WORKER_OPTIONS_VARIABLE = "SQLQUEUE_BENCH_WORKER_OPTIONS"
+
+
 def sqlqueue_command(*, concurrency: int, poll_interval: float, burst: bool) -> list[str]:
-    """``python -m sqlqueue worker bench.app:queue`` with these settings (INFO logs readiness)."""
+    """``python -m sqlqueue worker bench.app:queue`` with these settings (INFO logs readiness),
+    and the options of ``$SQLQUEUE_BENCH_WORKER_OPTIONS``."""
     command = [sys.executable, "-m", "sqlqueue", "--log-level", "INFO", "worker"]
     command += [APP, "--concurrency", str(concurrency)]
     command += ["--poll-interval", repr(poll_interval)]
+    command += shlex.split(os.environ.get(WORKER_OPTIONS_VARIABLE, ""))
     return [*command, "--burst"] if burst else command
 
 

@@ -26,6 +26,7 @@ from sqlqueue._errors import (
     UnsupportedDatabase,
 )
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
+from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._rate_limit import RateLimit
@@ -48,11 +49,13 @@ __all__ = [
     "Health",
     "Job",
     "JobContext",
+    "JobLogFilter",
     "JobNotFound",
     "JobRequest",
     "JobStateError",
     "JobStatus",
     "JobTimeout",
+    "JsonLogFormatter",
     "PayloadError",
     "PermanentError",
     "Progress",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import re
 import sys
@@ -32,6 +31,7 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnsupportedDatabase,
 )
+from sqlqueue._logs import configure_logging
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._schema import SCHEMA_REVISION
@@ -180,6 +180,24 @@ def _parser() -> argparse.ArgumentParser:
         "mode)",
     )
     worker_cmd.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one JSON object per line (timestamp, level, logger, message, job_id, "
+        "job_type, queue, attempt, worker_id, exception); default: text",
+    )
+    worker_cmd.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on /metrics at this port (needs sqlqueue[prometheus])",
+    )
+    worker_cmd.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=15.0,
+        help="re-read the queue gauges (one stats query) at most this often, seconds (15)",
+    )
+    worker_cmd.add_argument(
         "--burst",
         action="store_true",
         help="exit once no job is due and none is running (at once, with status 3, if the "
@@ -204,9 +222,7 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sqlqueue`` command; returns the exit status."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    args.log_filter = configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         return _run(args)
     except (UsageError, ConfigurationError) as error:
@@ -259,7 +275,10 @@ def _worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         shutdown_timeout=args.shutdown_timeout,
         listen=args.listen,
+        metrics_port=args.metrics_port,
+        metrics_interval=args.metrics_interval,
     )
+    args.log_filter.worker_id = worker.worker_id  # one worker per process: all its records
     worker.run(burst=args.burst)
     return 0
 

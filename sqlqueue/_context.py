@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import ErrorRecord
+from sqlqueue._logs import job_fields
 from sqlqueue._store.rows import ClaimedJob, error_record
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ __all__ = ["JobContext"]
 
 
 class _JobLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Prefixes every message with the job it is about: ``[job 12 send_email #2]``."""
+    """Prefixes every message with the job it is about: ``[job 12 send_email #2]``, and puts
+    the job's fields (``job_id``, ``job_type``, ``queue``, ``attempt``, ``worker_id``) on the
+    record as ``extra``."""
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         extra = self.extra or {}
@@ -87,10 +90,7 @@ class JobContext:
         self._progress: dict[str, Any] | None = None
         self._sync_tx: Connection | None = None
         self._async_tx: AsyncConnection | None = None
-        self.logger = _JobLogger(
-            logging.getLogger("sqlqueue.job"),
-            {"job_id": job.id, "job_type": job.job_type, "attempt": job.attempt},
-        )
+        self.logger = _JobLogger(logging.getLogger("sqlqueue.job"), job_fields(job, worker_id))
 
     # -- facts --------------------------------------------------------------------------------
 

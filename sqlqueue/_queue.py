@@ -347,6 +347,8 @@ class Queue(Operations):
         shutdown_timeout: float = 30.0,
         reaper_interval: float | None = None,
         listen: bool = True,
+        metrics_port: int | None = None,
+        metrics_interval: float = 15.0,
     ) -> Worker:
         """A worker for this queue's tasks; call ``.run()`` to start it.
 
@@ -354,7 +356,9 @@ class Queue(Operations):
         of this queue's tasks), or a mapping of queue name to its own slots, e.g.
         ``{"mail": 4, "reports": 1}``, so one queue can never starve another. ``listen=False``
         turns PostgreSQL wake-ups off and polls every ``poll_interval`` only: LISTEN does not
-        work through PgBouncer in transaction mode.
+        work through PgBouncer in transaction mode. ``metrics_port`` serves Prometheus metrics
+        on ``/metrics`` there (extra ``prometheus``); the queue gauges re-read :meth:`stats`
+        at most every ``metrics_interval`` seconds.
         """
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, not {queues!r}")
@@ -373,5 +377,7 @@ class Queue(Operations):
                 shutdown_timeout=shutdown_timeout,
                 reaper_interval=reaper_interval,
                 listen=listen,
+                metrics_port=metrics_port,
+                metrics_interval=metrics_interval,
             ),
         )

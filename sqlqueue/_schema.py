@@ -193,7 +193,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("attempts", fill=Fill.CONSTANT, constant=0, claimed=True, claimed_as="attempt"),
     JobColumn("max_attempts", fill=Fill.ROW, claimed=True),
     JobColumn("errors", ColumnKind.JSON_LIST, fill=Fill.CONSTANT, constant="[]", claimed=True),
-    JobColumn("next_run_at", _TIME, fill=Fill.DUE),
+    JobColumn("next_run_at", _TIME, fill=Fill.DUE, claimed=True),
     JobColumn("created_at", _TIME, fill=Fill.CLOCK, claimed=True),
     JobColumn("updated_at", _TIME, fill=Fill.CLOCK),
     JobColumn("idempotency_key", fill=Fill.ROW),

@@ -17,6 +17,8 @@ LAZY_ALLOWED = {
     # A receiver verifies signatures with sqlqueue.webhooks and no HTTP client installed: the
     # sending side (httpx) loads with the first delivery.
     "sqlqueue.webhooks._webhooks": {"sqlqueue.webhooks._http", "sqlqueue.webhooks._policy"},
+    # prometheus_client loads only in a worker started with metrics_port.
+    "sqlqueue._worker.loop": {"sqlqueue._worker.prometheus"},
 }
 
 

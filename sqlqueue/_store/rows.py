@@ -36,6 +36,8 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     errors: tuple[Mapping[str, Any], ...]
+    #: When the job was due (its wait is ``started_at - next_run_at``, both database clock).
+    next_run_at: datetime
     created_at: datetime
     started_at: datetime
     lease_expires_at: datetime

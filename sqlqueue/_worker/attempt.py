@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from sqlqueue._context import JobContext
 from sqlqueue._errors import JobTimeout, PayloadError
+from sqlqueue._logs import current_job
 from sqlqueue._payload import check_result
 from sqlqueue._store import outcomes
 from sqlqueue._store.rows import ClaimedJob
@@ -226,16 +227,21 @@ def _in_thread(
     context: JobContext | None,
 ) -> tuple[Any, bool, bool]:
     """The handler's steps for a sync handler, on its thread (every route): the handler call
-    with the plan's extra steps around it, the ``result`` check and the ``transaction``."""
+    with the plan's extra steps around it, the ``result`` check and the ``transaction``. The
+    job is the current one meanwhile, for the records logged (see sqlqueue/_logs.py)."""
+    scope = current_job.set(job)
     try:
-        value = _checked_result(task.plan.call(job, kwargs), runtime)
-    except BaseException:
-        if context is not None:
-            context.finish_sync(None)
-        raise
-    if context is not None and context.in_transaction:
-        return value, True, context.finish_sync(_completion(runtime, job, value))
-    return value, False, False
+        try:
+            value = _checked_result(task.plan.call(job, kwargs), runtime)
+        except BaseException:
+            if context is not None:
+                context.finish_sync(None)
+            raise
+        if context is not None and context.in_transaction:
+            return value, True, context.finish_sync(_completion(runtime, job, value))
+        return value, False, False
+    finally:
+        current_job.reset(scope)
 
 
 async def _on_loop(
@@ -246,8 +252,10 @@ async def _on_loop(
     context: JobContext | None,
 ) -> tuple[Any, bool, bool]:
     """The handler's steps for an async handler, on the loop: as :func:`_in_thread`, with the
-    task's timeout around the call."""
+    task's timeout around the call. The job is current in its asyncio task, which is this
+    attempt's own."""
     timeout = task.timeout
+    current_job.set(job)
     try:
         call = task.plan.call(job, kwargs)
         result = _checked_result(

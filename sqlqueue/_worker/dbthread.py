@@ -11,6 +11,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from sqlqueue._logs import current_worker
+
 __all__ = ["DatabaseThread"]
 
 T = TypeVar("T")
@@ -19,8 +21,13 @@ T = TypeVar("T")
 class DatabaseThread:
     """Runs blocking store calls off the event loop, one at a time."""
 
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlqueue-db")
+    def __init__(self, worker_id: str | None = None) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="sqlqueue-db",
+            initializer=current_worker.set,  # the records logged there carry the worker's id
+            initargs=(worker_id,),
+        )
 
     async def call(self, operation: Callable[[], T]) -> T:
         """Run ``operation`` on the database thread and await its result."""

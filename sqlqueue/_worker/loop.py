@@ -16,10 +16,12 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._errors import DatabaseError
+from sqlqueue._errors import ConfigurationError, DatabaseError
+from sqlqueue._logs import current_worker
 from sqlqueue._store.maintenance import PAUSES_CHANGED
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._worker.attempt import Runtime
@@ -40,6 +42,7 @@ from sqlqueue._worker.upkeep import Upkeep, every
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue
+    from sqlqueue._worker.prometheus import WorkerMetrics
 
 __all__ = ["Worker", "WorkerSettings"]
 
@@ -52,7 +55,18 @@ _GATHER_SECONDS = 0.001
 class Worker:
     """Runs the jobs of one :class:`~sqlqueue.Queue`; see :meth:`run`."""
 
-    def __init__(self, queue: Queue, settings: WorkerSettings) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        settings: WorkerSettings | None = None,
+        *,
+        metrics_port: int | None = None,
+    ) -> None:
+        """A worker for ``queue`` (usually made by :meth:`~sqlqueue.Queue.worker`);
+        ``metrics_port`` serves Prometheus metrics there (see :class:`WorkerSettings`)."""
+        settings = settings or WorkerSettings()
+        if metrics_port is not None:
+            settings = replace(settings, metrics_port=metrics_port)
         self.queue = queue
         self.settings = settings
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -89,6 +103,12 @@ class Worker:
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
         self._upkeep: Upkeep | None = None
+        #: Prometheus metrics, when ``settings.metrics_port`` is set (else one ``if`` per outcome).
+        self._metrics: WorkerMetrics | None = None
+        #: Running jobs someone asked to cancel (heartbeats tell), for the outcome label.
+        self._cancel_requested: set[int] = set()
+        #: The port metrics are served on, once serving (``metrics_port=0`` picks one).
+        self.metrics_port: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -152,8 +172,9 @@ class Worker:
         self._running = {}
         self._leased = {}
         self._capped = False
-        self._db = DatabaseThread()
-        threads = HandlerThreads(self._slots.total)
+        self._db = DatabaseThread(self.worker_id)
+        threads = HandlerThreads(self._slots.total, worker_id=self.worker_id)
+        scope = current_worker.set(self.worker_id)  # the loop's records carry the worker's id
         contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
         runtime = Runtime(
             threads=threads,
@@ -196,11 +217,14 @@ class Worker:
             on_resumed=self._resumed,
         )
         try:
+            self._start_metrics()
             await upkeep.read_paused(strict=burst)
-        except DatabaseError:
+        except (DatabaseError, ConfigurationError):
+            self._stop_metrics()
             self._db.close()
             threads.shutdown()
             self._loop = None
+            current_worker.reset(scope)
             raise
         if not burst and self.settings.listen:
             listener.start()
@@ -235,7 +259,30 @@ class Worker:
             threads.shutdown()
             self._db.close()
             self._loop = None
+            self._stop_metrics()
             log.info("worker %s stopped", self.worker_id)
+            current_worker.reset(scope)
+
+    def _start_metrics(self) -> None:
+        """Serve Prometheus metrics if ``metrics_port`` asks for them; only then is
+        ``prometheus_client`` imported."""
+        if self.settings.metrics_port is None:
+            return
+        from sqlqueue._worker.prometheus import WorkerMetrics  # the optional extra, when used
+
+        metrics = WorkerMetrics(
+            port=self.settings.metrics_port,
+            stats=self.queue.stats,
+            stats_interval=self.settings.metrics_interval,
+        )
+        self.metrics_port = metrics.start()
+        self._metrics = metrics
+
+    def _stop_metrics(self) -> None:
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
+            self.metrics_port = None
 
     @property
     def listening(self) -> bool:
@@ -399,7 +446,18 @@ class Worker:
             del self._leased[outcome.job.id]
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
-        log_outcome(outcome, landed)
+        if self._metrics is not None:
+            self._measure(outcome, landed)
+        log_outcome(outcome, landed, self.worker_id)
+
+    def _measure(self, outcome: Outcome, landed: bool) -> None:
+        """Count a written outcome in the metrics (one that lost its lease is someone else's)."""
+        assert self._metrics is not None
+        job_id = outcome.job.id
+        cancel_requested = job_id in self._cancel_requested
+        self._cancel_requested.discard(job_id)
+        if landed:
+            self._metrics.record(outcome, cancel_requested=cancel_requested)
 
     # -- maintenance duties -------------------------------------------------------------------
 
@@ -411,6 +469,8 @@ class Worker:
         if beat.cancel_requested and self._contexts is not None:
             for job_id in beat.cancel_requested:
                 self._contexts.cancel(job_id)
+        if beat.cancel_requested and self._metrics is not None:
+            self._cancel_requested |= beat.cancel_requested
 
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)

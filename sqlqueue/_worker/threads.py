@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlqueue._errors import JobTimeout
+from sqlqueue._logs import current_worker
 
 __all__ = ["HandlerThreads", "Ticket"]
 
@@ -39,9 +40,13 @@ class Ticket:
 class HandlerThreads:
     """A fixed number of live threads for sync handlers, with replacement of stuck ones."""
 
-    def __init__(self, size: int, *, name: str = "sqlqueue-handler") -> None:
+    def __init__(
+        self, size: int, *, name: str = "sqlqueue-handler", worker_id: str | None = None
+    ) -> None:
         self._size = size
         self._name = name
+        #: Current in every thread of the pool, for the records logged there.
+        self._worker_id = worker_id
         self._inbox: queue.SimpleQueue[Ticket | None] = queue.SimpleQueue()
         self._count = 0
         self._count_lock = threading.Lock()
@@ -88,6 +93,7 @@ class HandlerThreads:
             self._inbox.put(None)
 
     def _serve(self) -> None:
+        current_worker.set(self._worker_id)  # this thread's own context, for its lifetime
         while True:
             ticket = self._inbox.get()
             if ticket is None:
