@@ -155,9 +155,14 @@ def _without_returning(stmt: Any) -> Any:
 
 
 def _key(table: Table) -> Any:
+    """The one-column primary key the emulation finds rows by again (every sqlqueue table a
+    RETURNING statement targets has one; a composite key is a programming error here)."""
     columns = list(table.primary_key.columns)
     if len(columns) != 1:
-        raise NotImplementedError(f"RETURNING emulation needs a one-column key on {table.name}")
+        raise ValueError(
+            f"MySQL's RETURNING emulation finds rows by a one-column primary key; "
+            f"{table.name} has {len(columns)}"
+        )
     return columns[0]
 
 
