@@ -31,11 +31,20 @@ from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
-from sqlqueue._stats import Alarm, ErrorCount, Health, QueueStats, Stats
+from sqlqueue._stats import (
+    Activity,
+    Alarm,
+    ErrorCount,
+    Health,
+    MinuteActivity,
+    QueueStats,
+    Stats,
+)
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
 
 __all__ = [
+    "Activity",
     "Alarm",
     "Backoff",
     "CircuitBreaker",
@@ -56,6 +65,7 @@ __all__ = [
     "JobStatus",
     "JobTimeout",
     "JsonLogFormatter",
+    "MinuteActivity",
     "PayloadError",
     "PermanentError",
     "Progress",

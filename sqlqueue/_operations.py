@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._retention import check_prunable
-from sqlqueue._stats import Health, Stats, check_health, stats_from_rows
+from sqlqueue._stats import (
+    Activity,
+    Health,
+    Stats,
+    activity_from_rows,
+    check_health,
+    stats_from_rows,
+)
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
@@ -99,6 +106,13 @@ class Operations:
             max_dead_last_hour=max_dead_last_hour,
             max_same_error=max_same_error,
         )
+
+    def activity(self, *, minutes: int = 60) -> Activity:
+        """Jobs that succeeded, failed (waiting for a retry) and died in each of the last
+        ``minutes`` minutes (1 to 1440), oldest first — the throughput chart of the web page."""
+        if not 1 <= minutes <= 1440:
+            raise ConfigurationError(f"minutes must be between 1 and 1440, got {minutes!r}")
+        return activity_from_rows(self.admin.activity(minutes=minutes), minutes)
 
     def jobs(
         self,

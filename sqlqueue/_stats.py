@@ -1,22 +1,26 @@
-"""What operators read: :class:`Stats` (counts, ages, recent failures, top errors) and
-:class:`Health` (the three alarms of a job queue), built from one read of the database."""
+"""What operators read: :class:`Stats` (counts, ages, recent failures, top errors),
+:class:`Health` (the three alarms of a job queue), each built from one read of the database,
+and :class:`Activity` (jobs finished and failed per minute, for a chart)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlqueue._job import JobStatus
-from sqlqueue._store.readmodel import StatsRows
+from sqlqueue._store.readmodel import ActivityRows, StatsRows
 
 __all__ = [
+    "Activity",
     "Alarm",
     "ErrorCount",
     "Health",
+    "MinuteActivity",
     "QueueStats",
     "Stats",
+    "activity_from_rows",
     "check_health",
     "stats_from_rows",
 ]
@@ -203,3 +207,57 @@ def check_health(
                 )
             )
     return Health(alarms=tuple(alarms), stats=stats)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinuteActivity:
+    """One minute: from ``start`` (database clock), how many jobs ``succeeded``, how many
+    ``failed`` (their latest attempt failed in it and they wait for a retry) and how many
+    died (``dead``)."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+    dead: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        return {
+            "start": self.start.isoformat(),
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "dead": self.dead,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Activity:
+    """Jobs finished and failed per minute over the last minutes, oldest minute first, every
+    minute present (zeros included); read by :meth:`sqlqueue.Queue.activity`."""
+
+    minutes: tuple[MinuteActivity, ...]
+    taken_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        return {
+            "minutes": [minute.to_dict() for minute in self.minutes],
+            "taken_at": self.taken_at.isoformat(),
+        }
+
+
+def activity_from_rows(rows: ActivityRows, minutes: int) -> Activity:
+    """Shape the store's ``(status, minutes ago, count)`` rows into ``minutes`` buckets; a job
+    stamped a moment after the read's clock counts in the latest minute."""
+    counts = [dict.fromkeys(("succeeded", "failed", "dead"), 0) for _ in range(minutes)]
+    for status, ago, count in rows.counts:
+        if ago < minutes and status in counts[0]:
+            counts[minutes - 1 - max(ago, 0)][status] += count
+    end = rows.taken_at
+    return Activity(
+        minutes=tuple(
+            MinuteActivity(start=end - timedelta(minutes=minutes - index), **bucket)
+            for index, bucket in enumerate(counts)
+        ),
+        taken_at=end,
+    )

@@ -15,7 +15,7 @@ from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
 from sqlqueue._store import counts, deadletter, due, maintenance, readmodel
 from sqlqueue._store.filters import JobFilter
-from sqlqueue._store.readmodel import StatsRows
+from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
 
@@ -84,6 +84,12 @@ class Admin:
     def stats(self, *, now: datetime | None = None) -> StatsRows:
         """See :func:`readmodel.read_stats`."""
         return self._snapshot(lambda conn: readmodel.read_stats(conn, self.dialect, now=now))
+
+    def activity(self, *, minutes: int, now: datetime | None = None) -> ActivityRows:
+        """See :func:`readmodel.read_activity`."""
+        return self._snapshot(
+            lambda conn: readmodel.read_activity(conn, self.dialect, minutes=minutes, now=now)
+        )
 
     def jobs(self, job_filter: JobFilter, *, limit: int, before_id: int | None) -> list[Job]:
         """See :func:`readmodel.find_jobs`."""

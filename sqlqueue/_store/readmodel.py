@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, union_all
 
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs, queues
@@ -21,7 +21,15 @@ from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
-__all__ = ["ERROR_GROUP_CHARS", "StatsRows", "find_jobs", "paused_queues", "read_stats"]
+__all__ = [
+    "ERROR_GROUP_CHARS",
+    "ActivityRows",
+    "StatsRows",
+    "find_jobs",
+    "paused_queues",
+    "read_activity",
+    "read_stats",
+]
 
 #: The live work, counted from a short range of ``ix_sqlqueue_jobs_status`` whatever the
 #: history's size (finished jobs: see :mod:`sqlqueue._store.counts`).
@@ -88,6 +96,40 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
         top_errors=[(str(row.error), int(row.n)) for row in errors],
         taken_at=taken_at,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivityRows:
+    """What :func:`read_activity` read: ``(status, minutes ago, count)`` rows and the clock."""
+
+    counts: list[tuple[str, int, int]]
+    taken_at: datetime
+
+
+def read_activity(
+    conn: Connection, dialect: Dialect, *, minutes: int, now: datetime | None = None
+) -> ActivityRows:
+    """How many jobs succeeded, died, or failed and wait for a retry, in each of the last
+    ``minutes`` minutes (0: the minute that ends now): finished jobs by ``finished_at``
+    (``ix_sqlqueue_jobs_finished``), waiting ones by their latest failure, from the few
+    claimable rows — neither scans the history."""
+    current = dialect.now(now)
+    start = dialect.now_plus(-60.0 * minutes, now)
+    taken_at: datetime = conn.execute(select(current)).scalar_one()
+    finished = select(
+        jobs.c.status, dialect.minutes_between(current, jobs.c.finished_at).label("minute")
+    ).where(jobs.c.status.in_(("succeeded", "dead")), jobs.c.finished_at > start)
+    failing = select(
+        jobs.c.status, dialect.minutes_between(current, jobs.c.updated_at).label("minute")
+    ).where(jobs.c.status == "failed", jobs.c.updated_at > start)
+    both = union_all(finished, failing).subquery()
+    rows = conn.execute(
+        select(both.c.status, both.c.minute, func.count().label("n")).group_by(
+            both.c.status, both.c.minute
+        )
+    )
+    counts = [(str(row.status), int(row.minute), int(row.n)) for row in rows]
+    return ActivityRows(counts=counts, taken_at=taken_at)
 
 
 def find_jobs(

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import (
     Float,
     bindparam,
+    func,
     literal,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -55,3 +56,10 @@ class Clock(abc.ABC):
         self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
     ) -> ColumnElement[float]:
         """``later - earlier`` in (fractional) seconds, computed by the database."""
+
+    def minutes_between(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
+    ) -> ColumnElement[int]:
+        """The whole minutes from ``earlier`` to ``later`` (rounded down; for buckets of a
+        per-minute chart)."""
+        return func.floor(self.seconds_between(later, earlier) / 60.0)

@@ -19,10 +19,12 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    Integer,
     String,
     Table,
     Text,
     bindparam,
+    cast,
     event,
     func,
     literal_column,
@@ -226,6 +228,14 @@ class SQLiteDialect(Dialect):
         milliseconds, and the rounding removes the double's error (about 10 µs) from them."""
         days = func.julianday(later) - func.julianday(earlier)
         return func.round(days * 86_400.0, 3, type_=Float())
+
+    def minutes_between(
+        self, later: ColumnElement[datetime], earlier: ColumnElement[datetime]
+    ) -> ColumnElement[int]:
+        """Truncated by a cast: ``floor`` exists only where SQLite was built with its math
+        functions (the buckets are never negative, where the two agree)."""
+        days = func.julianday(later) - func.julianday(earlier)
+        return cast(days * 1440.0, Integer())
 
     def holds_lease(
         self, worker_id: Any, fences: Sequence[tuple[int, int]] | None = None
