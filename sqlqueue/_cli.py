@@ -1,5 +1,6 @@
 """The ``sqlqueue`` command: ``migrate`` the schema, run a ``worker``, and operate the queue
-(``stats``, ``health``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``).
+(``stats``, ``health``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``), and
+serve the internal ``web`` page.
 
 The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL``, the schema of
 sqlqueue's tables in it from ``--schema`` or ``SQLQUEUE_SCHEMA`` (PostgreSQL; default: the
@@ -204,6 +205,17 @@ def _parser() -> argparse.ArgumentParser:
         "database cannot be reached or is not migrated)",
     )
     add_commands(commands, _database_option)
+
+    web_cmd = commands.add_parser(
+        "web", help="serve the internal web page (needs sqlqueue[web]) until interrupted"
+    )
+    _database_option(web_cmd)
+    web_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine)")
+    web_cmd.add_argument("--port", type=int, default=8080, help="default 8080")
+    web_cmd.add_argument(
+        "--read-only", action="store_true", help="show everything, change nothing (no actions)"
+    )
+    web_cmd.set_defaults(operate=_web)
     return parser
 
 
@@ -258,6 +270,19 @@ def _run(args: argparse.Namespace) -> int:
         return status
     finally:
         engine.dispose()
+
+
+def _web(queue: Queue, args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    try:  # Starlette, Jinja2 and uvicorn load only for this command
+        from sqlqueue.web._serve import serve
+    except ImportError as error:
+        raise UsageError(
+            f'the web page needs its extra: pip install "sqlqueue[web]" ({error})'
+        ) from None
+    serve(queue, host=args.host, port=args.port, read_only=args.read_only)
+    return 0
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -1,0 +1,133 @@
+"""The changes an operator makes from the page, each a POST carrying the CSRF token and a
+reason: requeue or discard one dead job or every unhandled dead job matching the list's filter,
+and pause or resume a queue. Who acted comes from the host's ``current_user``; the checks run
+in this order — token, permission, reason — and a refused request changes nothing."""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from sqlqueue.web._csrf import valid_token
+from sqlqueue.web._query import job_list_filter
+from sqlqueue.web._render import link
+from sqlqueue.web._settings import Action, WebSettings, settings_of
+
+__all__ = [
+    "discard_job",
+    "discard_matching",
+    "pause_queue",
+    "requeue_job",
+    "requeue_matching",
+    "resume_queue",
+]
+
+_MAX_REASON = 2000
+
+
+async def _checked(request: Request, action: Action) -> tuple[WebSettings, FormData]:
+    """The form of a POST whose token and permission hold; 403 otherwise."""
+    settings = settings_of(request)
+    form = await request.form()
+    if not valid_token(request, form):
+        raise HTTPException(403, "the form's security token is missing or wrong: reload the page")
+    settings.require(request, action)
+    return settings, form
+
+
+def _field(form: FormData, name: str, what: str) -> str:
+    value = form.get(name)
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        raise HTTPException(400, f"give {what}")
+    if len(text) > _MAX_REASON:
+        raise HTTPException(400, f"{name} is longer than {_MAX_REASON} characters")
+    return text
+
+
+def _see(
+    request: Request, name: str, query: dict[str, object] | None = None, **path: object
+) -> Response:
+    """Post/redirect/get: reloading the page that follows never repeats the action."""
+    return RedirectResponse(link(request, name, query, **path), status_code=303)
+
+
+async def requeue_job(request: Request) -> Response:
+    """Requeue one dead job as a new job; back to the dead job, which now links to it."""
+    settings, form = await _checked(request, "requeue")
+    reason = _field(form, "reason", "a reason")
+    job_id: int = request.path_params["job_id"]
+    await run_in_threadpool(
+        lambda: settings.queue.requeue(job_id, by=settings.who(request), reason=reason)
+    )
+    return _see(request, "job", job_id=job_id)
+
+
+async def discard_job(request: Request) -> Response:
+    """Mark one dead job handled without running it."""
+    settings, form = await _checked(request, "discard")
+    reason = _field(form, "reason", "a reason")
+    job_id: int = request.path_params["job_id"]
+    await run_in_threadpool(
+        lambda: settings.queue.discard(job_id, by=settings.who(request), reason=reason)
+    )
+    return _see(request, "job", job_id=job_id)
+
+
+async def _matching(request: Request, action: Action) -> Response:
+    settings, form = await _checked(request, action)
+    reason = _field(form, "reason", "a reason")
+    wanted = job_list_filter(form)
+    if not wanted.narrows_dead:
+        raise HTTPException(
+            400, f"refusing to {action} every dead job: filter by type, queue, error or since"
+        )
+    queue = settings.queue
+    by = settings.who(request)
+
+    def act() -> list[int]:
+        where = queue.requeue_where if action == "requeue" else queue.discard_where
+        return where(
+            by=by,
+            reason=reason,
+            job_type=wanted.job_type,
+            queue=wanted.queue,
+            error_contains=wanted.error,
+            since=wanted.since_moment(queue),
+        )
+
+    done = await run_in_threadpool(act)
+    past = "requeued" if action == "requeue" else "discarded"
+    return _see(request, "jobs", {**wanted.query(), "status": "dead", past: len(done)})
+
+
+async def requeue_matching(request: Request) -> Response:
+    """Requeue every unhandled dead job matching the list's filter."""
+    return await _matching(request, "requeue")
+
+
+async def discard_matching(request: Request) -> Response:
+    """Discard every unhandled dead job matching the list's filter."""
+    return await _matching(request, "discard")
+
+
+async def pause_queue(request: Request) -> Response:
+    """Stop workers claiming from a queue; back to the overview."""
+    settings, form = await _checked(request, "pause")
+    name = _field(form, "queue", "a queue")
+    reason = _field(form, "reason", "a reason")
+    await run_in_threadpool(
+        lambda: settings.queue.pause(name, by=settings.who(request), reason=reason)
+    )
+    return _see(request, "overview")
+
+
+async def resume_queue(request: Request) -> Response:
+    """Let workers claim from a paused queue again."""
+    settings, form = await _checked(request, "pause")
+    name = _field(form, "queue", "a queue")
+    await run_in_threadpool(settings.queue.resume, name)
+    return _see(request, "overview")

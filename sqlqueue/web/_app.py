@@ -1,0 +1,108 @@
+"""The app factory: the routes, the static files shipped in the package, the error pages, and
+the host's settings on the app's state. Mount the app anywhere: every link is built from the
+request's mount prefix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from sqlqueue._errors import ConfigurationError, JobNotFound, JobStateError
+from sqlqueue._queue import Queue
+from sqlqueue.web import _actions, _pages
+from sqlqueue.web._render import render
+from sqlqueue.web._settings import Authorize, CurrentUser, WebSettings, everyone, web_user
+
+__all__ = ["create_app"]
+
+
+def _routes() -> list[BaseRoute]:
+    post = ["POST"]
+    return [
+        Route("/", _pages.overview, name="overview"),
+        Route("/chart", _pages.chart, name="chart"),
+        Route("/jobs", _pages.job_list, name="jobs"),
+        Route("/jobs/requeue", _actions.requeue_matching, methods=post, name="requeue_matching"),
+        Route("/jobs/discard", _actions.discard_matching, methods=post, name="discard_matching"),
+        Route("/jobs/{job_id:int}", _pages.job_page, name="job"),
+        Route("/jobs/{job_id:int}/requeue", _actions.requeue_job, methods=post, name="requeue"),
+        Route("/jobs/{job_id:int}/discard", _actions.discard_job, methods=post, name="discard"),
+        Route("/queues/pause", _actions.pause_queue, methods=post, name="pause"),
+        Route("/queues/resume", _actions.resume_queue, methods=post, name="resume"),
+        Mount("/static", StaticFiles(packages=[("sqlqueue.web", "static")]), name="static"),
+    ]
+
+
+def _failure(status_code: int) -> Any:
+    async def page(request: Request, error: Exception) -> Response:
+        return render(request, "error.html", {"message": str(error)}, status_code=status_code)
+
+    return page
+
+
+async def _http_failure(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    response = render(
+        request,
+        "error.html",
+        {"message": error.detail, "status_code": error.status_code},
+        status_code=error.status_code,
+    )
+    if error.headers:
+        response.headers.update(error.headers)
+    return response
+
+
+def create_app(
+    queue: Queue,
+    *,
+    authorize: Authorize | None = None,
+    current_user: CurrentUser | None = None,
+    read_only: bool = False,
+    max_queued_age: float = 300.0,
+    refresh_seconds: float = 10.0,
+) -> Starlette:
+    """The web page of ``queue`` as an ASGI app.
+
+    ``authorize(request, action)`` answers whether a request may ``"view"`` the pages or
+    ``"requeue"``, ``"discard"`` or ``"pause"`` (pause and resume queues); refused: 403, and
+    the page hides what it may not do (default: everyone may do everything — put the app
+    behind your own login). ``current_user(request)`` names who acts, recorded on each job an
+    action changes (default ``"web"``). ``read_only=True`` hides and refuses every action.
+    ``max_queued_age``: a queue whose oldest due job waited longer (seconds) is flagged.
+    ``refresh_seconds``: how often the overview's chart reloads itself.
+    """
+    if not isinstance(queue, Queue):
+        raise ConfigurationError(f"queue: expected a sqlqueue.Queue, got {queue!r}")
+    for name, hook in (("authorize", authorize), ("current_user", current_user)):
+        if hook is not None and not callable(hook):
+            raise ConfigurationError(f"{name}: expected a function of the request, got {hook!r}")
+    if max_queued_age < 0:
+        raise ConfigurationError(f"max_queued_age must be >= 0 seconds, got {max_queued_age!r}")
+    if refresh_seconds <= 0:
+        raise ConfigurationError(f"refresh_seconds must be > 0, got {refresh_seconds!r}")
+    settings = WebSettings(
+        queue=queue,
+        read_only=read_only,
+        max_queued_age=max_queued_age,
+        refresh_seconds=refresh_seconds,
+        authorize=everyone if authorize is None else authorize,
+        current_user=web_user if current_user is None else current_user,
+    )
+    app = Starlette(
+        routes=_routes(),
+        exception_handlers={
+            HTTPException: _http_failure,
+            JobNotFound: _failure(404),
+            JobStateError: _failure(409),
+            ConfigurationError: _failure(400),
+        },
+    )
+    app.state.sqlqueue = settings
+    return app

@@ -1,0 +1,114 @@
+"""The pages (GET only; nothing here changes a job): the overview, its chart fragment, the job
+list and one job. Each reads through the operations API in a worker thread, never blocking the
+event loop on the database."""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sqlqueue._job import Job, JobStatus
+from sqlqueue._stats import Activity, Health
+from sqlqueue.web._chart import chart_of
+from sqlqueue.web._query import MAX_JOB_ID, job_list_filter
+from sqlqueue.web._render import render
+from sqlqueue.web._settings import WebSettings, settings_of
+
+__all__ = ["PAGE_SIZE", "chart", "job_list", "job_page", "overview"]
+
+#: Jobs per page of the list.
+PAGE_SIZE = 50
+#: Minutes the chart covers.
+CHART_MINUTES = 60
+
+
+def _reads(settings: WebSettings) -> tuple[Health, Activity]:
+    queue = settings.queue
+    return (
+        queue.health(max_queued_age=settings.max_queued_age),
+        queue.activity(minutes=CHART_MINUTES),
+    )
+
+
+def _viewer(request: Request) -> WebSettings:
+    settings = settings_of(request)
+    settings.require(request, "view")
+    return settings
+
+
+async def overview(request: Request) -> Response:
+    """Counts by status per queue and job type, ages, recent failures, top errors, paused
+    queues and the last hour's chart."""
+    settings = _viewer(request)
+    health, activity = await run_in_threadpool(_reads, settings)
+    return render(
+        request,
+        "overview.html",
+        {
+            "health": health,
+            "stats": health.stats,
+            "statuses": [status.value for status in JobStatus],
+            "chart": chart_of(activity),
+            "activity": activity,
+            "max_queued_age": settings.max_queued_age,
+            "refresh_seconds": settings.refresh_seconds,
+        },
+    )
+
+
+async def chart(request: Request) -> Response:
+    """The chart alone: what the overview's script fetches to refresh it."""
+    settings = _viewer(request)
+    activity = await run_in_threadpool(settings.queue.activity, minutes=CHART_MINUTES)
+    return render(request, "_chart.html", {"chart": chart_of(activity), "activity": activity})
+
+
+async def job_list(request: Request) -> Response:
+    """Jobs matching the query's filters, newest first, a page at a time (keyset paging)."""
+    settings = _viewer(request)
+    wanted = job_list_filter(request.query_params)
+    queue = settings.queue
+
+    def read() -> list[Job]:
+        return queue.jobs(
+            status=wanted.status,
+            job_type=wanted.job_type,
+            queue=wanted.queue,
+            error_contains=wanted.error,
+            since=wanted.since_moment(queue),
+            before_id=wanted.before_id,
+            limit=PAGE_SIZE,
+        )
+
+    jobs = await run_in_threadpool(read)
+    notice = {
+        key: request.query_params[key]
+        for key in ("requeued", "discarded")
+        if request.query_params.get(key, "").isdigit()
+    }
+    return render(
+        request,
+        "jobs.html",
+        {
+            "jobs": jobs,
+            "wanted": wanted,
+            "statuses": [status.value for status in JobStatus],
+            "next_before_id": jobs[-1].id if len(jobs) == PAGE_SIZE else None,
+            "notice": notice,
+        },
+    )
+
+
+async def job_page(request: Request) -> Response:
+    """One job: payload (secrets redacted), every attempt's error, timestamps, and who
+    requeued or discarded it."""
+    settings = _viewer(request)
+    job_id: int = request.path_params["job_id"]
+    if not 1 <= job_id <= MAX_JOB_ID:
+        raise HTTPException(404, f"there is no job {job_id}")
+    job = await run_in_threadpool(settings.queue.get_job, job_id)
+    if job is None:
+        raise HTTPException(404, f"there is no job {job_id}")
+    return render(request, "job.html", {"job": job})

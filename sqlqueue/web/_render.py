@@ -1,0 +1,100 @@
+"""Pages from templates: one Jinja2 environment with autoescape on (a job type or an error
+holding ``<script>`` renders as text), the helpers templates use (links that work under any
+mount prefix, times, durations), and the CSRF token every page hands its forms."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from sqlqueue.web._csrf import FIELD, ensure_cookie, token_for
+from sqlqueue.web._settings import ACTIONS, settings_of
+
+__all__ = ["duration", "link", "moment", "pretty_json", "render"]
+
+_ENVIRONMENT = Environment(
+    loader=PackageLoader("sqlqueue.web", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def link(
+    request: Request, name: str, query: Mapping[str, object] | None = None, **path: Any
+) -> str:
+    """The path of route ``name`` under the app's mount prefix, with the non-empty ``query``
+    values; a path, not an absolute URL, so it survives proxies that rewrite the host."""
+    # The app's own routes, not request.url_for: mounted in a host's Starlette app, the
+    # request's router is the host's, which knows our routes only under its mount's name.
+    url = request.app.router.url_path_for(name, **path).make_absolute_url(request.base_url)
+    params = {key: str(value) for key, value in (query or {}).items() if value not in (None, "")}
+    if not params:
+        return str(url.path)
+    url = url.replace_query_params(**params)
+    return f"{url.path}?{url.query}"
+
+
+def moment(value: datetime | None) -> str:
+    """A time as ``2026-12-01 08:00:05 UTC`` (the database clock's)."""
+    if value is None:
+        return "—"
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as ``45 s``, ``12 min``, ``3.5 h``, ``2.0 d``."""
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} d"
+
+
+def pretty_json(value: object) -> str:
+    """A JSON value indented for reading (the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+_ENVIRONMENT.filters.update(moment=moment, duration=duration, pretty_json=pretty_json)
+
+
+def render(
+    request: Request, template: str, context: Mapping[str, Any], *, status_code: int = 200
+) -> HTMLResponse:
+    """``template`` rendered for ``request``, with the helpers every page uses: ``url``,
+    ``static``, ``may`` (which actions to show), the CSRF field, and its cookie set."""
+    settings = settings_of(request)
+    token = token_for(request)
+    allowed = {action: settings.may(request, action) for action in ACTIONS}
+    html = _ENVIRONMENT.get_template(template).render(
+        request=request,
+        url=lambda name, query=None, **path: link(request, name, query, **path),
+        static=lambda path: link(request, "static", path=path),
+        may=allowed,
+        read_only=settings.read_only,
+        csrf_field=FIELD,
+        csrf_token=token,
+        **context,
+    )
+    response = HTMLResponse(html, status_code=status_code)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'self'; form-action 'self'"
+    )
+    ensure_cookie(request, response, token)
+    return response

@@ -1,0 +1,84 @@
+"""What the host decides about the web page: who may see and do what, who is acting, and
+whether the page only reads. One object, kept on the app's state for every request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from sqlqueue._queue import Queue
+
+__all__ = [
+    "ACTIONS",
+    "Action",
+    "Authorize",
+    "CurrentUser",
+    "WebSettings",
+    "everyone",
+    "settings_of",
+    "web_user",
+]
+
+#: What ``authorize(request, action)`` is asked: seeing the pages, and each kind of change.
+Action = Literal["view", "requeue", "discard", "pause"]
+ACTIONS: tuple[Action, ...] = ("view", "requeue", "discard", "pause")
+
+#: ``authorize(request, action) -> bool``: may this request do ``action``?
+Authorize = Callable[[Request, str], bool]
+#: ``current_user(request) -> str``: who acts, recorded on every job an action changes.
+CurrentUser = Callable[[Request], str]
+
+
+def everyone(request: Request, action: str) -> bool:
+    """The default ``authorize``: everyone may do everything (put the app behind a login)."""
+    return True
+
+
+def web_user(request: Request) -> str:
+    """The default ``current_user``: every action is recorded as by ``"web"``."""
+    return "web"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebSettings:
+    """The queue the page operates and the host's decisions about it."""
+
+    queue: Queue
+    authorize: Authorize = everyone
+    current_user: CurrentUser = web_user
+    read_only: bool = False
+    max_queued_age: float = 300.0
+    refresh_seconds: float = 10.0
+
+    def may(self, request: Request, action: Action) -> bool:
+        """Whether ``request`` may do ``action``: changes never on a read-only page."""
+        if action != "view" and self.read_only:
+            return False
+        return bool(self.authorize(request, action))
+
+    def require(self, request: Request, action: Action) -> None:
+        """403 unless ``request`` may do ``action``."""
+        if not self.may(request, action):
+            what = (
+                "this page is read-only"
+                if self.read_only and action != "view"
+                else (f"you may not {action} here")
+            )
+            raise HTTPException(403, what)
+
+    def who(self, request: Request) -> str:
+        """Who acts, as the host names them (``by`` on the jobs an action changes)."""
+        user = self.current_user(request)
+        if not isinstance(user, str) or not user:
+            raise TypeError(f"current_user(request) must return a non-empty str, got {user!r}")
+        return user
+
+
+def settings_of(request: Request) -> WebSettings:
+    """The settings of the app serving ``request``."""
+    settings: WebSettings = request.app.state.sqlqueue
+    return settings
