@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
@@ -32,14 +33,13 @@ def link(
 ) -> str:
     """The path of route ``name`` under the app's mount prefix, with the non-empty ``query``
     values; a path, not an absolute URL, so it survives proxies that rewrite the host."""
-    # The app's own routes, not request.url_for: mounted in a host's Starlette app, the
-    # request's router is the host's, which knows our routes only under its mount's name.
-    url = request.app.router.url_path_for(name, **path).make_absolute_url(request.base_url)
+    # The app's own routes under the request's root_path (where it is mounted), not
+    # request.url_for: mounted in a host's Starlette app, the request's router is the host's
+    # (which knows our routes only by its mount's name) and its base_url the host's root.
+    root: str = request.scope.get("root_path", "")
+    where = root.rstrip("/") + str(request.app.router.url_path_for(name, **path))
     params = {key: str(value) for key, value in (query or {}).items() if value not in (None, "")}
-    if not params:
-        return str(url.path)
-    url = url.replace_query_params(**params)
-    return f"{url.path}?{url.query}"
+    return f"{quote(where)}?{urlencode(params)}" if params else quote(where)
 
 
 def moment(value: datetime | None) -> str:

@@ -1,0 +1,106 @@
+"""What the web page's tests share: a queue with jobs that succeed, fail and die (one with a
+secret field), a page's CSRF token, and a real uvicorn server in a thread on a free port."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from cryptography.fernet import Fernet
+
+import sqlqueue
+from tests._support import drain
+from tests.conftest import Backend
+
+KEY = Fernet.generate_key().decode()
+TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def make_queue(backend: Backend) -> sqlqueue.Queue:
+    """Tasks that succeed, die at once (``crm.sync``; their error names a payload value) and
+    fail now and then (``flaky``), plus one with a secret field."""
+    queue = backend.queue(encryption_keys=[KEY])
+
+    @queue.task("mail.send", queue="mail")
+    def send(n: int = 0) -> None:
+        return None
+
+    @queue.task("crm.sync", queue="hooks", max_attempts=1)
+    def sync(n: int = 0, error: str = "503 from crm") -> None:
+        raise ConnectionError(error)
+
+    @queue.task("flaky", queue="hooks", max_attempts=3, backoff=[3600])
+    def flaky(n: int = 0) -> None:
+        raise TimeoutError("endpoint timed out")
+
+    @queue.task("charge", queue="billing", max_attempts=1, secret_fields=["token"])
+    def charge(token: str, amount: int) -> None:
+        raise ValueError("card declined")
+
+    return queue
+
+
+def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: Any) -> list[int]:
+    requests = [
+        sqlqueue.JobRequest(job_type=job_type, payload={"n": i, **payload}) for i in range(count)
+    ]
+    with queue.engine.begin() as conn:
+        return queue.enqueue_many(conn, requests)
+
+
+def populated(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
+    """A queue after a burst worker ran: 3 succeeded, 2 dead with a 503, 1 dead with a 410,
+    1 failed waiting for a retry, 1 dead charge holding a secret, 2 queued."""
+    queue = make_queue(backend)
+    ids = {
+        "ok": enqueue(queue, "mail.send", 3),
+        "dead_503": enqueue(queue, "crm.sync", 2),
+        "dead_410": enqueue(queue, "crm.sync", 1, error="410 Gone"),
+        "failed": enqueue(queue, "flaky", 1),
+    }
+    with queue.engine.begin() as conn:
+        ids["charge"] = [queue.enqueue(conn, "charge", {"token": "tok_live_SECRET", "amount": 5})]
+    drain(queue)
+    ids["queued"] = enqueue(queue, "mail.send", 2, later=True)
+    return queue, ids
+
+
+def token_of(html: str) -> str:
+    """The CSRF token a page put in its forms."""
+    found = TOKEN.search(html)
+    assert found is not None, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread on a free port; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

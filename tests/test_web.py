@@ -1,0 +1,524 @@
+"""The web page over HTTP on every backend: what each page shows, the dead-letter actions, and
+the safety matrix — CSRF, nothing changes on GET, ``authorize``, ``read_only``, escaping.
+
+The app runs in Starlette's TestClient (the ASGI app itself, no mock) against the backend's
+real database; the browser tests (``test_web_browser.py``) serve it with uvicorn.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount
+
+with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+import sqlqueue
+import sqlqueue.web
+from sqlqueue.web import create_app
+from tests._support import db_now, drain, wait_until
+from tests._web_support import enqueue, free_port, make_queue, populated, token_of
+from tests.conftest import Backend
+from tests.test_operations import set_times
+
+
+def client(queue: sqlqueue.Queue, **options: Any) -> TestClient:
+    return TestClient(create_app(queue, **options), follow_redirects=False)
+
+
+def dead_snapshot(engine: sa.Engine) -> list[tuple[Any, ...]]:
+    """Every job's state and dead-letter marks: what no refused request may change."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT id, status, requeued_as, requeued_by, discarded_at, discarded_by "
+                "FROM sqlqueue_jobs ORDER BY id"
+            )
+        )
+        paused = conn.execute(sa.text("SELECT name, paused_at FROM sqlqueue_queues")).all()
+        return [tuple(row) for row in rows] + [tuple(row) for row in paused]
+
+
+def test_the_web_package_names_exactly_its_public_api() -> None:
+    assert set(sqlqueue.web.__all__) == {"Authorize", "CurrentUser", "create_app"}
+
+
+def test_create_app_refuses_what_is_not_a_queue_or_a_function() -> None:
+    queue = sqlqueue.Queue("sqlite://")
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"expected a sqlqueue\.Queue"):
+        create_app("sqlite://")  # type: ignore[arg-type]
+    with pytest.raises(sqlqueue.ConfigurationError, match="authorize: expected a function"):
+        create_app(queue, authorize="admins")  # type: ignore[arg-type]
+    with pytest.raises(sqlqueue.ConfigurationError, match="max_queued_age must be >= 0"):
+        create_app(queue, max_queued_age=-1)
+
+
+# -- the pages ----------------------------------------------------------------------------------
+
+
+def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
+    backend: Backend,
+) -> None:
+    queue, ids = populated(backend)
+    # One queued mail job has waited ten minutes.
+    waited = db_now(backend.engine) - timedelta(minutes=10)
+    set_times(backend.engine, ids["queued"][:1], next_run_at=waited)
+    page = client(queue, max_queued_age=300).get("/")
+
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-count="dead">4<' in html
+    assert 'data-count="succeeded">3<' in html
+    assert 'data-count="dead_last_hour">4<' in html
+    assert 'data-count="failed_last_hour">1<' in html
+    assert '<tr data-queue="mail">' in html
+    assert '<tr data-queue="hooks">' in html
+    mail_row = html.split('<tr data-queue="mail">')[1].split("</tr>")[0]
+    assert 'class="num late"' in mail_row  # waited 10 min, over the 5 min threshold
+    assert "ConnectionError: 503 from crm" in html
+    assert html.index("503 from crm") < html.index("410 Gone")  # the most frequent first
+    assert "<svg" in html
+    assert 'class="line succeeded"' in html
+    assert 'data-total="succeeded">3<' in html
+    assert "crm.sync" in html
+    assert "mail.send" in html
+
+
+def test_the_chart_alone_is_what_the_overview_refreshes(backend: Backend) -> None:
+    queue, _ = populated(backend)
+    web = client(queue, refresh_seconds=2)
+
+    overview = web.get("/").text
+    fragment = web.get("/chart")
+
+    assert 'data-refresh-url="/chart" data-refresh-seconds="2' in overview
+    assert fragment.status_code == 200
+    assert fragment.text.lstrip().startswith("<svg")
+    assert 'data-total="failures">' in fragment.text
+
+
+def test_job_list_filters_by_status_type_queue_error_and_since(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+
+    def listed(query: str) -> set[int]:
+        page = web.get("/jobs" + query)
+        assert page.status_code == 200, page.text
+        return {int(part.split('"')[0]) for part in page.text.split('data-job-id="')[1:]}
+
+    assert listed("?status=dead") == {*ids["dead_503"], *ids["dead_410"], *ids["charge"]}
+    assert listed("?error=503") == set(ids["dead_503"])
+    assert listed("?status=dead&type=crm.sync&error=Gone") == set(ids["dead_410"])
+    assert listed("?queue=billing") == set(ids["charge"])
+    assert listed("?status=failed&since=1h") == set(ids["failed"])
+    assert listed("?since=2000-01-01T00:00:00Z&type=mail.send") == {*ids["ok"], *ids["queued"]}
+    assert listed("?error=nothing+like+it") == set()
+
+
+def test_job_list_pages_by_keyset_with_links_that_keep_the_filter(backend: Backend) -> None:
+    queue = make_queue(backend)
+    made = enqueue(queue, "mail.send", 120)
+    web = client(queue)
+
+    first = web.get("/jobs?type=mail.send").text
+    older = first.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
+    second = web.get(older).text
+    third_link = second.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
+    third = web.get(third_link).text
+
+    assert older == f"/jobs?type=mail.send&before_id={made[-50]}"
+    assert f'data-job-id="{made[-1]}"' in first
+    assert f'data-job-id="{made[-51]}"' in second
+    assert f'data-job-id="{made[0]}"' in third
+    assert 'rel="next"' not in third
+    assert third.count("data-job-id=") == 20
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("?status=sleeping", "status must be one of queued, running"),
+        ("?before_id=abc", "before_id must be a job id"),
+        ("?since=yesterday", "since: expected an ISO 8601 time"),
+    ],
+)
+def test_a_bad_filter_is_a_400_that_says_what_is_wrong(
+    backend: Backend, query: str, message: str
+) -> None:
+    page = client(backend.queue()).get("/jobs" + query)
+
+    assert page.status_code == 400
+    assert message in page.text.replace("&#39;", "'")
+
+
+def test_job_page_shows_payload_redacted_every_attempt_and_times(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+
+    charge = web.get(f"/jobs/{ids['charge'][0]}").text
+    flaky = web.get(f"/jobs/{ids['failed'][0]}").text
+    missing = web.get("/jobs/987654")
+
+    assert "tok_live_SECRET" not in charge
+    assert "&#34;token&#34;: &#34;***&#34;" in charge or '"token": "***"' in charge
+    assert "&#34;amount&#34;: 5" in charge or '"amount": 5' in charge
+    assert "ValueError: card declined" in charge
+    assert 'id="errors"' in flaky
+    assert "TimeoutError: endpoint timed out" in flaky
+    assert " UTC" in flaky.split('id="errors"')[1]  # the attempt's time
+    assert missing.status_code == 404
+    assert "there is no job 987654" in missing.text
+
+
+# -- the dead-letter actions --------------------------------------------------------------------
+
+
+def test_requeue_one_dead_job_links_both_ways_and_records_who_and_why(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    dead = ids["dead_503"][0]
+    web = client(queue, current_user=lambda request: request.headers.get("x-user", "nobody"))
+    token = token_of(web.get(f"/jobs/{dead}").text)
+
+    answer = web.post(
+        f"/jobs/{dead}/requeue",
+        data={"csrf_token": token, "reason": "CRM is back"},
+        headers={"x-user": "ada@example.com"},
+    )
+
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/jobs/{dead}"
+    old = queue.get_job(dead)
+    assert old is not None
+    assert old.requeued_as is not None
+    assert (old.requeued_by, old.requeue_reason) == ("ada@example.com", "CRM is back")
+    page = web.get(f"/jobs/{dead}").text
+    assert f'Requeued as <a href="/jobs/{old.requeued_as}">#{old.requeued_as}</a>' in page
+    assert "ada@example.com" in page
+    assert "CRM is back" in page
+    assert 'id="actions"' not in page  # handled: no more actions
+    new = web.get(f"/jobs/{old.requeued_as}").text
+    assert f'Requeued from dead job <a href="/jobs/{dead}">#{dead}</a>' in new
+
+
+def test_discard_one_dead_job_shows_who_and_why(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    dead = ids["dead_410"][0]
+    web = client(queue)
+    token = token_of(web.get(f"/jobs/{dead}").text)
+
+    answer = web.post(f"/jobs/{dead}/discard", data={"csrf_token": token, "reason": "gone"})
+
+    assert answer.status_code == 303
+    page = web.get(f"/jobs/{dead}").text
+    assert 'id="discarded"' in page
+    assert ">web<" in page
+    assert "gone" in page
+
+
+def test_requeue_every_dead_job_matching_the_filter(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/jobs?status=dead&error=503").text)
+
+    answer = web.post(
+        "/jobs/requeue", data={"csrf_token": token, "error": "503", "reason": "CRM fixed"}
+    )
+
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/jobs?status=dead&error=503&requeued=2"
+    assert "Requeued 2 dead job(s)" in web.get(answer.headers["location"]).text
+    handled = [queue.get_job(job_id) for job_id in ids["dead_503"]]
+    assert all(job is not None and job.requeue_reason == "CRM fixed" for job in handled)
+    untouched = queue.get_job(ids["dead_410"][0])
+    assert untouched is not None
+    assert untouched.requeued_as is None
+
+
+def test_discard_every_dead_job_matching_the_filter(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/jobs?status=dead&queue=billing").text)
+
+    answer = web.post(
+        "/jobs/discard", data={"csrf_token": token, "queue": "billing", "reason": "test card"}
+    )
+
+    assert answer.headers["location"] == "/jobs?status=dead&queue=billing&discarded=1"
+    charge = queue.get_job(ids["charge"][0])
+    assert charge is not None
+    assert charge.discard_reason == "test card"
+
+
+def test_a_bulk_action_without_a_filter_or_a_reason_changes_nothing(backend: Backend) -> None:
+    queue, _ = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/").text)
+    before = dead_snapshot(backend.engine)
+
+    everything = web.post("/jobs/requeue", data={"csrf_token": token, "reason": "all"})
+    no_reason = web.post("/jobs/discard", data={"csrf_token": token, "error": "503"})
+    blank = web.post("/jobs/requeue", data={"csrf_token": token, "error": "503", "reason": " "})
+
+    assert everything.status_code == 400
+    assert "refusing to requeue every dead job" in everything.text
+    assert no_reason.status_code == 400
+    assert "give a reason" in no_reason.text
+    assert blank.status_code == 400
+    assert dead_snapshot(backend.engine) == before
+
+
+def test_requeue_of_a_job_that_is_not_dead_is_a_409_that_says_so(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/").text)
+
+    answer = web.post(f"/jobs/{ids['ok'][0]}/requeue", data={"csrf_token": token, "reason": "x"})
+    missing = web.post("/jobs/987654/requeue", data={"csrf_token": token, "reason": "x"})
+
+    assert answer.status_code == 409
+    assert "dead" in answer.text
+    assert missing.status_code == 404
+
+
+def test_pause_and_resume_a_queue(backend: Backend) -> None:
+    queue, _ = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/").text)
+
+    paused = web.post("/queues/pause", data={"csrf_token": token, "queue": "mail", "reason": "db"})
+    assert paused.status_code == 303
+    assert paused.headers["location"] == "/"
+    assert queue.paused_queues() == ["mail"]
+    page = web.get("/").text
+    mail_row = page.split('<tr data-queue="mail">')[1].split("</tr>")[0]
+    assert "paused" in mail_row
+    assert "Resume" in mail_row
+
+    web.post("/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    assert queue.paused_queues() == []
+
+
+# -- safety -------------------------------------------------------------------------------------
+
+#: Every state-changing endpoint, with a form that would change something.
+ACTIONS: list[tuple[str, Callable[[dict[str, list[int]]], str], dict[str, str]]] = [
+    ("requeue", lambda ids: f"/jobs/{ids['dead_503'][0]}/requeue", {"reason": "r"}),
+    ("discard", lambda ids: f"/jobs/{ids['dead_503'][0]}/discard", {"reason": "r"}),
+    ("requeue", lambda ids: "/jobs/requeue", {"reason": "r", "error": "503"}),
+    ("discard", lambda ids: "/jobs/discard", {"reason": "r", "error": "503"}),
+    ("pause", lambda ids: "/queues/pause", {"reason": "r", "queue": "mail"}),
+]
+ACTION_IDS = ["requeue-one", "discard-one", "requeue-matching", "discard-matching", "pause"]
+
+
+@pytest.fixture
+def safety(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
+    queue, ids = populated(backend)
+    queue.pause("hooks", by="ops", reason="resume me")  # so that resume would change something
+    return queue, ids
+
+
+@pytest.mark.parametrize(("action", "path", "form"), ACTIONS, ids=ACTION_IDS)
+def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_a_403_and_changes_nothing(
+    backend: Backend, safety: Any, action: str, path: Any, form: dict[str, str]
+) -> None:
+    queue, ids = safety
+    web = client(queue)
+    token = token_of(web.get("/").text)  # the browser holds the cookie
+    before = dead_snapshot(backend.engine)
+
+    missing = web.post(path(ids), data=form)
+    wrong = web.post(path(ids), data={**form, "csrf_token": token[::-1]})
+    other_cookie = client(queue)  # a token of another session (its own cookie) does not pass
+    other_cookie.cookies.set("sqlqueue_csrf", "x" * 43)
+    forged = other_cookie.post(path(ids), data={**form, "csrf_token": token})
+
+    assert (missing.status_code, wrong.status_code, forged.status_code) == (403, 403, 403)
+    assert "security token" in missing.text
+    assert dead_snapshot(backend.engine) == before
+
+
+def test_resume_without_the_csrf_token_is_a_403_too(backend: Backend, safety: Any) -> None:
+    queue, _ = safety
+    web = client(queue)
+    web.get("/")
+
+    answer = web.post("/queues/resume", data={"queue": "hooks"})
+
+    assert answer.status_code == 403
+    assert queue.paused_queues() == ["hooks"]
+
+
+@pytest.mark.parametrize(("action", "path", "form"), ACTIONS, ids=ACTION_IDS)
+def test_nothing_changes_on_get(
+    backend: Backend, safety: Any, action: str, path: Any, form: dict[str, str]
+) -> None:
+    queue, ids = safety
+    web = client(queue)
+    before = dead_snapshot(backend.engine)
+
+    answer = web.get(path(ids), params=form)
+
+    assert answer.status_code == 405
+    assert dead_snapshot(backend.engine) == before
+
+
+@pytest.mark.parametrize(("action", "path", "form"), ACTIONS, ids=ACTION_IDS)
+def test_authorize_refuses_an_action_with_a_403_and_hides_its_button(
+    backend: Backend, safety: Any, action: str, path: Any, form: dict[str, str]
+) -> None:
+    queue, ids = safety
+    asked: list[str] = []
+
+    def authorize(request: Request, wanted: str) -> bool:
+        asked.append(wanted)
+        return wanted != action
+
+    web = client(queue, authorize=authorize)
+    dead_page = web.get(f"/jobs/{ids['dead_503'][0]}").text
+    overview = web.get("/").text
+    token = token_of(dead_page + overview)
+    before = dead_snapshot(backend.engine)
+
+    answer = web.post(path(ids), data={**form, "csrf_token": token})
+
+    assert answer.status_code == 403
+    assert f"you may not {action} here" in answer.text
+    assert dead_snapshot(backend.engine) == before
+    assert action in asked
+    shown = {
+        "requeue": 'class="requeue"' in dead_page,
+        "discard": 'class="discard"' in dead_page,
+        "pause": "Pause</button>" in overview,
+    }
+    assert shown == {name: name != action for name in shown}
+
+
+def test_authorize_can_refuse_viewing(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue, authorize=lambda request, action: False)
+
+    for path in ("/", "/chart", "/jobs", f"/jobs/{ids['ok'][0]}"):
+        answer = web.get(path)
+        assert answer.status_code == 403, path
+        assert "mail.send" not in answer.text
+
+
+def test_read_only_hides_and_refuses_every_action(backend: Backend, safety: Any) -> None:
+    queue, ids = safety
+    web = client(queue, read_only=True)
+    pages = [web.get(path).text for path in ("/", f"/jobs/{ids['dead_503'][0]}", "/jobs?error=5")]
+    token = token_of(pages[0].replace("<head>", '<i name="csrf_token" value="x">'))
+    before = dead_snapshot(backend.engine)
+
+    answers = [web.post(path(ids), data={**form, "csrf_token": token}) for _, path, form in ACTIONS]
+
+    assert all('method="post"' not in page for page in pages)
+    assert all("read-only" in page for page in pages)
+    assert [answer.status_code for answer in answers] == [403] * len(ACTIONS)
+    assert dead_snapshot(backend.engine) == before
+
+
+def test_user_data_is_escaped_everywhere(backend: Backend) -> None:
+    queue = backend.queue()
+    evil = "<script>alert(1)</script>"
+
+    @queue.task(f"x{evil}", queue=f"q{evil}"[:100], max_attempts=1)
+    def boom(note: str = evil) -> None:
+        raise ValueError(evil)
+
+    with queue.engine.begin() as conn:
+        job_id = queue.enqueue(conn, f"x{evil}", {"note": evil})
+    drain(queue)
+    web = client(queue)
+
+    pages = [
+        web.get("/").text,
+        web.get("/jobs").text,
+        web.get(f"/jobs?error={evil}").text,
+        web.get(f"/jobs/{job_id}").text,
+    ]
+
+    for page in pages:
+        assert evil not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+# -- mounted and standalone ---------------------------------------------------------------------
+
+
+def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    host = Starlette(routes=[Mount("/ops/jobs-ui", app=create_app(queue))])
+    web = TestClient(host, follow_redirects=False)
+
+    overview = web.get("/ops/jobs-ui/").text
+    dead = ids["dead_503"][0]
+    job_page = web.get(f"/ops/jobs-ui/jobs/{dead}").text
+    answer = web.post(
+        f"/ops/jobs-ui/jobs/{dead}/requeue",
+        data={"csrf_token": token_of(job_page), "reason": "mounted"},
+    )
+
+    hrefs = [part.split('"')[0] for part in overview.split('href="')[1:]]
+    assert hrefs
+    assert all(href.startswith("/ops/jobs-ui/") for href in hrefs), hrefs
+    assert 'action="/ops/jobs-ui/jobs/' in job_page
+    assert web.get("/ops/jobs-ui/static/style.css").status_code == 200
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/ops/jobs-ui/jobs/{dead}"
+    assert (
+        "set-cookie" not in answer.headers or "Path=/ops/jobs-ui/" in answer.headers["set-cookie"]
+    )
+
+
+def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
+    backend: Backend,
+) -> None:
+    populated(backend)
+    port = free_port()
+    command = [sys.executable, "-m", "sqlqueue", "web", "--database-url", backend.url,
+               "--port", str(port), "--read-only"]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        pages: list[httpx.Response] = []
+
+        def answered() -> bool:
+            try:
+                pages.append(httpx.get(f"http://127.0.0.1:{port}/jobs?status=dead", timeout=5))
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_until(answered, timeout=60, step=0.2)
+        assert pages[-1].status_code == 200
+        assert "crm.sync" in pages[-1].text
+        assert 'method="post"' not in pages[-1].text
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> None:
+    missing = tmp_path / "missing.db"
+    answer = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", "web", "--database-url", f"sqlite:///{missing}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert answer.returncode == 3
+    assert "sqlqueue migrate" in answer.stderr
