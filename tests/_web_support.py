@@ -3,20 +3,23 @@ secret field), a page's CSRF token, and a real uvicorn server in a thread on a f
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import uvicorn
 from cryptography.fernet import Fernet
 
 import sqlqueue
-from tests._support import drain
+from tests._support import db_now, drain
 from tests.conftest import Backend
+from tests.test_operations import set_times
 
 KEY = Fernet.generate_key().decode()
 TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -54,9 +57,12 @@ def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: Any) ->
         return queue.enqueue_many(conn, requests)
 
 
-def populated(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
+def populated(
+    backend: Backend, *, history: bool = False
+) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
     """A queue after a burst worker ran: 3 succeeded, 2 dead with a 503, 1 dead with a 410,
-    1 failed waiting for a retry, 1 dead charge holding a secret, 2 queued."""
+    1 failed waiting for a retry, 1 dead charge holding a secret, 2 queued. ``history``: and an
+    hour of it for the chart, 90 successes and 12 deaths (a 504) spread over sixty minutes."""
     queue = make_queue(backend)
     ids = {
         "ok": enqueue(queue, "mail.send", 3),
@@ -66,7 +72,16 @@ def populated(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
     }
     with queue.engine.begin() as conn:
         ids["charge"] = [queue.enqueue(conn, "charge", {"token": "tok_live_SECRET", "amount": 5})]
+    if history:
+        ids["history_ok"] = enqueue(queue, "mail.send", 90)
+        ids["history_dead"] = enqueue(queue, "crm.sync", 12, error="504 Gateway Timeout")
     drain(queue)
+    if history:
+        now = db_now(backend.engine)
+        spread = random.Random(15)  # the same hour on every run
+        for job_id in [*ids["history_ok"], *ids["history_dead"]]:
+            ago = timedelta(seconds=spread.triangular(60, 3600, 1500))
+            set_times(backend.engine, [job_id], finished_at=now - ago)
     ids["queued"] = enqueue(queue, "mail.send", 2, later=True)
     return queue, ids
 

@@ -21,7 +21,7 @@ _BOTTOM = 22
 @dataclass(frozen=True, kw_only=True)
 class Chart:
     """What the SVG template draws: the two lines' points, the y axis's top value, the x axis's
-    labels, and the totals for the legend."""
+    labels (x, text, text-anchor), and the totals for the legend."""
 
     width: int
     height: int
@@ -32,7 +32,7 @@ class Chart:
     succeeded_points: str
     failures_points: str
     top_value: int
-    x_labels: tuple[tuple[float, str], ...]
+    x_labels: tuple[tuple[float, str, str], ...]
     total_succeeded: int
     total_failures: int
     minutes: int
@@ -67,7 +67,7 @@ def chart_of(activity: Activity) -> Chart:
     count = len(minutes)
     every = max(count // 4, 1)
     labels = tuple(
-        (_LEFT + index * step, f"-{count - index} min")
+        (_LEFT + index * step, f"-{count - index} min", "start" if index == 0 else "middle")
         for index in range(0, count - every // 2, every)
     )
     return Chart(
@@ -80,7 +80,7 @@ def chart_of(activity: Activity) -> Chart:
         succeeded_points=points(succeeded),
         failures_points=points(failures),
         top_value=top,
-        x_labels=(*labels, (float(right), "now")),
+        x_labels=(*labels, (float(right), "now", "end")),
         total_succeeded=sum(succeeded),
         total_failures=sum(failures),
         minutes=count,

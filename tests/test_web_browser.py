@@ -1,0 +1,196 @@
+"""The web page in a real headless Chromium (Debian's ``chromium``, driven by Playwright), served
+by uvicorn against each backend's database: an operator loads the overview, filters the list
+by error text, opens a dead job, requeues it with a reason, sees the new job appear and the old
+one link to it — and the same page mounted under a prefix in a host app.
+
+Without chromium (or Playwright) the tests skip, except with ``CI=true``, where they fail.
+``SQLQUEUE_SCREENSHOTS=1`` writes ``docs/screenshots/overview.png`` and ``dead_job.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+
+import sqlqueue
+from sqlqueue.web import create_app
+from tests._web_support import populated, serving
+from tests.conftest import IN_CI, Backend
+
+T = TypeVar("T")
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+WANT_SCREENSHOTS = os.environ.get("SQLQUEUE_SCREENSHOTS", "") == "1"
+
+
+def _unavailable(message: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: the browser tests must run)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, launched headless once for the module."""
+    executable = os.environ.get("SQLQUEUE_TEST_CHROMIUM") or shutil.which("chromium")
+    if executable is None:
+        _unavailable("chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    """A fresh browser tab (its own cookies); fails the test on any console error, such as a
+    script or style the page's Content-Security-Policy blocked."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    errors: list[str] = []
+    tab.on(
+        "console", lambda message: errors.append(message.text) if message.type == "error" else None
+    )
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert errors == []
+
+
+def outside_the_browser_loop(make: Callable[[Backend], T], backend: Backend) -> T:
+    """``make(backend)`` in a thread of its own: Playwright's sync API keeps an event loop
+    running on this thread, where a burst worker (``asyncio.run``) cannot start."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(make, backend).result()
+
+
+def busy_hour(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
+    return populated(backend, history=True)
+
+
+def shoot(page: Any, name: str) -> None:
+    if WANT_SCREENSHOTS:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+def test_an_operator_finds_a_dead_job_by_its_error_and_requeues_it(
+    backend: Backend, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    queue, ids = outside_the_browser_loop(busy_hour, backend)
+    app = create_app(queue, current_user=lambda request: "ada", refresh_seconds=1)
+    with serving(app) as base:
+        # The overview: counts, queues, top errors and a chart that reloads itself.
+        page.goto(base + "/")
+        expect(page.locator("h1")).to_have_text("Overview")
+        expect(page.locator('[data-count="dead"]')).to_have_text("16")
+        expect(page.locator("#queues tr[data-queue='hooks']")).to_be_visible()
+        expect(page.locator("#top-errors")).to_contain_text("503 from crm")
+        expect(page.locator("#chart svg polyline.succeeded")).to_be_visible()
+        assert (
+            page.locator("header.top").evaluate("e => getComputedStyle(e).backgroundColor")
+            == "rgb(17, 24, 39)"
+        )  # the stylesheet loaded
+        first = page.locator("[data-taken-at]").inner_text()
+        expect(page.locator("[data-taken-at]")).not_to_have_text(first, timeout=20_000)
+        shoot(page, "overview.png")
+
+        # The list, filtered by error text.
+        page.get_by_role("link", name="Jobs", exact=True).click()
+        page.locator("select[name=status]").select_option("dead")
+        page.locator("input[name=error]").fill("503 from")
+        page.get_by_role("button", name="Filter").click()
+        expect(page).to_have_url(re.compile(r"/jobs\?status=dead&.*error=503\+from"))
+        rows = page.locator("#jobs tbody tr")
+        expect(rows).to_have_count(2)
+
+        # The dead job: its error, with the attempt's time; requeue it with a reason.
+        dead = ids["dead_503"][-1]
+        page.locator(f'#jobs a[href$="/jobs/{dead}"]').click()
+        expect(page.locator("h1")).to_contain_text(f"Job #{dead}")
+        expect(page.locator("#errors")).to_contain_text("ConnectionError: 503 from crm")
+        shoot(page, "dead_job.png")
+        page.get_by_label("reason to requeue").fill("CRM is back up")
+        page.get_by_role("button", name="Requeue as a new job").click()
+
+        # Back on the dead job: who, why, and a link to the new job, which links back.
+        note = page.locator("#requeued-as")
+        expect(note).to_contain_text("ada")
+        expect(note).to_contain_text("CRM is back up")
+        expect(page.locator("#actions")).to_have_count(0)
+        note.locator("a").click()
+        new_id = int(page.url.rsplit("/", 1)[1])
+        expect(page.locator("h1")).to_contain_text(f"Job #{new_id}")
+        expect(page.locator("h1 .status")).to_have_text("queued")
+        page.locator("#requeued-from a").click()
+        expect(page).to_have_url(re.compile(rf"/jobs/{dead}$"))
+
+        # The new job appears in the list.
+        page.get_by_role("link", name="Jobs", exact=True).click()
+        page.locator("input[name=type]").fill("crm.sync")
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator(f'#jobs tr[data-job-id="{new_id}"]')).to_contain_text("queued")
+
+
+def test_the_page_mounted_under_a_prefix_in_a_host_app_keeps_its_links(
+    backend: Backend, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    queue, ids = outside_the_browser_loop(populated, backend)
+
+    async def home(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("the host app")
+
+    host = Starlette(
+        routes=[
+            Route("/", home),
+            Mount("/admin/queue", app=create_app(queue, current_user=lambda r: "grace")),
+        ]
+    )
+    with serving(host) as base:
+        page.goto(base + "/admin/queue/")
+        expect(page.locator("h1")).to_have_text("Overview")
+        assert (
+            page.locator("header.top").evaluate("e => getComputedStyle(e).backgroundColor")
+            == "rgb(17, 24, 39)"
+        )
+
+        page.get_by_role("link", name="Dead", exact=True).click()
+        expect(page).to_have_url(base + "/admin/queue/jobs?status=dead")
+        dead = ids["dead_410"][0]
+        page.locator(f'#jobs a[href$="/jobs/{dead}"]').click()
+        expect(page).to_have_url(f"{base}/admin/queue/jobs/{dead}")
+        page.get_by_label("reason to discard").fill("the record is gone")
+        page.get_by_role("button", name="Discard").click()
+
+        expect(page).to_have_url(f"{base}/admin/queue/jobs/{dead}")
+        expect(page.locator("#discarded")).to_contain_text("grace")
+        page.get_by_role("link", name="sqlqueue").click()
+        expect(page).to_have_url(base + "/admin/queue/")
+        assert httpx.get(base + "/").text == "the host app"  # the host's own routes still work
