@@ -6,8 +6,9 @@ with a handful of distinct errors) and 10,000 queued due jobs, as a busy year wo
 vacuumed and analyzed as autovacuum would. Then, per backend:
 
 - ``stats()`` before the finished counts were ever folded, the first fold (a worker folds
-  every minute), then ``stats()``, ``health()`` and filtered ``jobs()`` pages: median and max
-  of 7 calls, in ms;
+  every minute), then ``stats()``, ``health()``, ``activity()`` and filtered ``jobs()`` pages,
+  and the web page's overview, filtered list and third page (``sqlqueue.web`` in Starlette's
+  test client: the queries plus rendering): median and max of 7 calls, in ms;
 - on PostgreSQL, the plan (``EXPLAIN ANALYZE``) of every statement those calls ran;
 - ``requeue_where`` over the 10,000 dead jobs: total, batches, and the longest batch (the
   longest any row stays locked);
@@ -23,6 +24,7 @@ import argparse
 import multiprocessing
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +34,11 @@ import sqlalchemy as sa
 
 import sqlqueue
 from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, Target, fresh_database
+from sqlqueue.web import create_app
+
+with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 QUEUED = 10_000
 DEAD = 10_000
@@ -216,6 +223,30 @@ def claims_while(url: str, action: Callable[[], object]) -> tuple[str, float]:
     return _percentiles(latencies), took
 
 
+def web_pages(queue: sqlqueue.Queue) -> dict[str, Callable[[], object]]:
+    """GETs of the web page (queries and rendering), each checked to answer 200."""
+    client = TestClient(create_app(queue))
+
+    def get(path: str) -> Callable[[], object]:
+        def call() -> object:
+            answer = client.get(path)
+            assert answer.status_code == 200, answer.text[:500]
+            return answer
+
+        return call
+
+    third = queue.jobs(status="succeeded", limit=100)[-1].id
+    return {
+        "web GET / (overview: health, activity, rendering)": get("/"),
+        "web GET /jobs?status=dead&type=…&error=crm": get(
+            "/jobs?status=dead&type=deliver_webhook&error=crm"
+        ),
+        "web GET /jobs?status=succeeded, 3rd page": get(
+            f"/jobs?status=succeeded&before_id={third}"
+        ),
+    }
+
+
 def measure(backend: str, target: Target, sizes: Sizes, show_plans: bool) -> None:
     with fresh_database(backend, target) as url:
         queue = sqlqueue.Queue(url)
@@ -239,6 +270,8 @@ def measure(backend: str, target: Target, sizes: Sizes, show_plans: bool) -> Non
             "jobs(status='succeeded'), 3rd page": lambda: queue.jobs(
                 status="succeeded", before_id=queue.jobs(status="succeeded", limit=100)[-1].id
             ),
+            "activity() (the last hour per minute)": queue.activity,
+            **web_pages(queue),
         }
         median, worst = timed(queue.stats, runs=3)
         print(

@@ -7,11 +7,13 @@ real database; the browser tests (``test_web_browser.py``) serve it with uvicorn
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -522,3 +524,17 @@ def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> 
 
     assert answer.returncode == 3
     assert "sqlqueue migrate" in answer.stderr
+
+
+def test_the_web_package_reads_through_the_queue_never_the_store() -> None:
+    package = Path(sqlqueue.web.__file__).parent
+    imported = {
+        node.module or ""
+        for path in package.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+    }
+    below = sorted(
+        name for name in imported if name.startswith(("sqlqueue._store", "sqlqueue.dialects"))
+    )
+    assert below == []
