@@ -538,3 +538,12 @@ def test_the_web_package_reads_through_the_queue_never_the_store() -> None:
         name for name in imported if name.startswith(("sqlqueue._store", "sqlqueue.dialects"))
     )
     assert below == []
+
+
+def test_a_database_that_is_not_migrated_is_a_503_that_says_what_to_run(tmp_path: Path) -> None:
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'empty.db'}")
+
+    answer = client(queue).get("/")
+
+    assert answer.status_code == 503
+    assert "sqlqueue migrate" in answer.text

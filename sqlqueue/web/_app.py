@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sqlqueue._errors import ConfigurationError, JobNotFound, JobStateError
+from sqlqueue._errors import ConfigurationError, DatabaseError, JobNotFound, JobStateError
 from sqlqueue._queue import Queue
 from sqlqueue.web import _actions, _pages
 from sqlqueue.web._render import render
@@ -102,6 +102,7 @@ def create_app(
             JobNotFound: _failure(404),
             JobStateError: _failure(409),
             ConfigurationError: _failure(400),
+            DatabaseError: _failure(503),
         },
     )
     app.state.sqlqueue = settings
