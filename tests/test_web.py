@@ -8,11 +8,12 @@ real database; the browser tests (``test_web_browser.py``) serve it with uvicorn
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import warnings
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx sti
 import sqlqueue
 import sqlqueue.web
 from sqlqueue.web import create_app
+from sqlqueue.web._chart import chart_of
 from tests._support import db_now, drain, wait_until
 from tests._web_support import enqueue, free_port, make_queue, populated, token_of
 from tests.conftest import Backend
@@ -547,3 +549,37 @@ def test_a_database_that_is_not_migrated_is_a_503_that_says_what_to_run(tmp_path
 
     assert answer.status_code == 503
     assert "sqlqueue migrate" in answer.text
+
+
+def test_the_chart_scales_to_a_round_top_and_puts_the_busiest_minute_at_it() -> None:
+    start = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    minutes = tuple(
+        sqlqueue.MinuteActivity(
+            start=start + timedelta(minutes=index),
+            succeeded=17 if index == 30 else 1,
+            failed=2 if index == 59 else 0,
+            dead=1 if index == 59 else 0,
+        )
+        for index in range(60)
+    )
+    chart = chart_of(sqlqueue.Activity(minutes=minutes, taken_at=start + timedelta(hours=1)))
+
+    assert chart.top_value == 20
+    assert (chart.total_succeeded, chart.total_failures) == (76, 3)
+    points = [point.split(",") for point in chart.succeeded_points.split()]
+    assert len(points) == 60
+    busiest = float(points[30][1])
+    assert busiest == pytest.approx(chart.plot_bottom - (chart.plot_bottom - chart.plot_top) * 0.85)
+    assert float(chart.failures_points.split()[-1].split(",")[0]) == chart.plot_right
+    assert [label for _, label, _ in chart.x_labels] == [
+        "-60 min", "-45 min", "-30 min", "-15 min", "now",
+    ]  # fmt: skip
+
+
+def test_the_pages_load_nothing_from_another_site(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+
+    for path in ("/", "/jobs", f"/jobs/{ids['dead_503'][0]}"):
+        html = web.get(path).text
+        assert not re.search(r'(src|href|action)="(https?:)?//', html), path
