@@ -152,6 +152,7 @@ def check_job(
         "max_attempts": max_attempts,
         "idempotency_key": idempotency_key,
         "group_key": group_key,
+        "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "_run_at": run_at,
         "_delay": float(delay or 0.0),
     }
