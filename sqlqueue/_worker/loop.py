@@ -103,7 +103,7 @@ class Worker:
         self._completer: Completer | None = None
         self._upkeep: Upkeep | None = None
         #: The log and the metrics: what this worker tells of each outcome (see observe.py).
-        self._observers = Observers(self.worker_id)
+        self._observers = Observers(self.worker_id, queue.tracing)
         #: The port metrics are served on, once serving (``metrics_port=0`` picks one).
         self.metrics_port: int | None = None
 
@@ -494,7 +494,9 @@ class Worker:
             )
         except DatabaseError as error:
             log.error("could not release %d job(s): %s; their leases will expire", len(jobs), error)
+            self._observers.released(jobs)
             return
+        self._observers.released(jobs)
         for job in jobs:
             self._leased.pop(job.id, None)
         log.warning(
