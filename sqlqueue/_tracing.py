@@ -17,7 +17,10 @@ secrets already scrubbed. ``record_exception`` is not used: it would format the 
 itself, unscrubbed.
 
 Only ``opentelemetry-api`` is imported. Without it :data:`AVAILABLE` is false, queues get no
-:class:`Tracing`, no step is composed, and enqueue writes NULL: nothing runs per job.
+:class:`Tracing`, no step is composed, and enqueue writes NULL: nothing runs per job. With the
+API but no SDK (the global provider never set, or a ``NoOpTracerProvider``) no span is made
+either: an enqueue only stores the current context if a valid one came in (propagated from
+upstream), and an attempt asks the provider once.
 """
 
 from __future__ import annotations
@@ -101,11 +104,24 @@ class Tracing:
         #: worker writes their outcome (set on handler threads, popped on the event loop).
         self._open: dict[tuple[int, int], Span] = {}
 
+    def _recording(self) -> bool:
+        """Whether spans would go anywhere: an SDK (or another real) provider is in place."""
+        provider = self.tracer_provider
+        if provider is None:
+            provider = trace.get_tracer_provider()
+        return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
     # -- producer -----------------------------------------------------------------------------
 
     def send(self, rows: Sequence[JobRow], write: Callable[[], list[int]]) -> list[int]:
         """Run ``write`` (the INSERT of ``rows``) in one producer span, after giving every row
         that span's trace context; return its ids."""
+        if not self._recording():  # no span; a context that came from upstream still goes on
+            carrier = self._carrier()
+            if carrier is not None:
+                for row in rows:
+                    row["trace_context"] = carrier
+            return write()
         queues = {row["queue"] for row in rows}
         job_types = {row["job_type"] for row in rows}
         queue = next(iter(queues)) if len(queues) == 1 else None
@@ -144,13 +160,16 @@ class Tracing:
     def start_attempt(self, job: ClaimedJob) -> object:
         """Start ``job``'s consumer span, make it current, and return the token that
         :meth:`leave_attempt` takes; the span stays open until :meth:`finish`."""
+        if not self._recording():
+            return None
         span = self._process_span(job, start_time=None)
         self._open[job.fence] = span
         return otel_context.attach(trace.set_span_in_context(span))
 
     def leave_attempt(self, token: object) -> None:
         """The handler returned (or raised): its span is no longer the current one."""
-        otel_context.detach(token)  # type: ignore[arg-type]
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
 
     def _process_span(self, job: ClaimedJob, start_time: int | None) -> Span:
         parent = self._stored_context(job.trace_context)
@@ -197,6 +216,8 @@ class Tracing:
         job = outcome.job
         span = self._open.pop(job.fence, None)
         if span is None:
+            if not self._recording():
+                return
             started = time.time_ns() - int(outcome.elapsed * 1e9)
             span = self._process_span(job, start_time=started)
         failure = outcome.failure

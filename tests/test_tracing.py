@@ -396,6 +396,27 @@ def test_without_a_valid_span_at_enqueue_the_column_is_null_and_attempts_start_a
     assert not process.links
 
 
+def test_without_an_sdk_an_incoming_context_still_reaches_the_row(
+    backend: Backend, spans: Spans
+) -> None:
+    """OpenTelemetry installed but not configured: sqlqueue makes no span, yet a context that
+    came from upstream (here the app's own span) is stored, so a traced worker continues it."""
+    web = backend.queue(tracer_provider=NoOpTracerProvider())
+    worker_queue = backend.queue(tracer_provider=spans.provider)
+
+    @worker_queue.task("report")
+    def report() -> None:
+        pass
+
+    with spans.tracer.start_as_current_span("upstream"), backend.engine.begin() as conn:
+        job_id = web.enqueue(conn, "report", external=True)
+    assert spans.named("send default") == []
+    assert stored_context(backend, job_id) is not None
+    drain(worker_queue)
+
+    assert parent_id(spans.one("process default")) == span_id(spans.one("upstream"))
+
+
 def test_an_unreadable_stored_context_starts_a_new_trace(backend: Backend, spans: Spans) -> None:
     queue = backend.queue(tracer_provider=spans.provider)
     ran: list[bool] = []
