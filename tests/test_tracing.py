@@ -14,6 +14,8 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,8 @@ from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
 import sqlqueue
 from sqlqueue import testing
 from sqlqueue._schema import jobs
-from tests._support import drain
-from tests.apps.processes import REPO_ROOT
+from tests._support import WorkerThread, drain
+from tests.apps.processes import REPO_ROOT, wait_until
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(120)
@@ -226,6 +228,79 @@ def test_a_snoozed_attempt_is_not_an_error(backend: Backend, spans: Spans) -> No
     assert (process.attributes or {})["sqlqueue.outcome"] == "snoozed"
     assert process.status.status_code is StatusCode.UNSET
     assert not process.events
+
+
+@pytest.mark.parametrize("route", ["sync", "async"])
+def test_a_timed_out_attempt_ends_its_span_with_the_timeout(
+    backend: Backend, spans: Spans, route: str
+) -> None:
+    queue = backend.queue(tracer_provider=spans.provider)
+
+    if route == "sync":
+
+        @queue.task("slow", timeout=0.2, max_attempts=1)
+        def slow() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # Python code: the timeout interrupts it
+                time.sleep(0.01)
+
+    else:
+
+        @queue.task("slow", timeout=0.2, max_attempts=1)
+        async def slow_async() -> None:
+            await asyncio.sleep(30)
+
+    with backend.engine.begin() as conn:
+        queue.enqueue(conn, "slow")
+    drain(queue)
+
+    process = spans.one("process default")
+    attributes = process.attributes or {}
+    assert (attributes["sqlqueue.outcome"], attributes["error.type"]) == ("dead", "JobTimeout")
+    assert "ran past its timeout of 0.2 s" in str(process.status.description)
+
+
+def test_cancelled_and_released_attempts_say_so(backend: Backend, spans: Spans) -> None:
+    queue = backend.queue(tracer_provider=spans.provider, lease_seconds=3)  # a beat a second
+    release = threading.Event()
+
+    @queue.task("waits_for_cancel", max_attempts=5)
+    def waits_for_cancel(ctx: sqlqueue.JobContext) -> None:
+        deadline = time.monotonic() + 30
+        while not ctx.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise RuntimeError("stopped: cancelled")
+
+    @queue.task("long", max_attempts=5)
+    def long() -> None:
+        release.wait(60)  # past the worker's shutdown grace
+
+    with backend.engine.begin() as conn:
+        cancelled_id = queue.enqueue(conn, "waits_for_cancel")
+        long_id = queue.enqueue(conn, "long")
+    worker = queue.worker(poll_interval=0.05, shutdown_timeout=0.1)
+
+    def running(job_id: int) -> bool:
+        job = queue.get_job(job_id)
+        return job is not None and job.status == "running"
+
+    with WorkerThread(worker):
+        wait_until(
+            lambda: running(cancelled_id) and running(long_id), timeout=30, what="both running"
+        )
+        queue.cancel(cancelled_id)
+        wait_until(
+            lambda: (job := queue.get_job(cancelled_id)) is not None and job.status == "cancelled",
+            timeout=30,
+            what="the job to end cancelled",
+        )
+    release.set()
+    # Stopped with "long" still running: it is released, and its span ends saying so.
+    outcomes = {
+        (span.attributes or {})["messaging.message.id"]: (span.attributes or {})["sqlqueue.outcome"]
+        for span in spans.named("process default")
+    }
+    assert outcomes == {str(cancelled_id): "cancelled", str(long_id): "released"}
 
 
 def test_a_job_no_handler_can_run_still_gets_its_attempt_span(
