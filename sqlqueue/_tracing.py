@@ -137,14 +137,26 @@ class Tracing:
         if len(rows) != 1:
             attributes[_BATCH_COUNT] = len(rows)
         name = "send" if queue is None else f"send {queue}"
+        # Not record_exception: a database error's text can quote the INSERT's parameters,
+        # the payload; the span gets the error's type only.
         with self._tracer.start_as_current_span(
-            name, kind=trace.SpanKind.PRODUCER, attributes=attributes
+            name,
+            kind=trace.SpanKind.PRODUCER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
             carrier = self._carrier()
             if carrier is not None:
                 for row in rows:
                     row["trace_context"] = carrier
-            ids = write()
+            try:
+                ids = write()
+            except BaseException as error:
+                kind = type(error).__name__
+                span.set_attribute(_ERROR_TYPE, kind)
+                span.set_status(trace.StatusCode.ERROR, kind)
+                raise
             if len(ids) == 1:
                 span.set_attribute(_MESSAGE_ID, str(ids[0]))
             return ids

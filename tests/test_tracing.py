@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -369,6 +370,32 @@ def test_a_bulk_enqueue_into_several_queues_names_no_destination(
     assert "messaging.destination.name" not in (send.attributes or {})
     assert "sqlqueue.job_type" not in (send.attributes or {})
     assert (send.attributes or {})["messaging.batch.message_count"] == 2
+
+
+def test_a_failed_enqueue_errors_its_span_without_quoting_the_payload(
+    backend: Backend, spans: Spans
+) -> None:
+    queue = backend.queue(tracer_provider=spans.provider)
+    payload_text = f"private-{secrets.token_hex(8)}"
+    with backend.engine.connect() as conn:
+        conn.execute(jobs.delete())  # (begins the transaction)
+        conn.execute(sa.text("DROP TABLE sqlqueue_jobs"))  # the INSERT fails in the database
+        with pytest.raises(sqlqueue.SqlqueueError) as failed:
+            queue.enqueue(conn, "x", {"note": payload_text}, external=True)
+        conn.rollback()
+    # What record_exception would have stored: the traceback, whose chained driver error
+    # quotes the INSERT's parameters.
+    assert payload_text in "".join(traceback.format_exception(failed.value))
+    send = spans.one("send default")
+    assert send.status.status_code is StatusCode.ERROR
+    assert "error.type" in (send.attributes or {})
+    assert payload_text not in json.dumps(
+        [
+            dict(send.attributes or {}),
+            send.status.description,
+            [dict(e.attributes or {}) for e in send.events],
+        ]
+    )
 
 
 def test_async_enqueues_are_traced_like_the_others(backend: Backend, spans: Spans) -> None:
