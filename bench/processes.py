@@ -28,6 +28,7 @@ __all__ = [
     "Worker",
     "children_cpu_seconds",
     "cpu_seconds",
+    "peer_command",
     "raw_command",
     "rss_bytes",
     "sqlqueue_command",
@@ -102,6 +103,12 @@ def raw_command(
     if record is not None:
         command += ["--record", str(record)]
     return [*command, "--burst"] if burst else command
+
+
+def peer_command(peer: str, *, in_flight: int, poll_interval: float) -> list[str]:
+    """``python -m bench.peer_worker PEER``: a peer library's worker (``--burst`` to drain)."""
+    command = [sys.executable, "-m", "bench.peer_worker", peer, "--in-flight", str(in_flight)]
+    return [*command, "--poll-interval", repr(poll_interval)]
 
 
 def start(
