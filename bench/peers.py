@@ -123,7 +123,7 @@ class _Client:
         await app.open_async()
         if install:
             await app.schema_manager.apply_schema_async()
-        tasks = {NOOP: noop, STAMP: stamp}
+        tasks: dict[str, Any] = {NOOP: noop, STAMP: stamp}
 
         async def one(payload: dict[str, Any], job_type: str) -> Any:
             return await tasks[job_type].defer_async(**payload)
