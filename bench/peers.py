@@ -112,24 +112,26 @@ class _Client:
 
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=self.dsn))
 
-        @app.task(name=NOOP)
         async def noop(**_payload: Any) -> None:
             """Never runs here: the worker process has its own."""
 
-        @app.task(name=STAMP)
         async def stamp(seq: int) -> None:
             """Never runs here: the worker process has its own."""
 
+        # Registered by calls, not decorators: without the peer installed mypy sees ``Any``.
+        tasks: dict[str, Any] = {
+            NOOP: app.task(name=NOOP)(noop),
+            STAMP: app.task(name=STAMP)(stamp),
+        }
         await app.open_async()
         if install:
             await app.schema_manager.apply_schema_async()
-        tasks: dict[str, Any] = {NOOP: noop, STAMP: stamp}
 
         async def one(payload: dict[str, Any], job_type: str) -> Any:
             return await tasks[job_type].defer_async(**payload)
 
         async def many(payloads: list[dict[str, Any]]) -> Any:
-            return await noop.batch_defer_async(*payloads)
+            return await tasks[NOOP].batch_defer_async(*payloads)
 
         self._one, self._many, self._close = one, many, app.close_async
 
