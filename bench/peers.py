@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 _WARM_UP = 20
-#: The table each peer claims from: the drain barrier locks it.
+#: The table each peer keeps its jobs in: the drain barrier locks it, enqueues are counted.
 _TABLES = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate_jobs"}
 #: First pick and last completion (database clock), and how many jobs succeeded.
 _WINDOWS = {
@@ -163,9 +163,8 @@ def _client(peer: str, url: str, *, install: bool) -> Iterator[tuple[asyncio.Run
 def _count(peer: str, url: str) -> int:
     import psycopg
 
-    table = "pgqueuer" if peer == "pgqueuer" else "procrastinate_jobs"
     with psycopg.connect(postgres_dsn(url)) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        row = conn.execute(f"SELECT count(*) FROM {_TABLES[peer]}").fetchone()
     return int(row[0]) if row else 0
 
 
