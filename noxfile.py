@@ -134,6 +134,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_peers(session: nox.Session) -> None:
+    """sqlqueue next to pgqueuer, procrastinate and raw SQL on PostgreSQL, one table.
+
+    Arguments go to ``python -m bench --peers``: ``nox -s bench_peers -- --runs 1``,
+    ``-- --in-flight 10,100,1000 --json peers.json``.
+    """
+    session.install(".[bench]")
+    session.run("python", "-m", "bench", "--peers", *session.posargs)
+
+
+@nox.session
 def bench_operations(session: nox.Session) -> None:
     """stats, health, jobs pages, mass requeue and a first prune on 1,000,000 finished jobs.
 

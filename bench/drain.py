@@ -35,7 +35,7 @@ from bench.names import NOOP
 from bench.pg_monitor import Monitor
 from bench.settings import Settings
 
-__all__ = ["Drain", "main", "measure"]
+__all__ = ["Drain", "main", "measure", "wait_blocked", "wait_exit"]
 
 #: How long workers get to reach their first claim.
 _START_TIMEOUT = 60.0
@@ -105,7 +105,7 @@ def _release_queue(conn: sa.Connection, backend: str) -> None:
         conn.exec_driver_sql("UNLOCK TABLES")
 
 
-def _wait_blocked(workers: Sequence[processes.Worker], monitor: Monitor | None) -> dict[str, int]:
+def wait_blocked(workers: Sequence[processes.Worker], monitor: Monitor | None) -> dict[str, int]:
     """Wait until every worker is blocked in its first claim; return their connections."""
     if monitor is None:
         processes.wait_ready(workers, _START_TIMEOUT)
@@ -122,7 +122,7 @@ def _wait_blocked(workers: Sequence[processes.Worker], monitor: Monitor | None) 
     return monitor.connections()
 
 
-def _wait_exit(
+def wait_exit(
     workers: Sequence[processes.Worker],
     monitor: Monitor | None,
     timeout: float,
@@ -247,13 +247,13 @@ def measure(
                             record=None,
                         )
                     )
-                at_start = _wait_blocked(workers, monitor)
+                at_start = wait_blocked(workers, monitor)
                 start_up_cpu = sum(processes.cpu_seconds(worker.pid) for worker in workers)
                 transactions_before = monitor.transactions() if monitor else 0
                 released_at = _database_now(conn, backend)
                 _release_queue(conn, backend)
             released = time.perf_counter()
-            peak = _wait_exit(workers, monitor, settings.timeout, at_start)
+            peak = wait_exit(workers, monitor, settings.timeout, at_start)
             wall = time.perf_counter() - released
             worker_cpu = processes.children_cpu_seconds() - children_before - start_up_cpu
             transactions = None

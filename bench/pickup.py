@@ -27,11 +27,11 @@ from bench.names import STAMP
 from bench.raw_sql import connect
 from bench.settings import Settings
 
-__all__ = ["PERCENTILES", "measure", "percentiles"]
+__all__ = ["PERCENTILES", "SETTLE_SECONDS", "measure", "percentiles", "wait_for"]
 
 PERCENTILES = (50, 95, 99)
 #: After the warm-up job, how long to let the worker settle into its idle poll loop.
-_SETTLE_SECONDS = 0.3
+SETTLE_SECONDS = 0.3
 
 
 def percentiles(latencies: Sequence[float]) -> dict[int, float]:
@@ -49,7 +49,7 @@ def _starts(record: Path) -> dict[int, float]:
     return starts
 
 
-def _wait_for(
+def wait_for(
     record: Path, seqs: set[int], worker: processes.Worker, timeout: float
 ) -> dict[int, float]:
     deadline = time.monotonic() + timeout
@@ -119,8 +119,8 @@ def measure(*, backend: str, engine: str, settings: Settings) -> list[float]:
         try:
             processes.wait_ready([worker], 60.0)
             enqueue(-1)  # warm-up: connections, statement caches, handler threads
-            _wait_for(record, {-1}, worker, 30.0 + settings.poll_interval)
-            time.sleep(_SETTLE_SECONDS)
+            wait_for(record, {-1}, worker, 30.0 + settings.poll_interval)
+            time.sleep(SETTLE_SECONDS)
             origin = time.perf_counter()
             for seq in range(settings.pickup_jobs):
                 pause = origin + seq * settings.pickup_gap_seconds - time.perf_counter()
@@ -128,7 +128,7 @@ def measure(*, backend: str, engine: str, settings: Settings) -> list[float]:
                     time.sleep(pause)
                 enqueue(seq)
                 committed[seq] = time.time()
-            starts = _wait_for(record, set(committed), worker, 30.0 + 2 * settings.poll_interval)
+            starts = wait_for(record, set(committed), worker, 30.0 + 2 * settings.poll_interval)
         finally:
             processes.stop_all([worker])
             close()

@@ -1,9 +1,10 @@
 """Worker processes for the benchmark: start them, watch them, read their CPU and memory.
 
-Both kinds of worker are real processes started with the current interpreter from the
-repository root: ``python -m sqlqueue worker bench.app:queue`` and ``python -m bench.raw_worker``.
-Each gets its own PostgreSQL ``application_name`` (through libpq's ``PGAPPNAME``) so its
-connections can be counted in ``pg_stat_activity``. CPU time and RSS come from ``/proc``.
+Every kind of worker is a real process started with the current interpreter from the
+repository root: ``python -m sqlqueue worker bench.app:queue``, ``python -m bench.raw_worker``
+and, for ``--peers``, ``python -m bench.peer_worker PEER``. Each gets its own PostgreSQL
+``application_name`` (through libpq's ``PGAPPNAME``) so its connections can be counted in
+``pg_stat_activity``. CPU time and RSS come from ``/proc``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "Worker",
     "children_cpu_seconds",
     "cpu_seconds",
+    "peer_command",
     "raw_command",
     "rss_bytes",
     "sqlqueue_command",
@@ -102,6 +104,12 @@ def raw_command(
     if record is not None:
         command += ["--record", str(record)]
     return [*command, "--burst"] if burst else command
+
+
+def peer_command(peer: str, *, in_flight: int, poll_interval: float) -> list[str]:
+    """``python -m bench.peer_worker PEER``: a peer library's worker (``--burst`` to drain)."""
+    command = [sys.executable, "-m", "bench.peer_worker", peer, "--in-flight", str(in_flight)]
+    return [*command, "--poll-interval", repr(poll_interval)]
 
 
 def start(

@@ -7,6 +7,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --json new.json --compare old.json
     python -m bench --show new.json --compare old.json   # print saved runs, measure nothing
     python -m bench --memory 1000000 --backends postgresql  # worker RSS over a long drain
+    python -m bench --peers                  # next to pgqueuer and procrastinate (PostgreSQL)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -21,11 +22,12 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from importlib.metadata import version as package_version
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import memory, report
+from bench import memory, peers, report, side_by_side
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -110,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         "--async-drains",
         help="drains with an async no-op handler, as --drains (1x100,2x100; 'none': none)",
     )
+    add(
+        "--peers",
+        action="store_true",
+        help="instead: sqlqueue next to pgqueuer, procrastinate and raw SQL on PostgreSQL "
+        "(pip install -e '.[bench]')",
+    )
+    add("--in-flight", default="10,100", help="--peers: jobs held by one worker (10,100)")
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
     add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
     return parser
@@ -139,6 +148,14 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sett
             )
         except ValueError:
             parser.error(f"--async-drains: expected e.g. 1x100 or none, got {args.async_drains!r}")
+    try:
+        sizes["peer_in_flight"] = tuple(int(n) for n in _names(args.in_flight))
+    except ValueError:
+        parser.error(f"--in-flight: expected e.g. 10,100, got {args.in_flight!r}")
+    if not sizes["peer_in_flight"] or min(sizes["peer_in_flight"]) < 1:
+        parser.error(f"--in-flight: expected e.g. 10,100, got {args.in_flight!r}")
+    if args.peers:
+        backends = ("postgresql",)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     if runs < 1 or args.poll_interval <= 0 or args.many_processes < 0:
         parser.error("--runs must be >= 1, --poll-interval > 0, --many-processes >= 0")
@@ -249,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.memory is not None:
         return _memory(args.memory, settings, facts, args.json)
+    if args.peers:
+        return _peers(settings, facts, args.json)
 
     runner = Runner(settings)
     loads = []
@@ -281,6 +300,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.json}")
     if args.compare:
         _print_compare(args.compare, results)
+    return 0
+
+
+def _peers(settings: Settings, facts: dict[str, Any], path: Path | None) -> int:
+    found = peers.available()
+    missing = [peer for peer in peers.PEERS if peer not in found]
+    if missing:
+        print(
+            f"warning: {', '.join(missing)} not installed (pip install -e '.[bench]'): "
+            "their columns stay empty",
+            file=sys.stderr,
+        )
+    facts["peers"] = {peer: package_version(peer) for peer in found}
+    started = time.monotonic()
+    results = side_by_side.measure(settings, found)
+    facts["load_average_at_end"] = _load()
+    facts["seconds"] = round(time.monotonic() - started, 1)
+    print()
+    print(_header(facts, settings))
+    versions = ", ".join(f"{peer} {version}" for peer, version in facts["peers"].items())
+    print(
+        f"one worker process each, {settings.drain_jobs:,} queued no-op jobs per drain; "
+        f"{versions or 'no peers installed'}"
+    )
+    print(side_by_side.table(results, settings))
+    print(
+        "Cells: median of the runs (min-max). Ratios: per run, then the median. Drains: jobs / "
+        "(last completion - first claim) on the database clock; raw claims N per statement."
+    )
+    print(
+        f"load average (1/5/15 min) at start {facts['load_average_at_start']}, "
+        f"at end {facts['load_average_at_end']}; took {facts['seconds']:.0f} s"
+    )
+    if path:
+        side_by_side.save(path, results, facts)
+        print(f"wrote {path}")
     return 0
 
 

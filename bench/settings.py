@@ -31,6 +31,8 @@ class Settings:
     many_processes: int = 8
     many_concurrency: int = 10
     raw_batch: int = 100
+    #: ``--peers``: jobs one worker process holds at once, per drain of the side-by-side table.
+    peer_in_flight: tuple[int, ...] = (10, 100)
     pickup_jobs: int = 200
     pickup_gap_seconds: float = 0.020
     #: Both pickup workers' and the idle workers' poll interval (sqlqueue's default).

@@ -14,13 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         check=False,
     )
 
@@ -67,6 +67,32 @@ def test_quick_run_on_sqlite_measures_every_scenario(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "changes against" in shown.stdout
     assert "0.0%" in shown.stdout
+
+
+def test_peers_run_measures_raw_sqlqueue_and_every_installed_peer(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The peers are a benchmark, not a feature: they are in the ``bench`` extra, not in
+    ``test``, so a peer that is not installed is left out (its column stays empty)."""
+    saved = tmp_path / "peers.json"
+    done = _bench(
+        *("--peers", "--quick", "--runs", "1", "--drain-jobs", "200", "--in-flight", "10"),
+        *("--poll-interval", "0.2", "--postgres-url", postgres_url, "--json", str(saved)),
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    found = json.loads(saved.read_text())
+    values = found["peers"]["values"]
+    installed = sorted(found["facts"]["peers"])
+    assert set(installed) <= {"pgqueuer", "procrastinate"}
+    engines = {"raw", "sqlqueue", *installed}
+    assert set(values["drain.10"]) == engines | {"sqlqueue-sync", "sqlqueue-2"}
+    for row in ("enqueue.one", "enqueue.bulk", "pickup.p50", "pickup.p99"):
+        assert set(values[row]) == engines, row
+    assert all(v[0] > 0 for by_engine in values.values() for v in by_engine.values())
+    assert "| 10 in flight (jobs/s) |" in done.stdout
+    assert "| sqlqueue / raw | sqlqueue / pgqueuer |" in done.stdout
 
 
 SMALL = ("--rows", "2000", "--dead", "600", "--queued", "200")
