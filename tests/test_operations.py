@@ -390,8 +390,15 @@ def test_pause_and_resume_are_visible_in_stats(backend: Backend) -> None:
     queue.pause("reports", by="ops", reason="still migrating")  # again: still paused
 
     assert queue.paused_queues() == ["reports"]
-    assert queue.stats().queues["reports"].paused is True  # paused, even with no jobs
+    reports = queue.stats().queues["reports"]
+    assert reports.paused is True  # paused, even with no jobs
+    assert (reports.paused_by, reports.pause_reason) == ("ops", "still migrating")
+    assert reports.paused_at is not None
+    assert abs((db_now(backend.engine) - reports.paused_at).total_seconds()) < 60
+    assert reports.to_dict()["pause_reason"] == "still migrating"
     assert queue.resume("reports") is True
+    running = queue.stats().queues.get("reports")
+    assert running is None or (running.paused, running.paused_by) == (False, None)
     assert queue.resume("reports") is False
     assert queue.paused_queues() == []
     with pytest.raises(sqlqueue.ConfigurationError, match=r"by= \(who\)"):

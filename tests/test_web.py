@@ -296,22 +296,34 @@ def test_requeue_of_a_job_that_is_not_dead_is_a_409_that_says_so(backend: Backen
     assert missing.status_code == 404
 
 
-def test_pause_and_resume_a_queue(backend: Backend) -> None:
+def test_pause_and_resume_a_queue_showing_who_paused_it_and_why(backend: Backend) -> None:
     queue, _ = populated(backend)
-    web = client(queue)
+    web = client(queue, current_user=lambda request: request.headers.get("x-user", "nobody"))
     token = token_of(web.get("/").text)
 
-    paused = web.post("/queues/pause", data={"csrf_token": token, "queue": "mail", "reason": "db"})
+    paused = web.post(
+        "/queues/pause",
+        data={"csrf_token": token, "queue": "mail", "reason": "db upgrade"},
+        headers={"x-user": "grace"},
+    )
     assert paused.status_code == 303
     assert paused.headers["location"] == "/"
     assert queue.paused_queues() == ["mail"]
     page = web.get("/").text
     mail_row = page.split('<tr data-queue="mail">')[1].split("</tr>")[0]
-    assert "paused" in mail_row
-    assert "Resume" in mail_row
+    assert '<span class="badge paused">paused</span>' in mail_row
+    assert '<strong class="who">grace</strong>' in mail_row  # who paused it
+    assert '<q class="why">db upgrade</q>' in mail_row  # and why
+    assert "Resume</button>" in mail_row
+    assert "Pause</button>" not in mail_row
 
-    web.post("/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    resumed = web.post("/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    assert resumed.status_code == 303
+    assert resumed.headers["location"] == "/"
     assert queue.paused_queues() == []
+    mail_row = web.get("/").text.split('<tr data-queue="mail">')[1].split("</tr>")[0]
+    assert "paused" not in mail_row
+    assert "Pause</button>" in mail_row
 
 
 # -- safety -------------------------------------------------------------------------------------
