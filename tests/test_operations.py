@@ -559,3 +559,12 @@ def test_a_fold_never_waits_for_a_stalled_holder_of_the_counts(backend: Backend)
         with pytest.raises(sqlqueue.DatabaseError, match="holds the finished-job counts"):
             queue.admin.prune_batch(status="succeeded", older_than=0, limit=10)
         assert time.monotonic() - started < 2.0
+
+
+def test_database_now_is_the_database_clock_timezone_aware(backend: Backend) -> None:
+    queue = backend.queue()
+
+    now = queue.database_now()
+
+    assert now.tzinfo is not None
+    assert abs((now - db_now(backend.engine)).total_seconds()) < 60

@@ -542,16 +542,26 @@ def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> 
 
 def test_the_web_package_reads_through_the_queue_never_the_store() -> None:
     package = Path(sqlqueue.web.__file__).parent
+    trees = [ast.parse(path.read_text()) for path in package.glob("*.py")]
     imported = {
         node.module or ""
-        for path in package.glob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for tree in trees
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom)
     }
     below = sorted(
         name for name in imported if name.startswith(("sqlqueue._store", "sqlqueue.dialects"))
     )
+    # Nor through a Queue's store, admin, engine or dialect: only its operations API.
+    reached = sorted(
+        node.attr
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in {"store", "admin", "engine", "dialect", "keyring"}
+    )
     assert below == []
+    assert reached == []
 
 
 def test_a_database_that_is_not_migrated_is_a_503_that_says_what_to_run(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ class JobListFilter:
         if self.since is None:
             return None
         try:
-            return parse_moment(self.since, option="since", now=queue.store.database_now())
+            return parse_moment(self.since, option="since", now=queue.database_now())
         except ConfigurationError as error:
             raise HTTPException(400, str(error)) from None
 
