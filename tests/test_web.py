@@ -150,12 +150,31 @@ def test_job_list_pages_by_keyset_with_links_that_keep_the_filter(backend: Backe
     assert third.count("data-job-id=") == 20
 
 
+def test_a_last_page_that_is_full_has_no_link_to_an_empty_one(backend: Backend) -> None:
+    queue = make_queue(backend)
+    made = enqueue(queue, "mail.send", 100)  # exactly two pages
+    web = client(queue)
+
+    first = web.get("/jobs").text
+    second = web.get(f"/jobs?before_id={made[-50]}").text
+
+    assert 'rel="next"' in first
+    assert second.count("data-job-id=") == 50
+    assert f'data-job-id="{made[0]}"' in second
+    assert 'rel="next"' not in second
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
         ("?status=sleeping", "status must be one of queued, running"),
         ("?before_id=abc", "before_id must be a job id"),
         ("?since=yesterday", "since: expected an ISO 8601 time"),
+        ("?since=garbage&status=dead", "since: expected an ISO 8601 time"),
+        ("?since=1000000d", "since: '1000000d' is longer than a century"),
+        ("?before_id=0", "before_id must be a job id"),
+        ("?error=%00", "error: contains a NUL character"),
+        ("?type=a%00b", "type: contains a NUL character"),
     ],
 )
 def test_a_bad_filter_is_a_400_that_says_what_is_wrong(
@@ -280,6 +299,31 @@ def test_a_bulk_action_without_a_filter_or_a_reason_changes_nothing(backend: Bac
     assert no_reason.status_code == 400
     assert "give a reason" in no_reason.text
     assert blank.status_code == 400
+    assert dead_snapshot(backend.engine) == before
+
+
+@pytest.mark.parametrize("action", ["requeue", "discard"])
+def test_acting_on_one_job_without_a_reason_is_a_400_that_changes_nothing(
+    backend: Backend, action: str
+) -> None:
+    queue, ids = populated(backend)
+    dead = ids["dead_503"][0]
+    web = client(queue)
+    token = token_of(web.get(f"/jobs/{dead}").text)
+    before = dead_snapshot(backend.engine)
+
+    answers = [
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token}),
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token, "reason": "   "}),
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token, "reason": "a\x00b"}),
+        web.post("/queues/pause", data={"csrf_token": token, "queue": "mail", "reason": ""}),
+    ]
+
+    assert [answer.status_code for answer in answers] == [400] * 4
+    assert "give a reason" in answers[0].text
+    assert "give a reason" in answers[1].text
+    assert "reason contains a NUL character" in answers[2].text
+    assert "give a reason" in answers[3].text
     assert dead_snapshot(backend.engine) == before
 
 

@@ -45,6 +45,8 @@ def _field(form: FormData, name: str, what: str) -> str:
         raise HTTPException(400, f"give {what}")
     if len(text) > _MAX_REASON:
         raise HTTPException(400, f"{name} is longer than {_MAX_REASON} characters")
+    if "\x00" in text:
+        raise HTTPException(400, f"{name} contains a NUL character")
     return text
 
 

@@ -71,7 +71,7 @@ async def job_list(request: Request) -> Response:
     wanted = job_list_filter(request.query_params)
     queue = settings.queue
 
-    def read() -> list[Job]:
+    def read() -> list[Job]:  # one more than a page: is there an older page at all?
         return queue.jobs(
             status=wanted.status,
             job_type=wanted.job_type,
@@ -79,10 +79,11 @@ async def job_list(request: Request) -> Response:
             error_contains=wanted.error,
             since=wanted.since_moment(queue),
             before_id=wanted.before_id,
-            limit=PAGE_SIZE,
+            limit=PAGE_SIZE + 1,
         )
 
-    jobs = await run_in_threadpool(read)
+    found = await run_in_threadpool(read)
+    jobs = found[:PAGE_SIZE]
     notice = {
         key: request.query_params[key]
         for key in ("requeued", "discarded")
@@ -95,7 +96,7 @@ async def job_list(request: Request) -> Response:
             "jobs": jobs,
             "wanted": wanted,
             "statuses": [status.value for status in JobStatus],
-            "next_before_id": jobs[-1].id if len(jobs) == PAGE_SIZE else None,
+            "next_before_id": jobs[-1].id if len(found) > PAGE_SIZE else None,
             "notice": notice,
         },
     )

@@ -67,6 +67,8 @@ def _text(params: Mapping[str, object], name: str) -> str | None:
     value = value.strip()
     if len(value) > _MAX_TEXT:
         raise HTTPException(400, f"{name}: longer than {_MAX_TEXT} characters")
+    if "\x00" in value:  # no database stores it in text; PostgreSQL refuses the query
+        raise HTTPException(400, f"{name}: contains a NUL character")
     return value or None
 
 
