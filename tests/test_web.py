@@ -33,7 +33,7 @@ import sqlqueue.web
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
 from tests._support import db_now, drain, wait_until
-from tests._web_support import enqueue, free_port, make_queue, populated, token_of
+from tests._web_support import KEY, enqueue, free_port, make_queue, populated, token_of
 from tests.conftest import Backend
 from tests.test_operations import set_times
 
@@ -98,6 +98,30 @@ def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
     assert 'data-total="succeeded">3<' in html
     assert "crm.sync" in html
     assert "mail.send" in html
+
+
+def test_each_top_error_links_to_the_list_of_the_jobs_that_have_it(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+    overview = web.get("/").text
+    top = overview.split('id="top-errors"')[1].split("</table>")[0]
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', top)
+
+    lists = {text: web.get(link.replace("&amp;", "&")) for link, text in links}
+
+    assert [text for _, text in links][:2] == [
+        "ConnectionError: 503 from crm",
+        "ConnectionError: 410 Gone",
+    ]
+    assert all(page.status_code == 200 for page in lists.values())
+
+    def listed(text: str) -> set[int]:
+        html = lists[text].text
+        return {int(part.split('"')[0]) for part in html.split('data-job-id="')[1:]}
+
+    assert listed("ConnectionError: 503 from crm") == set(ids["dead_503"])
+    assert listed("ConnectionError: 410 Gone") == set(ids["dead_410"])
+    assert listed("TimeoutError: endpoint timed out") == set(ids["failed"])
 
 
 def test_the_chart_alone_is_what_the_overview_refreshes(backend: Backend) -> None:
@@ -203,6 +227,38 @@ def test_job_page_shows_payload_redacted_every_attempt_and_times(backend: Backen
     assert " UTC" in flaky.split('id="errors"')[1]  # the attempt's time
     assert missing.status_code == 404
     assert "there is no job 987654" in missing.text
+
+
+def test_a_secret_never_appears_in_any_page(backend: Backend) -> None:
+    canary = "canary-7f3a91-never-shown"
+    queue = backend.queue(encryption_keys=[KEY])
+
+    @queue.task("pay", queue="billing", max_attempts=1, secret_fields=["card"])
+    def pay(card: str, amount: int) -> None:
+        raise ValueError(f"card {card} declined")  # the error names the secret too
+
+    @queue.task(
+        "pay.later", queue="billing", max_attempts=3, backoff=[3600], secret_fields=["card"]
+    )
+    def pay_later(card: str) -> None:
+        raise TimeoutError(f"gateway timed out charging {card}")
+
+    with queue.engine.begin() as conn:
+        dead = queue.enqueue(conn, "pay", {"card": canary, "amount": 5})
+        failed = queue.enqueue(conn, "pay.later", {"card": canary})
+    drain(queue)
+    web = client(queue)
+    paths = ["/", "/chart", "/jobs", "/jobs?status=dead", "/jobs?error=declined",
+             "/jobs?queue=billing", f"/jobs/{dead}", f"/jobs/{failed}"]  # fmt: skip
+
+    pages = {path: web.get(path) for path in paths}
+
+    assert {path: page.status_code for path, page in pages.items()} == dict.fromkeys(paths, 200)
+    for path, page in pages.items():
+        assert canary not in page.text, path
+    assert "ValueError: card *** declined" in pages[f"/jobs/{dead}"].text
+    assert "***" in pages[f"/jobs/{failed}"].text.split('id="payload"')[1].split("</pre>")[0]
+    assert f'data-job-id="{dead}"' in pages["/jobs?error=declined"].text
 
 
 # -- the dead-letter actions --------------------------------------------------------------------
@@ -502,18 +558,30 @@ def test_user_data_is_escaped_everywhere(backend: Backend) -> None:
     with queue.engine.begin() as conn:
         job_id = queue.enqueue(conn, f"x{evil}", {"note": evil})
     drain(queue)
-    web = client(queue)
+    queue.pause(f"p{evil}", by=f"u{evil}", reason=f"r{evil}")  # shown with a Resume form
+    web = client(queue, current_user=lambda request: evil)
+    token = token_of(web.get("/").text)
+    web.post(f"/jobs/{job_id}/discard", data={"csrf_token": token, "reason": evil})
 
-    pages = [
-        web.get("/").text,
-        web.get("/jobs").text,
-        web.get(f"/jobs?error={evil}").text,
-        web.get(f"/jobs/{job_id}").text,
-    ]
+    paths = ["/", "/jobs", f"/jobs?error={evil}&type={evil}", f"/jobs/{job_id}",
+             f"/jobs?status={evil}", f"/jobs?since={evil}"]  # fmt: skip
+    pages = {path: web.get(path) for path in paths}
 
-    for page in pages:
-        assert evil not in page
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    overview = pages["/"].text
+    assert 'name="queue" value="q&lt;script&gt;alert(1)&lt;/script&gt;"' in overview  # Pause
+    assert 'name="queue" value="p&lt;script&gt;alert(1)&lt;/script&gt;"' in overview  # Resume
+    assert "u&lt;script&gt;alert(1)&lt;/script&gt;" in overview  # who paused it
+    assert "r&lt;script&gt;alert(1)&lt;/script&gt;" in overview  # and why
+    assert (
+        'name="error" value="&lt;script&gt;alert(1)&lt;/script&gt;"'
+        in pages[f"/jobs?error={evil}&type={evil}"].text
+    )  # the search box
+    assert 'id="discarded"' in pages[f"/jobs/{job_id}"].text  # by and why: the user's text
+    assert pages[f"/jobs?status={evil}"].status_code == 400  # the message quotes the value
+    assert pages[f"/jobs?since={evil}"].status_code == 400
+    for path, page in pages.items():
+        assert evil not in page.text, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text, path
 
 
 # -- mounted and standalone ---------------------------------------------------------------------
@@ -524,24 +592,49 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: 
     host = Starlette(routes=[Mount("/ops/jobs-ui", app=create_app(queue))])
     web = TestClient(host, follow_redirects=False)
 
-    overview = web.get("/ops/jobs-ui/").text
+    queue.pause("billing", by="ops", reason="so that the overview has a Resume form")
     dead = ids["dead_503"][0]
-    job_page = web.get(f"/ops/jobs-ui/jobs/{dead}").text
-    answer = web.post(
-        f"/ops/jobs-ui/jobs/{dead}/requeue",
-        data={"csrf_token": token_of(job_page), "reason": "mounted"},
-    )
+    first = web.get("/ops/jobs-ui/")
+    pages = [
+        first.text,
+        web.get("/ops/jobs-ui/jobs?status=dead&error=503").text,  # with the bulk forms
+        web.get(f"/ops/jobs-ui/jobs?before_id={ids['queued'][-1]}").text,  # paged
+        web.get(f"/ops/jobs-ui/jobs/{dead}").text,  # with the one-job forms
+        web.get("/ops/jobs-ui/jobs/987654").text,  # the error page
+    ]
+    token = token_of(pages[3])
 
-    hrefs = [part.split('"')[0] for part in overview.split('href="')[1:]]
-    assert hrefs
-    assert all(href.startswith("/ops/jobs-ui/") for href in hrefs), hrefs
-    assert 'action="/ops/jobs-ui/jobs/' in job_page
+    def post(path: str, **form: str) -> httpx.Response:
+        return web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
+
+    answers = {
+        "requeue": post(f"/jobs/{dead}/requeue", reason="mounted"),
+        "discard": post(f"/jobs/{ids['dead_410'][0]}/discard", reason="mounted"),
+        "requeue_matching": post("/jobs/requeue", error="503", reason="mounted"),
+        "discard_matching": post("/jobs/discard", queue="billing", reason="mounted"),
+        "pause": post("/queues/pause", queue="mail", reason="mounted"),
+        "resume": post("/queues/resume", queue="billing"),
+    }
+
+    for page in pages:
+        targets = re.findall(r'(?:href|src|action|data-refresh-url)="([^"]*)"', page)
+        assert len(targets) > 5
+        assert all(target.startswith("/ops/jobs-ui/") for target in targets), targets
+    assert 'action="/ops/jobs-ui/jobs/requeue"' in pages[1]
+    assert f'action="/ops/jobs-ui/jobs/{dead}/requeue"' in pages[3]
+    assert 'action="/ops/jobs-ui/queues/resume"' in pages[0]
+    assert 'data-refresh-url="/ops/jobs-ui/chart"' in pages[0]
     assert web.get("/ops/jobs-ui/static/style.css").status_code == 200
-    assert answer.status_code == 303
-    assert answer.headers["location"] == f"/ops/jobs-ui/jobs/{dead}"
-    assert (
-        "set-cookie" not in answer.headers or "Path=/ops/jobs-ui/" in answer.headers["set-cookie"]
+    assert web.get("/ops/jobs-ui/chart").text.lstrip().startswith("<svg")
+    assert {name: answer.status_code for name, answer in answers.items()} == dict.fromkeys(
+        answers, 303
     )
+    assert all(
+        answer.headers["location"].startswith("/ops/jobs-ui/") for answer in answers.values()
+    )
+    assert answers["requeue"].headers["location"] == f"/ops/jobs-ui/jobs/{dead}"
+    assert answers["pause"].headers["location"] == "/ops/jobs-ui/"
+    assert "Path=/ops/jobs-ui/" in first.headers["set-cookie"]  # the token's cookie stays too
 
 
 def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
