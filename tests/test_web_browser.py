@@ -48,9 +48,12 @@ def chromium() -> Iterator[Any]:
     if executable is None:
         _unavailable("chromium is not installed (apt-get install chromium)")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         _unavailable("playwright is not installed (pip install -e '.[test]')")
+    # expect() polls for its condition; its default 5 s is short for a loaded 2-core machine
+    # where a POST, a redirect and a database read follow each other.
+    expect.set_options(timeout=30_000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=executable, headless=True, args=["--no-sandbox"]
@@ -167,19 +170,30 @@ def test_the_page_mounted_under_a_prefix_in_a_host_app_keeps_its_links(
     async def home(request: Request) -> PlainTextResponse:
         return PlainTextResponse("the host app")
 
-    host = Starlette(
-        routes=[
-            Route("/", home),
-            Mount("/admin/queue", app=create_app(queue, current_user=lambda r: "grace")),
-        ]
-    )
+    page_app = create_app(queue, current_user=lambda r: "grace", refresh_seconds=1)
+    host = Starlette(routes=[Route("/", home), Mount("/admin/queue", app=page_app)])
     with serving(host) as base:
+        asked: list[str] = []  # every URL the browser fetches: pages, assets, chart, POSTs
+        page.on("request", lambda request: asked.append(request.url))
         page.goto(base + "/admin/queue/")
         expect(page.locator("h1")).to_have_text("Overview")
         assert (
             page.locator("header.top").evaluate("e => getComputedStyle(e).backgroundColor")
             == "rgb(17, 24, 39)"
         )
+        first = page.locator("[data-taken-at]").inner_text()
+        expect(page.locator("[data-taken-at]")).not_to_have_text(first)  # the chart refreshed
+
+        # Pause a queue, then resume it: each form posts under the prefix and comes back.
+        page.get_by_label("reason to pause mail").fill("mail provider down")
+        page.locator("tr[data-queue='mail']").get_by_role("button", name="Pause").click()
+        expect(page).to_have_url(base + "/admin/queue/")
+        mail = page.locator("tr[data-queue='mail']")
+        expect(mail.locator(".pause-note")).to_contain_text("grace")
+        expect(mail.locator(".pause-note")).to_contain_text("mail provider down")
+        mail.get_by_role("button", name="Resume").click()
+        expect(mail.get_by_role("button", name="Pause")).to_be_visible()
+        expect(page.locator("tr[data-queue='mail'] .badge.paused")).to_have_count(0)
 
         page.get_by_role("link", name="Dead", exact=True).click()
         expect(page).to_have_url(base + "/admin/queue/jobs?status=dead")
@@ -194,3 +208,8 @@ def test_the_page_mounted_under_a_prefix_in_a_host_app_keeps_its_links(
         page.get_by_role("link", name="sqlqueue").click()
         expect(page).to_have_url(base + "/admin/queue/")
         assert httpx.get(base + "/").text == "the host app"  # the host's own routes still work
+        assert queue.paused_queues() == []
+        outside = [url for url in asked if not url.startswith(base + "/admin/queue/")]
+        assert outside == []  # no link, asset, refresh or redirect left the prefix
+        assert any(url.endswith("/admin/queue/chart") for url in asked)
+        assert any(url.endswith("/admin/queue/static/sqlqueue.js") for url in asked)
