@@ -605,7 +605,8 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: 
     token = token_of(pages[3])
 
     def post(path: str, **form: str) -> httpx.Response:
-        return web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
+        answer: httpx.Response = web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
+        return answer
 
     answers = {
         "requeue": post(f"/jobs/{dead}/requeue", reason="mounted"),
@@ -662,6 +663,45 @@ def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_web_command_help_says_what_it_serves_and_that_it_has_no_login() -> None:
+    answer = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", "web", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert answer.returncode == 0
+    text = " ".join(answer.stdout.split())
+    for option in ("--database-url", "--host", "--port", "--read-only"):
+        assert option in text
+    assert "no login of its own" in text
+    assert "sqlqueue.web.create_app" in text
+    assert "default 127.0.0.1" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "message"),
+    [
+        ("nonsense", 2, "--database-url: cannot use 'nonsense'"),
+        ("postgresql+psycopg://postgres@127.0.0.1:1/none", 3, "cannot reach PostgreSQL"),
+    ],
+)
+def test_the_web_command_refuses_a_bad_database_url_with_a_clear_message(
+    url: str, status: int, message: str
+) -> None:
+    answer = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", "web", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert answer.returncode == status
+    assert message in answer.stderr
+    assert "Traceback" not in answer.stderr
 
 
 def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> None:

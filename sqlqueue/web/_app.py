@@ -4,7 +4,7 @@ request's mount prefix."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -39,7 +39,14 @@ def _routes() -> list[BaseRoute]:
     ]
 
 
-def _failure(status_code: int) -> Any:
+#: What Starlette calls with a request and the exception it raised.
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+def _failure(status_code: int) -> ErrorHandler:
+    """An error page of ``status_code`` whose message is the exception's (sqlqueue's errors
+    say what is wrong and what to do)."""
+
     async def page(request: Request, error: Exception) -> Response:
         return render(request, "error.html", {"message": str(error)}, status_code=status_code)
 
@@ -47,6 +54,7 @@ def _failure(status_code: int) -> Any:
 
 
 async def _http_failure(request: Request, error: Exception) -> Response:
+    """The page of a refusal the app raised itself (400, 403, 404 …), with its headers."""
     assert isinstance(error, HTTPException)
     response = render(
         request,
