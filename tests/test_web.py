@@ -68,6 +68,35 @@ def test_create_app_refuses_what_is_not_a_queue_or_a_function() -> None:
     with pytest.raises(sqlqueue.ConfigurationError, match="max_queued_age must be >= 0"):
         create_app(queue, max_queued_age=-1)
 
+    async def allow(request: Request, action: str) -> bool:
+        return False
+
+    async def who(request: Request) -> str:
+        return "ada"
+
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"authorize: expected a plain function"):
+        create_app(queue, authorize=allow)  # type: ignore[arg-type]
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"current_user: expected a plain"):
+        create_app(queue, current_user=who)  # type: ignore[arg-type]
+
+
+def test_an_authorize_that_answers_neither_true_nor_false_allows_nothing(
+    backend: Backend,
+) -> None:
+    queue, ids = populated(backend)
+    # A truthy non-answer (here a string; a coroutine would be one too) must not pass for yes.
+    web = TestClient(
+        create_app(queue, authorize=lambda request, action: "no"),  # type: ignore[arg-type,return-value]
+        follow_redirects=False,
+        raise_server_exceptions=False,
+    )
+
+    answer = web.get(f"/jobs/{ids['dead_503'][0]}")
+
+    assert answer.status_code == 500
+    assert "crm.sync" not in answer.text
+    assert "503 from crm" not in answer.text
+
 
 # -- the pages ----------------------------------------------------------------------------------
 

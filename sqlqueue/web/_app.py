@@ -4,6 +4,7 @@ request's mount prefix."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -91,6 +92,11 @@ def create_app(
     for name, hook in (("authorize", authorize), ("current_user", current_user)):
         if hook is not None and not callable(hook):
             raise ConfigurationError(f"{name}: expected a function of the request, got {hook!r}")
+        if inspect.iscoroutinefunction(hook):
+            raise ConfigurationError(
+                f"{name}: expected a plain function (def, not async def): the page calls it "
+                "for every request and form and needs its answer at once"
+            )
     if max_queued_age < 0:
         raise ConfigurationError(f"max_queued_age must be >= 0 seconds, got {max_queued_age!r}")
     if refresh_seconds <= 0:
