@@ -129,6 +129,28 @@ def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
     assert "mail.send" in html
 
 
+def test_the_last_hour_tiles_link_to_lists_of_exactly_the_jobs_they_count(
+    backend: Backend,
+) -> None:
+    queue, ids = populated(backend)
+    queue.requeue(ids["dead_503"][0], by="ops", reason="handled: no longer counts")
+    web = client(queue)
+    overview = web.get("/").text
+
+    def tile(name: str) -> tuple[int, set[int]]:
+        link, figure = re.search(
+            rf'<a class="tile[^"]*" href="([^"]+)">\s*<span class="label">[^<]*</span>\s*'
+            rf'<span class="figure" data-count="{name}">(\d+)<',
+            overview,
+        ).groups()  # type: ignore[union-attr]
+        html = web.get(link.replace("&amp;", "&")).text
+        return int(figure), {int(part.split('"')[0]) for part in html.split('data-job-id="')[1:]}
+
+    assert tile("dead_last_hour") == (3, {ids["dead_503"][1], *ids["dead_410"], *ids["charge"]})
+    assert tile("failed_last_hour") == (1, set(ids["failed"]))
+    assert web.get("/jobs?unhandled=yes").status_code == 400
+
+
 def test_each_top_error_links_to_the_list_of_the_jobs_that_have_it(backend: Backend) -> None:
     queue, ids = populated(backend)
     web = client(queue)

@@ -78,6 +78,7 @@ async def job_list(request: Request) -> Response:
             queue=wanted.queue,
             error_contains=wanted.error,
             since=wanted.since_moment(queue),
+            unhandled=wanted.unhandled,
             before_id=wanted.before_id,
             limit=PAGE_SIZE + 1,
         )
