@@ -443,8 +443,10 @@ def test_requeue_of_a_job_that_is_not_dead_is_a_409_that_says_so(backend: Backen
     missing = web.post("/jobs/987654/requeue", data={"csrf_token": token, "reason": "x"})
 
     assert answer.status_code == 409
+    assert "<h1>409</h1>" in answer.text
     assert "dead" in answer.text
     assert missing.status_code == 404
+    assert "<h1>404</h1>" in missing.text
 
 
 def test_pause_and_resume_a_queue_showing_who_paused_it_and_why(backend: Backend) -> None:

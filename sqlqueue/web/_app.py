@@ -49,7 +49,8 @@ def _failure(status_code: int) -> ErrorHandler:
     say what is wrong and what to do)."""
 
     async def page(request: Request, error: Exception) -> Response:
-        return render(request, "error.html", {"message": str(error)}, status_code=status_code)
+        context = {"message": str(error), "status_code": status_code}
+        return render(request, "error.html", context, status_code=status_code)
 
     return page
 
