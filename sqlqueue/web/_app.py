@@ -24,6 +24,7 @@ __all__ = ["create_app"]
 
 
 def _routes() -> list[BaseRoute]:
+    """Every page and action, each named for :func:`sqlqueue.web._render.link`."""
     post = ["POST"]
     return [
         Route("/", _pages.overview, name="overview"),

@@ -25,6 +25,7 @@ CHART_MINUTES = 60
 
 
 def _reads(settings: WebSettings) -> tuple[Health, Activity]:
+    """The overview's two reads: stats with their alarms, and the chart's last hour."""
     queue = settings.queue
     return (
         queue.health(max_queued_age=settings.max_queued_age),
@@ -33,6 +34,7 @@ def _reads(settings: WebSettings) -> tuple[Health, Activity]:
 
 
 def _viewer(request: Request) -> WebSettings:
+    """The app's settings, once ``authorize`` lets the request view (403 otherwise)."""
     settings = settings_of(request)
     settings.require(request, "view")
     return settings

@@ -62,6 +62,7 @@ class JobListFilter:
 
 
 def _text(params: Mapping[str, object], name: str) -> str | None:
+    """Parameter ``name``, stripped (blank: ``None``); 400 when too long or holding a NUL."""
     value = params.get(name)
     if value is None:
         return None
