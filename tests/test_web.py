@@ -312,6 +312,32 @@ def test_a_secret_never_appears_in_any_page(backend: Backend) -> None:
     assert f'data-job-id="{dead}"' in pages["/jobs?error=declined"].text
 
 
+def test_job_page_lists_every_failed_attempt_with_its_own_error_and_time(
+    backend: Backend,
+) -> None:
+    queue = backend.queue()
+    seen: list[int] = []
+
+    @queue.task("twice", max_attempts=3, backoff=[0, 0])
+    def twice() -> None:
+        seen.append(len(seen) + 1)
+        raise RuntimeError(f"attempt {len(seen)} broke")
+
+    with queue.engine.begin() as conn:
+        job_id = queue.enqueue(conn, "twice", {})
+    drain(queue)
+
+    html = client(queue).get(f"/jobs/{job_id}").text
+    errors = html.split('id="errors"')[1].split("<tbody>", 1)[1].split("</tbody>")[0]
+    rows = errors.split("<tr>")[1:]
+
+    assert len(rows) == 3
+    for number, row in enumerate(rows, start=1):
+        assert f'<td class="num">{number}</td>' in row
+        assert f"RuntimeError: attempt {number} broke" in row
+        assert re.search(r'<td class="when">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>', row)
+
+
 # -- the dead-letter actions --------------------------------------------------------------------
 
 
