@@ -208,17 +208,27 @@ def test_job_list_filters_by_status_type_queue_error_and_since(backend: Backend)
 
 def test_job_list_pages_by_keyset_with_links_that_keep_the_filter(backend: Backend) -> None:
     queue = make_queue(backend)
-    made = enqueue(queue, "mail.send", 120)
+    made = enqueue(queue, "mail.send", 120, note="the same words")
+    enqueue(queue, "mail.send", 5)  # newer, and outside the filter below
     web = client(queue)
+    wanted = "status=queued&type=mail.send&queue=mail&since=1h"
+    with backend.engine.begin() as conn:  # an error to search by on the filtered jobs only
+        conn.execute(
+            sa.text("UPDATE sqlqueue_jobs SET last_error = 'E: the same words' WHERE id <= :top"),
+            {"top": made[-1]},
+        )
 
-    first = web.get("/jobs?type=mail.send").text
+    first = web.get(f"/jobs?{wanted}&error=same+words").text
     older = first.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
     second = web.get(older).text
     third_link = second.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
     third = web.get(third_link).text
 
-    assert older == f"/jobs?type=mail.send&before_id={made[-50]}"
+    assert (
+        older == f"/jobs?{wanted.replace('since', 'error=same+words&since')}&before_id={made[-50]}"
+    )
     assert f'data-job-id="{made[-1]}"' in first
+    assert first.count("data-job-id=") == 50
     assert f'data-job-id="{made[-51]}"' in second
     assert f'data-job-id="{made[0]}"' in third
     assert 'rel="next"' not in third
