@@ -210,9 +210,13 @@ def measure(
     jobs: int,
     settings: Settings,
     job_type: str = NOOP,
+    command: Sequence[str] | None = None,
+    queue_options: dict[str, Any] | None = None,
 ) -> Drain:
     """Drain ``jobs`` pre-queued no-op jobs with ``process_count`` workers of ``engine``
-    (``job_type``: the sync or the async no-op; the raw worker runs no handler at all)."""
+    (``job_type``: the sync or the async no-op; the raw worker runs no handler at all).
+    ``command`` replaces each worker's command line (bench/observe.py's launcher), and
+    ``queue_options`` go to the Queue that enqueues the backlog."""
     with (
         fresh_database(backend, settings.target) as url,
         tempfile.TemporaryDirectory(prefix="sqlqueue-bench-logs-") as logs,
@@ -220,19 +224,22 @@ def measure(
         monitor = None
         if backend == "postgresql":
             monitor = Monitor(url, admin_url=settings.target.postgres_url)
-        queue = sqlqueue.Queue(url)
+        queue = sqlqueue.Queue(url, **(queue_options or {}))
         workers: list[processes.Worker] = []
         children_before = processes.children_cpu_seconds()
         try:
             with queue.engine.connect() as conn:
                 _hold_queue(conn, backend)
                 _enqueue_backlog(queue, conn, jobs, job_type)
-                for number, command in enumerate(
-                    _commands(engine, process_count, concurrency, settings)
-                ):
+                commands = (
+                    [list(command)] * process_count
+                    if command is not None
+                    else _commands(engine, process_count, concurrency, settings)
+                )
+                for number, worker_command in enumerate(commands):
                     workers.append(
                         processes.start(
-                            command,
+                            worker_command,
                             engine=engine,
                             name=f"{engine}-{number}",
                             url=url,

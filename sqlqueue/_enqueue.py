@@ -8,7 +8,7 @@ task's secret fields are sealed. The INSERTs themselves live in the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,8 +28,8 @@ from sqlqueue.dialects import Dialect
 __all__ = [
     "EnqueueSettings",
     "Executable",
+    "build_row",
     "check_job",
-    "enqueue_jobs",
     "to_connection",
     "write_rows",
 ]
@@ -152,20 +152,10 @@ def check_job(
         "max_attempts": max_attempts,
         "idempotency_key": idempotency_key,
         "group_key": group_key,
+        "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "_run_at": run_at,
         "_delay": float(delay or 0.0),
     }
-
-
-def enqueue_jobs(
-    settings: EnqueueSettings, target: Executable, requests: Sequence[JobRequest]
-) -> list[int]:
-    """Insert ``requests`` in the caller's transaction and return one id per request, in order.
-
-    A request whose idempotency key already exists (committed, or earlier in this batch)
-    gets the existing job's id and writes nothing.
-    """
-    return write_rows(settings.dialect, target, [build_row(settings, r) for r in requests])
 
 
 def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list[int]:

@@ -23,5 +23,7 @@ class JobRow(TypedDict):
     max_attempts: int
     idempotency_key: str | None
     group_key: str | None
+    #: The W3C trace context of the enqueuing code, a JSON carrier (``None``: no trace).
+    trace_context: str | None
     _run_at: datetime | None
     _delay: float

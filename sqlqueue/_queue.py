@@ -6,13 +6,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from types import EllipsisType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, create_engine
 
 from sqlqueue._backoff import Backoff
 from sqlqueue._circuit_breaker import CircuitBreaker
-from sqlqueue._enqueue import EnqueueSettings, Executable, check_job, enqueue_jobs, write_rows
+from sqlqueue._enqueue import EnqueueSettings, Executable, build_row, check_job, write_rows
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._liveness import check_connections_at_checkout
@@ -24,9 +24,13 @@ from sqlqueue._retention import Retention
 from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
+from sqlqueue._tracing import Tracing, tracing_for
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker.settings import WorkerSettings
 from sqlqueue.dialects import Dialect, dialect_for
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Queue", "UnknownJobPolicy"]
 
@@ -46,6 +50,8 @@ class Queue(Operations):
     The engine itself is left as it is: the app's own statements keep their schemas.
     ``encryption_keys`` (Fernet keys; by default the comma-separated ``SQLQUEUE_ENCRYPTION_KEYS``)
     seal the ``secret_fields`` of tasks: the first key encrypts, all of them decrypt.
+    With OpenTelemetry installed (``sqlqueue[otel]``) enqueues and attempts are traced on
+    ``tracer_provider`` (by default the global one, also when it is set later).
 
     Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
     (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
@@ -64,6 +70,7 @@ class Queue(Operations):
         retention: Retention | None = None,
         schema: str | None = None,
         encryption_keys: Sequence[str | bytes] | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         built_here = isinstance(engine, str)
         if isinstance(engine, str):
@@ -114,6 +121,8 @@ class Queue(Operations):
         self.retention = retention
         #: The keys that seal and open secret fields (``None``: no keys configured).
         self.keyring: Keyring | None = keyring_from(encryption_keys)
+        #: The producer and consumer spans (``None``: OpenTelemetry is not installed).
+        self.tracing: Tracing | None = tracing_for(tracer_provider)
         self._tasks: dict[str, Task] = {}
         self._periodic: list[Periodic] = []
 
@@ -173,6 +182,7 @@ class Queue(Operations):
                 rate_limit=rate_limit,
                 circuit_breaker=circuit_breaker,
                 secrets=secret_fields_for(name, secret_fields, self.keyring),
+                tracing=self.tracing,
             )
             self._tasks[name] = task
             return task
@@ -265,7 +275,10 @@ class Queue(Operations):
             max_attempts,
             external,
         )
-        return write_rows(self.dialect, conn, [row])[0]
+        rows = [row]
+        if self.tracing is None:
+            return write_rows(self.dialect, conn, rows)[0]
+        return self.tracing.send(rows, lambda: write_rows(self.dialect, conn, rows))[0]
 
     async def enqueue_async(
         self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
@@ -282,7 +295,11 @@ class Queue(Operations):
 
         Returns one id per request, in order; duplicates by idempotency key get the first id.
         """
-        return enqueue_jobs(self._settings, conn, list(requests))
+        settings = self._settings
+        rows = [build_row(settings, request) for request in requests]
+        if self.tracing is None or not rows:
+            return write_rows(self.dialect, conn, rows)
+        return self.tracing.send(rows, lambda: write_rows(self.dialect, conn, rows))
 
     async def enqueue_many_async(self, conn: Any, requests: Iterable[JobRequest]) -> list[int]:
         """:meth:`enqueue_many` through an ``AsyncConnection`` or ``AsyncSession``."""
@@ -332,6 +349,7 @@ class Queue(Operations):
             encryption_keys=(),  # this queue's keys, below, whatever the environment says
         )
         other.keyring = self.keyring
+        other.tracing = self.tracing  # one set of open spans for the tasks and the workers
         other._tasks = {name: replace(task, owner=other) for name, task in self._tasks.items()}
         other._periodic = list(self._periodic)
         return other

@@ -55,7 +55,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -127,6 +127,10 @@ jobs = Table(
     Column("discarded_at", UtcDateTime, nullable=True),
     Column("discarded_by", String(255), nullable=True),
     Column("discard_reason", Text, nullable=True),
+    # Tracing (added by 0008): the W3C trace context of the enqueuing code, as a JSON carrier
+    # ``{"traceparent": …, "tracestate": …}``; NULL when it ran in no trace (or without
+    # OpenTelemetry). Each attempt's consumer span continues that trace (sqlqueue/_tracing.py).
+    Column("trace_context", Text, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -198,6 +202,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("updated_at", _TIME, fill=Fill.CLOCK),
     JobColumn("idempotency_key", fill=Fill.ROW),
     JobColumn("group_key", fill=Fill.ROW),
+    JobColumn("trace_context", fill=Fill.ROW, claimed=True),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )

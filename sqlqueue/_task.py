@@ -15,6 +15,7 @@ from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
+from sqlqueue._tracing import Tracing
 from sqlqueue._worker.pipeline import Plan, plan
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class Task:
     circuit_breaker: CircuitBreaker | None = None
     #: The payload fields sealed at enqueue and opened into the handler's arguments.
     secrets: SecretFields | None = None
+    #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
+    tracing: Tracing | None = None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     #: The name of the parameter annotated ``JobContext``, if the handler asks for one.
@@ -278,6 +281,7 @@ def make_task(
     rate_limit: RateLimit | None = None,
     circuit_breaker: CircuitBreaker | None = None,
     secrets: SecretFields | None = None,
+    tracing: Tracing | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -303,4 +307,5 @@ def make_task(
         rate_limit=rate_limit,
         circuit_breaker=circuit_breaker,
         secrets=secrets,
+        tracing=tracing,
     )

@@ -102,3 +102,20 @@ def test_the_email_bench_sends_every_message_on_sqlite(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sqlite     concurrency   4, new    connections:" in done.stdout
     assert "sqlite     concurrency   4, reused connections:" in done.stdout
+
+
+def test_the_observability_bench_drains_with_every_mode_on_sqlite(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.observe", "--jobs", "200", "--runs", "1"),
+            *("--backends", "sqlite", "--sqlite-dir", str(tmp_path), "--enqueue-jobs", "50"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for label in ("none", "otel, unconfigured", "metrics", "tracing", "metrics + tracing"):
+        assert f"\n  {label} " in done.stdout, done.stdout

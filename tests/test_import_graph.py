@@ -18,7 +18,7 @@ LAZY_ALLOWED = {
     # sending side (httpx) loads with the first delivery.
     "sqlqueue.webhooks._webhooks": {"sqlqueue.webhooks._http", "sqlqueue.webhooks._policy"},
     # prometheus_client loads only in a worker started with metrics_port.
-    "sqlqueue._worker.loop": {"sqlqueue._worker.prometheus"},
+    "sqlqueue._worker.observe": {"sqlqueue._worker.prometheus"},
     # Starlette, Jinja2 and uvicorn load only for `sqlqueue web`.
     "sqlqueue._cli": {"sqlqueue.web._serve"},
 }

@@ -98,6 +98,8 @@ def _requeue_rows(
             "max_attempts": row["max_attempts"],
             "idempotency_key": row["idempotency_key"],
             "group_key": row["group_key"],
+            # Its attempts stay in the trace of the request that enqueued the dead job.
+            "trace_context": row["trace_context"],
             "requeued_from": row["id"],
         }
         for row in rows

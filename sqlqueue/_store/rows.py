@@ -41,6 +41,8 @@ class ClaimedJob:
     created_at: datetime
     started_at: datetime
     lease_expires_at: datetime
+    #: The enqueuer's W3C trace context as JSON text (``None``: it ran in no trace).
+    trace_context: str | None = None
 
     @property
     def fence(self) -> tuple[int, int]:

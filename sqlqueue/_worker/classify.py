@@ -24,7 +24,16 @@ from sqlqueue._secrets import SecretKeyMissing
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
 
-__all__ = ["BadResult", "NoHandler", "Outcome", "PayloadMismatch", "classify", "storable"]
+__all__ = [
+    "OUTCOMES",
+    "BadResult",
+    "NoHandler",
+    "Outcome",
+    "PayloadMismatch",
+    "classify",
+    "outcome_name",
+    "storable",
+]
 
 log = logging.getLogger("sqlqueue.worker")
 
@@ -52,6 +61,24 @@ class Outcome:
     def succeeded(self) -> bool:
         """Whether the attempt succeeded."""
         return self.failure is None
+
+
+#: What became of a written attempt, by name: the ``outcome`` label of the metrics and the
+#: ``sqlqueue.outcome`` attribute of its span.
+OUTCOMES = ("succeeded", "failed", "dead", "snoozed", "cancelled")
+
+
+def outcome_name(outcome: Outcome, cancel_requested: bool) -> str:
+    """The name of a written attempt's outcome, as the store decided it: a failure with
+    attempts left ends ``cancelled`` when someone asked to cancel the job while it ran."""
+    failure = outcome.failure
+    if failure is None:
+        return "succeeded"
+    if failure.snooze:
+        return "snoozed"
+    if failure.dead:
+        return "dead"
+    return "cancelled" if cancel_requested else "failed"
 
 
 class NoHandler(PermanentError):

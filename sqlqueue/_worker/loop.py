@@ -30,8 +30,8 @@ from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.heartbeat import Heartbeat
 from sqlqueue._worker.launch import Launcher
 from sqlqueue._worker.listener import Listener
+from sqlqueue._worker.observe import Observers
 from sqlqueue._worker.outbox import Completer, outcome_fields
-from sqlqueue._worker.outcome_log import log_outcome
 from sqlqueue._worker.reaper import Reaper
 from sqlqueue._worker.running import Contexts
 from sqlqueue._worker.scheduler import Scheduler
@@ -42,7 +42,6 @@ from sqlqueue._worker.upkeep import Upkeep, every
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue
-    from sqlqueue._worker.prometheus import WorkerMetrics
 
 __all__ = ["Worker", "WorkerSettings"]
 
@@ -103,10 +102,8 @@ class Worker:
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
         self._upkeep: Upkeep | None = None
-        #: Prometheus metrics, when ``settings.metrics_port`` is set (else one ``if`` per outcome).
-        self._metrics: WorkerMetrics | None = None
-        #: Running jobs someone asked to cancel (heartbeats tell), for the outcome label.
-        self._cancel_requested: set[int] = set()
+        #: The log and the metrics: what this worker tells of each outcome (see observe.py).
+        self._observers = Observers(self.worker_id, queue.tracing)
         #: The port metrics are served on, once serving (``metrics_port=0`` picks one).
         self.metrics_port: int | None = None
 
@@ -217,10 +214,10 @@ class Worker:
             on_resumed=self._resumed,
         )
         try:
-            self._start_metrics()
+            self.metrics_port = self._observers.start(self.settings, self.queue.stats)
             await upkeep.read_paused(strict=burst)
         except (DatabaseError, ConfigurationError):
-            self._stop_metrics()
+            self._stop_observers()
             self._db.close()
             threads.shutdown()
             self._loop = None
@@ -259,30 +256,13 @@ class Worker:
             threads.shutdown()
             self._db.close()
             self._loop = None
-            self._stop_metrics()
+            self._stop_observers()
             log.info("worker %s stopped", self.worker_id)
             current_worker.reset(scope)
 
-    def _start_metrics(self) -> None:
-        """Serve Prometheus metrics if ``metrics_port`` asks for them; only then is
-        ``prometheus_client`` imported."""
-        if self.settings.metrics_port is None:
-            return
-        from sqlqueue._worker.prometheus import WorkerMetrics  # the optional extra, when used
-
-        metrics = WorkerMetrics(
-            port=self.settings.metrics_port,
-            stats=self.queue.stats,
-            stats_interval=self.settings.metrics_interval,
-        )
-        self.metrics_port = metrics.start()
-        self._metrics = metrics
-
-    def _stop_metrics(self) -> None:
-        if self._metrics is not None:
-            self._metrics.stop()
-            self._metrics = None
-            self.metrics_port = None
+    def _stop_observers(self) -> None:
+        self._observers.stop()
+        self.metrics_port = None
 
     @property
     def listening(self) -> bool:
@@ -446,18 +426,7 @@ class Worker:
             del self._leased[outcome.job.id]
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
-        if self._metrics is not None:
-            self._measure(outcome, landed)
-        log_outcome(outcome, landed, self.worker_id)
-
-    def _measure(self, outcome: Outcome, landed: bool) -> None:
-        """Count a written outcome in the metrics (one that lost its lease is someone else's)."""
-        assert self._metrics is not None
-        job_id = outcome.job.id
-        cancel_requested = job_id in self._cancel_requested
-        self._cancel_requested.discard(job_id)
-        if landed:
-            self._metrics.record(outcome, cancel_requested=cancel_requested)
+        self._observers.written(outcome, landed)
 
     # -- maintenance duties -------------------------------------------------------------------
 
@@ -469,8 +438,8 @@ class Worker:
         if beat.cancel_requested and self._contexts is not None:
             for job_id in beat.cancel_requested:
                 self._contexts.cancel(job_id)
-        if beat.cancel_requested and self._metrics is not None:
-            self._cancel_requested |= beat.cancel_requested
+        if beat.cancel_requested:
+            self._observers.cancel_requested(beat.cancel_requested)
 
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)
@@ -525,7 +494,9 @@ class Worker:
             )
         except DatabaseError as error:
             log.error("could not release %d job(s): %s; their leases will expire", len(jobs), error)
+            self._observers.released(jobs)
             return
+        self._observers.released(jobs)
         for job in jobs:
             self._leased.pop(job.id, None)
         log.warning(

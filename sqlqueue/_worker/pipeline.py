@@ -12,7 +12,7 @@ without any is *direct*: the executor starts it on a handler thread with no task
 the worker's cheapest route. The steps from ``thread | loop`` on run wherever the handler runs
 and are the same code on every route.
 
-:data:`STEPS` is where a new step that wraps every handler call goes (a tracing span, secrets
+:data:`STEPS` is where a new step that wraps every handler call goes (the tracing span, secrets
 decrypted into the arguments): each task composes the ones it wants around its handler once,
 so they apply to sync and async handlers, direct or not, at no cost to tasks that do not.
 """
@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from sqlqueue._tracing import trace_step
 
 if TYPE_CHECKING:
     from sqlqueue._store.rows import ClaimedJob
@@ -72,6 +74,9 @@ def _open_secrets(task: Task, call: Call) -> Call:
 
 #: The extra steps around handler calls, outermost first; read when a task is made.
 STEPS: tuple[Step, ...] = (
+    # The attempt's consumer span, current while the handler runs (sqlqueue/_tracing.py): the
+    # outermost, so that whatever the inner steps do happens in the attempt's trace.
+    Step(name="trace", wanted=lambda task: task.tracing is not None, around=trace_step),
     Step(name="secrets", wanted=lambda task: task.secrets is not None, around=_open_secrets),
 )
 

@@ -33,12 +33,9 @@ from sqlqueue._worker.classify import Outcome
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-__all__ = ["OUTCOMES", "WorkerMetrics", "outcome_name"]
+__all__ = ["WorkerMetrics"]
 
 log = logging.getLogger("sqlqueue.worker")
-
-#: The values of ``sqlqueue_jobs_total``'s ``outcome`` label.
-OUTCOMES = ("succeeded", "failed", "dead", "snoozed", "cancelled")
 
 #: Upper bounds (``le``) of the histograms' buckets, in seconds.
 _DURATION_BUCKETS: tuple[float, ...] = (
@@ -74,19 +71,6 @@ _WAIT_BUCKETS: tuple[float, ...] = (
     900,
     3600,
 )
-
-
-def outcome_name(outcome: Outcome, cancel_requested: bool) -> str:
-    """The ``outcome`` label of a written attempt, as the store decided it: a failure with
-    attempts left ends ``cancelled`` when someone asked to cancel the job while it ran."""
-    failure = outcome.failure
-    if failure is None:
-        return "succeeded"
-    if failure.snooze:
-        return "snoozed"
-    if failure.dead:
-        return "dead"
-    return "cancelled" if cancel_requested else "failed"
 
 
 class WorkerMetrics:
@@ -131,10 +115,10 @@ class WorkerMetrics:
             self._server.server_close()
             self._server = None
 
-    def record(self, outcome: Outcome, *, cancel_requested: bool) -> None:
-        """Count one written attempt under its :func:`outcome_name` and observe its duration
-        and its job's wait."""
-        self._tally.record(outcome, outcome_name(outcome, cancel_requested))
+    def record(self, outcome: Outcome, name: str) -> None:
+        """Count one written attempt under ``name`` (its ``outcome_name``, the ``outcome``
+        label) and observe its duration and its job's wait."""
+        self._tally.record(outcome, name)
 
 
 class OutcomeTally(Collector):
