@@ -207,11 +207,21 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands, _database_option)
 
     web_cmd = commands.add_parser(
-        "web", help="serve the internal web page (needs sqlqueue[web]) until interrupted"
+        "web",
+        help="serve the internal web page (needs sqlqueue[web]) until interrupted",
+        description="Serve the internal web page (needs sqlqueue[web]) until interrupted: "
+        "the overview, the job list and each job, and requeue, discard, pause and resume. "
+        "It has no login of its own: anyone who reaches it may act, so keep it on this "
+        "machine, put it behind your own login, or pass --read-only. To mount it in your "
+        "app with your own authorize= and current_user=, use sqlqueue.web.create_app.",
     )
     _database_option(web_cmd)
-    web_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine)")
-    web_cmd.add_argument("--port", type=int, default=8080, help="default 8080")
+    web_cmd.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only)",
+    )
+    web_cmd.add_argument("--port", type=int, default=8080, help="the port (default 8080)")
     web_cmd.add_argument(
         "--read-only", action="store_true", help="show everything, change nothing (no actions)"
     )

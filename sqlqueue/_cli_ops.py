@@ -132,7 +132,7 @@ def _moments(queue: Queue, args: argparse.Namespace) -> tuple[datetime | None, d
     """``--since``/``--until`` as times; a duration counts back from the database clock."""
     if args.since is None and args.until is None:
         return None, None
-    now = queue.store.database_now()
+    now = queue.database_now()
     since = None if args.since is None else parse_moment(args.since, option="--since", now=now)
     until = None if args.until is None else parse_moment(args.until, option="--until", now=now)
     return since, until

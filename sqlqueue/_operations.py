@@ -83,6 +83,11 @@ class Operations:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def database_now(self) -> datetime:
+        """The database clock's time now: every job time is stamped by it, so a relative time
+        ("the last 2 hours") counts back from here, not from this machine's clock."""
+        return self.admin.database_now()
+
     def stats(self) -> Stats:
         """Counts by status (overall, per queue, per job type), each queue's oldest due age and
         pause state, failures and deaths in the last hour, and the top errors — one read."""

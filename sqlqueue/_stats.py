@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlqueue._job import JobStatus
-from sqlqueue._store.readmodel import ActivityRows, StatsRows
+from sqlqueue._store.readmodel import ActivityRows, PauseRow, StatsRows
 
 __all__ = [
     "Activity",
@@ -35,11 +35,15 @@ def _zeros() -> dict[str, int]:
 @dataclass(frozen=True, kw_only=True)
 class QueueStats:
     """One queue: its jobs by status, how long its oldest due job has waited (seconds by the
-    database clock; ``None`` when nothing is due), and whether an operator paused it."""
+    database clock; ``None`` when nothing is due), and whether an operator paused it — and if
+    so when (``paused_at``), who (``paused_by``) and why (``pause_reason``)."""
 
     by_status: Mapping[str, int]
     oldest_queued_age_seconds: float | None
     paused: bool
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
@@ -47,6 +51,9 @@ class QueueStats:
             "by_status": dict(self.by_status),
             "oldest_queued_age_seconds": self.oldest_queued_age_seconds,
             "paused": self.paused,
+            "paused_at": None if self.paused_at is None else self.paused_at.isoformat(),
+            "paused_by": self.paused_by,
+            "pause_reason": self.pause_reason,
         }
 
 
@@ -100,15 +107,13 @@ def stats_from_rows(rows: StatsRows) -> Stats:
         by_status[status] = by_status.get(status, 0) + count
         per_queue.setdefault(queue, _zeros())[status] += count
         per_type.setdefault(job_type, _zeros())[status] += count
-    paused = set(rows.paused)
-    names = sorted(set(per_queue) | paused)
+    paused = {pause.name: pause for pause in rows.paused}
+    names = sorted(set(per_queue) | set(paused))
     return Stats(
         by_status=by_status,
         queues={
-            name: QueueStats(
-                by_status=per_queue.get(name, _zeros()),
-                oldest_queued_age_seconds=rows.oldest_due.get(name),
-                paused=name in paused,
+            name: _queue_stats(
+                per_queue.get(name, _zeros()), rows.oldest_due.get(name), paused.get(name)
             )
             for name in names
         },
@@ -117,6 +122,21 @@ def stats_from_rows(rows: StatsRows) -> Stats:
         dead_last_hour=rows.dead_last_hour,
         top_errors=tuple(ErrorCount(error=error, count=count) for error, count in rows.top_errors),
         taken_at=rows.taken_at,
+    )
+
+
+def _queue_stats(
+    by_status: Mapping[str, int], oldest_due: float | None, pause: PauseRow | None
+) -> QueueStats:
+    if pause is None:
+        return QueueStats(by_status=by_status, oldest_queued_age_seconds=oldest_due, paused=False)
+    return QueueStats(
+        by_status=by_status,
+        oldest_queued_age_seconds=oldest_due,
+        paused=True,
+        paused_at=pause.paused_at,
+        paused_by=pause.paused_by,
+        pause_reason=pause.reason,
     )
 
 

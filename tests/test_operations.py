@@ -390,8 +390,15 @@ def test_pause_and_resume_are_visible_in_stats(backend: Backend) -> None:
     queue.pause("reports", by="ops", reason="still migrating")  # again: still paused
 
     assert queue.paused_queues() == ["reports"]
-    assert queue.stats().queues["reports"].paused is True  # paused, even with no jobs
+    reports = queue.stats().queues["reports"]
+    assert reports.paused is True  # paused, even with no jobs
+    assert (reports.paused_by, reports.pause_reason) == ("ops", "still migrating")
+    assert reports.paused_at is not None
+    assert abs((db_now(backend.engine) - reports.paused_at).total_seconds()) < 60
+    assert reports.to_dict()["pause_reason"] == "still migrating"
     assert queue.resume("reports") is True
+    running = queue.stats().queues.get("reports")
+    assert running is None or (running.paused, running.paused_by) == (False, None)
     assert queue.resume("reports") is False
     assert queue.paused_queues() == []
     with pytest.raises(sqlqueue.ConfigurationError, match=r"by= \(who\)"):
@@ -552,3 +559,12 @@ def test_a_fold_never_waits_for_a_stalled_holder_of_the_counts(backend: Backend)
         with pytest.raises(sqlqueue.DatabaseError, match="holds the finished-job counts"):
             queue.admin.prune_batch(status="succeeded", older_than=0, limit=10)
         assert time.monotonic() - started < 2.0
+
+
+def test_database_now_is_the_database_clock_timezone_aware(backend: Backend) -> None:
+    queue = backend.queue()
+
+    now = queue.database_now()
+
+    assert now.tzinfo is not None
+    assert abs((now - db_now(backend.engine)).total_seconds()) < 60

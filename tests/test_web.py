@@ -33,7 +33,7 @@ import sqlqueue.web
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
 from tests._support import db_now, drain, wait_until
-from tests._web_support import enqueue, free_port, make_queue, populated, token_of
+from tests._web_support import KEY, enqueue, free_port, make_queue, populated, token_of
 from tests.conftest import Backend
 from tests.test_operations import set_times
 
@@ -68,6 +68,35 @@ def test_create_app_refuses_what_is_not_a_queue_or_a_function() -> None:
     with pytest.raises(sqlqueue.ConfigurationError, match="max_queued_age must be >= 0"):
         create_app(queue, max_queued_age=-1)
 
+    async def allow(request: Request, action: str) -> bool:
+        return False
+
+    async def who(request: Request) -> str:
+        return "ada"
+
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"authorize: expected a plain function"):
+        create_app(queue, authorize=allow)  # type: ignore[arg-type]
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"current_user: expected a plain"):
+        create_app(queue, current_user=who)  # type: ignore[arg-type]
+
+
+def test_an_authorize_that_answers_neither_true_nor_false_allows_nothing(
+    backend: Backend,
+) -> None:
+    queue, ids = populated(backend)
+    # A truthy non-answer (here a string; a coroutine would be one too) must not pass for yes.
+    web = TestClient(
+        create_app(queue, authorize=lambda request, action: "no"),  # type: ignore[arg-type,return-value]
+        follow_redirects=False,
+        raise_server_exceptions=False,
+    )
+
+    answer = web.get(f"/jobs/{ids['dead_503'][0]}")
+
+    assert answer.status_code == 500
+    assert "crm.sync" not in answer.text
+    assert "503 from crm" not in answer.text
+
 
 # -- the pages ----------------------------------------------------------------------------------
 
@@ -98,6 +127,52 @@ def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
     assert 'data-total="succeeded">3<' in html
     assert "crm.sync" in html
     assert "mail.send" in html
+
+
+def test_the_last_hour_tiles_link_to_lists_of_exactly_the_jobs_they_count(
+    backend: Backend,
+) -> None:
+    queue, ids = populated(backend)
+    queue.requeue(ids["dead_503"][0], by="ops", reason="handled: no longer counts")
+    web = client(queue)
+    overview = web.get("/").text
+
+    def tile(name: str) -> tuple[int, set[int]]:
+        link, figure = re.search(
+            rf'<a class="tile[^"]*" href="([^"]+)">\s*<span class="label">[^<]*</span>\s*'
+            rf'<span class="figure" data-count="{name}">(\d+)<',
+            overview,
+        ).groups()  # type: ignore[union-attr]
+        html = web.get(link.replace("&amp;", "&")).text
+        return int(figure), {int(part.split('"')[0]) for part in html.split('data-job-id="')[1:]}
+
+    assert tile("dead_last_hour") == (3, {ids["dead_503"][1], *ids["dead_410"], *ids["charge"]})
+    assert tile("failed_last_hour") == (1, set(ids["failed"]))
+    assert web.get("/jobs?unhandled=yes").status_code == 400
+
+
+def test_each_top_error_links_to_the_list_of_the_jobs_that_have_it(backend: Backend) -> None:
+    queue, ids = populated(backend)
+    web = client(queue)
+    overview = web.get("/").text
+    top = overview.split('id="top-errors"')[1].split("</table>")[0]
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', top)
+
+    lists = {text: web.get(link.replace("&amp;", "&")) for link, text in links}
+
+    assert [text for _, text in links][:2] == [
+        "ConnectionError: 503 from crm",
+        "ConnectionError: 410 Gone",
+    ]
+    assert all(page.status_code == 200 for page in lists.values())
+
+    def listed(text: str) -> set[int]:
+        html = lists[text].text
+        return {int(part.split('"')[0]) for part in html.split('data-job-id="')[1:]}
+
+    assert listed("ConnectionError: 503 from crm") == set(ids["dead_503"])
+    assert listed("ConnectionError: 410 Gone") == set(ids["dead_410"])
+    assert listed("TimeoutError: endpoint timed out") == set(ids["failed"])
 
 
 def test_the_chart_alone_is_what_the_overview_refreshes(backend: Backend) -> None:
@@ -133,21 +208,45 @@ def test_job_list_filters_by_status_type_queue_error_and_since(backend: Backend)
 
 def test_job_list_pages_by_keyset_with_links_that_keep_the_filter(backend: Backend) -> None:
     queue = make_queue(backend)
-    made = enqueue(queue, "mail.send", 120)
+    made = enqueue(queue, "mail.send", 120, note="the same words")
+    enqueue(queue, "mail.send", 5)  # newer, and outside the filter below
     web = client(queue)
+    wanted = "status=queued&type=mail.send&queue=mail&since=1h"
+    with backend.engine.begin() as conn:  # an error to search by on the filtered jobs only
+        conn.execute(
+            sa.text("UPDATE sqlqueue_jobs SET last_error = 'E: the same words' WHERE id <= :top"),
+            {"top": made[-1]},
+        )
 
-    first = web.get("/jobs?type=mail.send").text
+    first = web.get(f"/jobs?{wanted}&error=same+words").text
     older = first.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
     second = web.get(older).text
     third_link = second.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
     third = web.get(third_link).text
 
-    assert older == f"/jobs?type=mail.send&before_id={made[-50]}"
+    assert (
+        older == f"/jobs?{wanted.replace('since', 'error=same+words&since')}&before_id={made[-50]}"
+    )
     assert f'data-job-id="{made[-1]}"' in first
+    assert first.count("data-job-id=") == 50
     assert f'data-job-id="{made[-51]}"' in second
     assert f'data-job-id="{made[0]}"' in third
     assert 'rel="next"' not in third
     assert third.count("data-job-id=") == 20
+
+
+def test_a_last_page_that_is_full_has_no_link_to_an_empty_one(backend: Backend) -> None:
+    queue = make_queue(backend)
+    made = enqueue(queue, "mail.send", 100)  # exactly two pages
+    web = client(queue)
+
+    first = web.get("/jobs").text
+    second = web.get(f"/jobs?before_id={made[-50]}").text
+
+    assert 'rel="next"' in first
+    assert second.count("data-job-id=") == 50
+    assert f'data-job-id="{made[0]}"' in second
+    assert 'rel="next"' not in second
 
 
 @pytest.mark.parametrize(
@@ -156,6 +255,11 @@ def test_job_list_pages_by_keyset_with_links_that_keep_the_filter(backend: Backe
         ("?status=sleeping", "status must be one of queued, running"),
         ("?before_id=abc", "before_id must be a job id"),
         ("?since=yesterday", "since: expected an ISO 8601 time"),
+        ("?since=garbage&status=dead", "since: expected an ISO 8601 time"),
+        ("?since=1000000d", "since: '1000000d' is longer than a century"),
+        ("?before_id=0", "before_id must be a job id"),
+        ("?error=%00", "error: contains a NUL character"),
+        ("?type=a%00b", "type: contains a NUL character"),
     ],
 )
 def test_a_bad_filter_is_a_400_that_says_what_is_wrong(
@@ -184,6 +288,64 @@ def test_job_page_shows_payload_redacted_every_attempt_and_times(backend: Backen
     assert " UTC" in flaky.split('id="errors"')[1]  # the attempt's time
     assert missing.status_code == 404
     assert "there is no job 987654" in missing.text
+
+
+def test_a_secret_never_appears_in_any_page(backend: Backend) -> None:
+    canary = "canary-7f3a91-never-shown"
+    queue = backend.queue(encryption_keys=[KEY])
+
+    @queue.task("pay", queue="billing", max_attempts=1, secret_fields=["card"])
+    def pay(card: str, amount: int) -> None:
+        raise ValueError(f"card {card} declined")  # the error names the secret too
+
+    @queue.task(
+        "pay.later", queue="billing", max_attempts=3, backoff=[3600], secret_fields=["card"]
+    )
+    def pay_later(card: str) -> None:
+        raise TimeoutError(f"gateway timed out charging {card}")
+
+    with queue.engine.begin() as conn:
+        dead = queue.enqueue(conn, "pay", {"card": canary, "amount": 5})
+        failed = queue.enqueue(conn, "pay.later", {"card": canary})
+    drain(queue)
+    web = client(queue)
+    paths = ["/", "/chart", "/jobs", "/jobs?status=dead", "/jobs?error=declined",
+             "/jobs?queue=billing", f"/jobs/{dead}", f"/jobs/{failed}"]  # fmt: skip
+
+    pages = {path: web.get(path) for path in paths}
+
+    assert {path: page.status_code for path, page in pages.items()} == dict.fromkeys(paths, 200)
+    for path, page in pages.items():
+        assert canary not in page.text, path
+    assert "ValueError: card *** declined" in pages[f"/jobs/{dead}"].text
+    assert "***" in pages[f"/jobs/{failed}"].text.split('id="payload"')[1].split("</pre>")[0]
+    assert f'data-job-id="{dead}"' in pages["/jobs?error=declined"].text
+
+
+def test_job_page_lists_every_failed_attempt_with_its_own_error_and_time(
+    backend: Backend,
+) -> None:
+    queue = backend.queue()
+    seen: list[int] = []
+
+    @queue.task("twice", max_attempts=3, backoff=[0, 0])
+    def twice() -> None:
+        seen.append(len(seen) + 1)
+        raise RuntimeError(f"attempt {len(seen)} broke")
+
+    with queue.engine.begin() as conn:
+        job_id = queue.enqueue(conn, "twice", {})
+    drain(queue)
+
+    html = client(queue).get(f"/jobs/{job_id}").text
+    errors = html.split('id="errors"')[1].split("<tbody>", 1)[1].split("</tbody>")[0]
+    rows = errors.split("<tr>")[1:]
+
+    assert len(rows) == 3
+    for number, row in enumerate(rows, start=1):
+        assert f'<td class="num">{number}</td>' in row
+        assert f"RuntimeError: attempt {number} broke" in row
+        assert re.search(r'<td class="when">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>', row)
 
 
 # -- the dead-letter actions --------------------------------------------------------------------
@@ -283,6 +445,31 @@ def test_a_bulk_action_without_a_filter_or_a_reason_changes_nothing(backend: Bac
     assert dead_snapshot(backend.engine) == before
 
 
+@pytest.mark.parametrize("action", ["requeue", "discard"])
+def test_acting_on_one_job_without_a_reason_is_a_400_that_changes_nothing(
+    backend: Backend, action: str
+) -> None:
+    queue, ids = populated(backend)
+    dead = ids["dead_503"][0]
+    web = client(queue)
+    token = token_of(web.get(f"/jobs/{dead}").text)
+    before = dead_snapshot(backend.engine)
+
+    answers = [
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token}),
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token, "reason": "   "}),
+        web.post(f"/jobs/{dead}/{action}", data={"csrf_token": token, "reason": "a\x00b"}),
+        web.post("/queues/pause", data={"csrf_token": token, "queue": "mail", "reason": ""}),
+    ]
+
+    assert [answer.status_code for answer in answers] == [400] * 4
+    assert "give a reason" in answers[0].text
+    assert "give a reason" in answers[1].text
+    assert "reason contains a NUL character" in answers[2].text
+    assert "give a reason" in answers[3].text
+    assert dead_snapshot(backend.engine) == before
+
+
 def test_requeue_of_a_job_that_is_not_dead_is_a_409_that_says_so(backend: Backend) -> None:
     queue, ids = populated(backend)
     web = client(queue)
@@ -292,26 +479,40 @@ def test_requeue_of_a_job_that_is_not_dead_is_a_409_that_says_so(backend: Backen
     missing = web.post("/jobs/987654/requeue", data={"csrf_token": token, "reason": "x"})
 
     assert answer.status_code == 409
+    assert "<h1>409</h1>" in answer.text
     assert "dead" in answer.text
     assert missing.status_code == 404
+    assert "<h1>404</h1>" in missing.text
 
 
-def test_pause_and_resume_a_queue(backend: Backend) -> None:
+def test_pause_and_resume_a_queue_showing_who_paused_it_and_why(backend: Backend) -> None:
     queue, _ = populated(backend)
-    web = client(queue)
+    web = client(queue, current_user=lambda request: request.headers.get("x-user", "nobody"))
     token = token_of(web.get("/").text)
 
-    paused = web.post("/queues/pause", data={"csrf_token": token, "queue": "mail", "reason": "db"})
+    paused = web.post(
+        "/queues/pause",
+        data={"csrf_token": token, "queue": "mail", "reason": "db upgrade"},
+        headers={"x-user": "grace"},
+    )
     assert paused.status_code == 303
     assert paused.headers["location"] == "/"
     assert queue.paused_queues() == ["mail"]
     page = web.get("/").text
     mail_row = page.split('<tr data-queue="mail">')[1].split("</tr>")[0]
-    assert "paused" in mail_row
-    assert "Resume" in mail_row
+    assert '<span class="badge paused">paused</span>' in mail_row
+    assert '<strong class="who">grace</strong>' in mail_row  # who paused it
+    assert '<q class="why">db upgrade</q>' in mail_row  # and why
+    assert "Resume</button>" in mail_row
+    assert "Pause</button>" not in mail_row
 
-    web.post("/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    resumed = web.post("/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    assert resumed.status_code == 303
+    assert resumed.headers["location"] == "/"
     assert queue.paused_queues() == []
+    mail_row = web.get("/").text.split('<tr data-queue="mail">')[1].split("</tr>")[0]
+    assert "paused" not in mail_row
+    assert "Pause</button>" in mail_row
 
 
 # -- safety -------------------------------------------------------------------------------------
@@ -446,18 +647,30 @@ def test_user_data_is_escaped_everywhere(backend: Backend) -> None:
     with queue.engine.begin() as conn:
         job_id = queue.enqueue(conn, f"x{evil}", {"note": evil})
     drain(queue)
-    web = client(queue)
+    queue.pause(f"p{evil}", by=f"u{evil}", reason=f"r{evil}")  # shown with a Resume form
+    web = client(queue, current_user=lambda request: evil)
+    token = token_of(web.get("/").text)
+    web.post(f"/jobs/{job_id}/discard", data={"csrf_token": token, "reason": evil})
 
-    pages = [
-        web.get("/").text,
-        web.get("/jobs").text,
-        web.get(f"/jobs?error={evil}").text,
-        web.get(f"/jobs/{job_id}").text,
-    ]
+    paths = ["/", "/jobs", f"/jobs?error={evil}&type={evil}", f"/jobs/{job_id}",
+             f"/jobs?status={evil}", f"/jobs?since={evil}"]  # fmt: skip
+    pages = {path: web.get(path) for path in paths}
 
-    for page in pages:
-        assert evil not in page
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    overview = pages["/"].text
+    assert 'name="queue" value="q&lt;script&gt;alert(1)&lt;/script&gt;"' in overview  # Pause
+    assert 'name="queue" value="p&lt;script&gt;alert(1)&lt;/script&gt;"' in overview  # Resume
+    assert "u&lt;script&gt;alert(1)&lt;/script&gt;" in overview  # who paused it
+    assert "r&lt;script&gt;alert(1)&lt;/script&gt;" in overview  # and why
+    assert (
+        'name="error" value="&lt;script&gt;alert(1)&lt;/script&gt;"'
+        in pages[f"/jobs?error={evil}&type={evil}"].text
+    )  # the search box
+    assert 'id="discarded"' in pages[f"/jobs/{job_id}"].text  # by and why: the user's text
+    assert pages[f"/jobs?status={evil}"].status_code == 400  # the message quotes the value
+    assert pages[f"/jobs?since={evil}"].status_code == 400
+    for path, page in pages.items():
+        assert evil not in page.text, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text, path
 
 
 # -- mounted and standalone ---------------------------------------------------------------------
@@ -468,24 +681,50 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: 
     host = Starlette(routes=[Mount("/ops/jobs-ui", app=create_app(queue))])
     web = TestClient(host, follow_redirects=False)
 
-    overview = web.get("/ops/jobs-ui/").text
+    queue.pause("billing", by="ops", reason="so that the overview has a Resume form")
     dead = ids["dead_503"][0]
-    job_page = web.get(f"/ops/jobs-ui/jobs/{dead}").text
-    answer = web.post(
-        f"/ops/jobs-ui/jobs/{dead}/requeue",
-        data={"csrf_token": token_of(job_page), "reason": "mounted"},
-    )
+    first = web.get("/ops/jobs-ui/")
+    pages = [
+        first.text,
+        web.get("/ops/jobs-ui/jobs?status=dead&error=503").text,  # with the bulk forms
+        web.get(f"/ops/jobs-ui/jobs?before_id={ids['queued'][-1]}").text,  # paged
+        web.get(f"/ops/jobs-ui/jobs/{dead}").text,  # with the one-job forms
+        web.get("/ops/jobs-ui/jobs/987654").text,  # the error page
+    ]
+    token = token_of(pages[3])
 
-    hrefs = [part.split('"')[0] for part in overview.split('href="')[1:]]
-    assert hrefs
-    assert all(href.startswith("/ops/jobs-ui/") for href in hrefs), hrefs
-    assert 'action="/ops/jobs-ui/jobs/' in job_page
+    def post(path: str, **form: str) -> httpx.Response:
+        answer: httpx.Response = web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
+        return answer
+
+    answers = {
+        "requeue": post(f"/jobs/{dead}/requeue", reason="mounted"),
+        "discard": post(f"/jobs/{ids['dead_410'][0]}/discard", reason="mounted"),
+        "requeue_matching": post("/jobs/requeue", error="503", reason="mounted"),
+        "discard_matching": post("/jobs/discard", queue="billing", reason="mounted"),
+        "pause": post("/queues/pause", queue="mail", reason="mounted"),
+        "resume": post("/queues/resume", queue="billing"),
+    }
+
+    for page in pages:
+        targets = re.findall(r'(?:href|src|action|data-refresh-url)="([^"]*)"', page)
+        assert len(targets) > 5
+        assert all(target.startswith("/ops/jobs-ui/") for target in targets), targets
+    assert 'action="/ops/jobs-ui/jobs/requeue"' in pages[1]
+    assert f'action="/ops/jobs-ui/jobs/{dead}/requeue"' in pages[3]
+    assert 'action="/ops/jobs-ui/queues/resume"' in pages[0]
+    assert 'data-refresh-url="/ops/jobs-ui/chart"' in pages[0]
     assert web.get("/ops/jobs-ui/static/style.css").status_code == 200
-    assert answer.status_code == 303
-    assert answer.headers["location"] == f"/ops/jobs-ui/jobs/{dead}"
-    assert (
-        "set-cookie" not in answer.headers or "Path=/ops/jobs-ui/" in answer.headers["set-cookie"]
+    assert web.get("/ops/jobs-ui/chart").text.lstrip().startswith("<svg")
+    assert {name: answer.status_code for name, answer in answers.items()} == dict.fromkeys(
+        answers, 303
     )
+    assert all(
+        answer.headers["location"].startswith("/ops/jobs-ui/") for answer in answers.values()
+    )
+    assert answers["requeue"].headers["location"] == f"/ops/jobs-ui/jobs/{dead}"
+    assert answers["pause"].headers["location"] == "/ops/jobs-ui/"
+    assert "Path=/ops/jobs-ui/" in first.headers["set-cookie"]  # the token's cookie stays too
 
 
 def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
@@ -515,6 +754,45 @@ def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
         server.wait(timeout=30)
 
 
+def test_the_web_command_help_says_what_it_serves_and_that_it_has_no_login() -> None:
+    answer = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", "web", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert answer.returncode == 0
+    text = " ".join(answer.stdout.split())
+    for option in ("--database-url", "--host", "--port", "--read-only"):
+        assert option in text
+    assert "no login of its own" in text
+    assert "sqlqueue.web.create_app" in text
+    assert "default 127.0.0.1" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "message"),
+    [
+        ("nonsense", 2, "--database-url: cannot use 'nonsense'"),
+        ("postgresql+psycopg://postgres@127.0.0.1:1/none", 3, "cannot reach PostgreSQL"),
+    ],
+)
+def test_the_web_command_refuses_a_bad_database_url_with_a_clear_message(
+    url: str, status: int, message: str
+) -> None:
+    answer = subprocess.run(
+        [sys.executable, "-m", "sqlqueue", "web", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert answer.returncode == status
+    assert message in answer.stderr
+    assert "Traceback" not in answer.stderr
+
+
 def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> None:
     missing = tmp_path / "missing.db"
     answer = subprocess.run(
@@ -530,16 +808,26 @@ def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> 
 
 def test_the_web_package_reads_through_the_queue_never_the_store() -> None:
     package = Path(sqlqueue.web.__file__).parent
+    trees = [ast.parse(path.read_text()) for path in package.glob("*.py")]
     imported = {
         node.module or ""
-        for path in package.glob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for tree in trees
+        for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom)
     }
     below = sorted(
         name for name in imported if name.startswith(("sqlqueue._store", "sqlqueue.dialects"))
     )
+    # Nor through a Queue's store, admin, engine or dialect: only its operations API.
+    reached = sorted(
+        node.attr
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in {"store", "admin", "engine", "dialect", "keyring"}
+    )
     assert below == []
+    assert reached == []
 
 
 def test_a_database_that_is_not_migrated_is_a_503_that_says_what_to_run(tmp_path: Path) -> None:

@@ -81,6 +81,15 @@ class Admin:
                 f"run {self.dialect.migrate_command()} first"
             )
 
+    def database_now(self) -> datetime:
+        """The database clock's time now."""
+
+        def read(conn: Connection) -> datetime:
+            value: datetime = conn.execute(select(self.dialect.clock())).scalar_one()
+            return value
+
+        return self._read(read)
+
     def stats(self, *, now: datetime | None = None) -> StatsRows:
         """See :func:`readmodel.read_stats`."""
         return self._snapshot(lambda conn: readmodel.read_stats(conn, self.dialect, now=now))

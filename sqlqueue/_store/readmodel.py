@@ -24,10 +24,12 @@ from sqlqueue.dialects import Dialect
 __all__ = [
     "ERROR_GROUP_CHARS",
     "ActivityRows",
+    "PauseRow",
     "StatsRows",
     "find_jobs",
     "paused_queues",
     "read_activity",
+    "read_pauses",
     "read_stats",
 ]
 
@@ -40,12 +42,22 @@ ERROR_GROUP_CHARS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
+class PauseRow:
+    """A queue paused now: since when, by whom and why (as the operator gave them)."""
+
+    name: str
+    paused_at: datetime
+    paused_by: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class StatsRows:
     """What :func:`read_stats` read, as plain rows for the public ``Stats`` to shape."""
 
     counts: list[tuple[str, str, str, int]]
     oldest_due: dict[str, float]
-    paused: list[str]
+    paused: list[PauseRow]
     failed_last_hour: int
     dead_last_hour: int
     top_errors: list[tuple[str, int]]
@@ -90,7 +102,7 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
     return StatsRows(
         counts=counts,
         oldest_due={row.queue: max(0.0, float(row.age)) for row in oldest},
-        paused=paused_queues(conn),
+        paused=read_pauses(conn),
         failed_last_hour=int(failed),
         dead_last_hour=int(dead),
         top_errors=[(str(row.error), int(row.n)) for row in errors],
@@ -146,3 +158,18 @@ def paused_queues(conn: Connection) -> list[str]:
     """The names of the queues paused now."""
     query = select(queues.c.name).where(queues.c.paused_at.is_not(None)).order_by(queues.c.name)
     return list(conn.execute(query).scalars())
+
+
+def read_pauses(conn: Connection) -> list[PauseRow]:
+    """The queues paused now, with who paused them, when and why, by name."""
+    query = (
+        select(queues.c.name, queues.c.paused_at, queues.c.paused_by, queues.c.pause_reason)
+        .where(queues.c.paused_at.is_not(None))
+        .order_by(queues.c.name)
+    )
+    return [
+        PauseRow(
+            name=row.name, paused_at=row.paused_at, paused_by=row.paused_by, reason=row.pause_reason
+        )
+        for row in conn.execute(query)
+    ]

@@ -39,12 +39,15 @@ async def _checked(request: Request, action: Action) -> tuple[WebSettings, FormD
 
 
 def _field(form: FormData, name: str, what: str) -> str:
+    """Form field ``name``, stripped; 400 when it is missing, blank, too long or holds a NUL."""
     value = form.get(name)
     text = value.strip() if isinstance(value, str) else ""
     if not text:
         raise HTTPException(400, f"give {what}")
     if len(text) > _MAX_REASON:
         raise HTTPException(400, f"{name} is longer than {_MAX_REASON} characters")
+    if "\x00" in text:
+        raise HTTPException(400, f"{name} contains a NUL character")
     return text
 
 
@@ -78,6 +81,8 @@ async def discard_job(request: Request) -> Response:
 
 
 async def _matching(request: Request, action: Action) -> Response:
+    """``action`` on every unhandled dead job matching the form's filter (which must narrow
+    it); back to the list, with how many were done."""
     settings, form = await _checked(request, action)
     reason = _field(form, "reason", "a reason")
     wanted = job_list_filter(form)

@@ -4,7 +4,8 @@ request's mount prefix."""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -23,6 +24,7 @@ __all__ = ["create_app"]
 
 
 def _routes() -> list[BaseRoute]:
+    """Every page and action, each named for :func:`sqlqueue.web._render.link`."""
     post = ["POST"]
     return [
         Route("/", _pages.overview, name="overview"),
@@ -39,14 +41,23 @@ def _routes() -> list[BaseRoute]:
     ]
 
 
-def _failure(status_code: int) -> Any:
+#: What Starlette calls with a request and the exception it raised.
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+def _failure(status_code: int) -> ErrorHandler:
+    """An error page of ``status_code`` whose message is the exception's (sqlqueue's errors
+    say what is wrong and what to do)."""
+
     async def page(request: Request, error: Exception) -> Response:
-        return render(request, "error.html", {"message": str(error)}, status_code=status_code)
+        context = {"message": str(error), "status_code": status_code}
+        return render(request, "error.html", context, status_code=status_code)
 
     return page
 
 
 async def _http_failure(request: Request, error: Exception) -> Response:
+    """The page of a refusal the app raised itself (400, 403, 404 …), with its headers."""
     assert isinstance(error, HTTPException)
     response = render(
         request,
@@ -83,6 +94,11 @@ def create_app(
     for name, hook in (("authorize", authorize), ("current_user", current_user)):
         if hook is not None and not callable(hook):
             raise ConfigurationError(f"{name}: expected a function of the request, got {hook!r}")
+        if inspect.iscoroutinefunction(hook):
+            raise ConfigurationError(
+                f"{name}: expected a plain function (def, not async def): the page calls it "
+                "for every request and form and needs its answer at once"
+            )
     if max_queued_age < 0:
         raise ConfigurationError(f"max_queued_age must be >= 0 seconds, got {max_queued_age!r}")
     if refresh_seconds <= 0:

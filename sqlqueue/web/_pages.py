@@ -25,6 +25,7 @@ CHART_MINUTES = 60
 
 
 def _reads(settings: WebSettings) -> tuple[Health, Activity]:
+    """The overview's two reads: stats with their alarms, and the chart's last hour."""
     queue = settings.queue
     return (
         queue.health(max_queued_age=settings.max_queued_age),
@@ -33,6 +34,7 @@ def _reads(settings: WebSettings) -> tuple[Health, Activity]:
 
 
 def _viewer(request: Request) -> WebSettings:
+    """The app's settings, once ``authorize`` lets the request view (403 otherwise)."""
     settings = settings_of(request)
     settings.require(request, "view")
     return settings
@@ -71,18 +73,20 @@ async def job_list(request: Request) -> Response:
     wanted = job_list_filter(request.query_params)
     queue = settings.queue
 
-    def read() -> list[Job]:
+    def read() -> list[Job]:  # one more than a page: is there an older page at all?
         return queue.jobs(
             status=wanted.status,
             job_type=wanted.job_type,
             queue=wanted.queue,
             error_contains=wanted.error,
             since=wanted.since_moment(queue),
+            unhandled=wanted.unhandled,
             before_id=wanted.before_id,
-            limit=PAGE_SIZE,
+            limit=PAGE_SIZE + 1,
         )
 
-    jobs = await run_in_threadpool(read)
+    found = await run_in_threadpool(read)
+    jobs = found[:PAGE_SIZE]
     notice = {
         key: request.query_params[key]
         for key in ("requeued", "discarded")
@@ -95,7 +99,7 @@ async def job_list(request: Request) -> Response:
             "jobs": jobs,
             "wanted": wanted,
             "statuses": [status.value for status in JobStatus],
-            "next_before_id": jobs[-1].id if len(jobs) == PAGE_SIZE else None,
+            "next_before_id": jobs[-1].id if len(found) > PAGE_SIZE else None,
             "notice": notice,
         },
     )

@@ -10,9 +10,9 @@ from datetime import datetime
 
 from starlette.exceptions import HTTPException
 
-from sqlqueue._cli_text import parse_moment
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import JobStatus
+from sqlqueue._moments import parse_moment
 from sqlqueue._queue import Queue
 
 __all__ = ["MAX_JOB_ID", "JobListFilter", "job_list_filter"]
@@ -24,13 +24,15 @@ _MAX_TEXT = 1000
 
 @dataclass(frozen=True, kw_only=True)
 class JobListFilter:
-    """The list's filters as the page spells them (``type``, ``error``, ``since`` …)."""
+    """The list's filters as the page spells them (``type``, ``error``, ``since`` …);
+    ``unhandled``: only dead jobs nobody has requeued or discarded."""
 
     status: str | None = None
     job_type: str | None = None
     queue: str | None = None
     error: str | None = None
     since: str | None = None
+    unhandled: bool = False
     before_id: int | None = None
 
     def query(self) -> dict[str, str | None]:
@@ -41,6 +43,7 @@ class JobListFilter:
             "queue": self.queue,
             "error": self.error,
             "since": self.since,
+            "unhandled": "1" if self.unhandled else None,
         }
 
     @property
@@ -53,12 +56,13 @@ class JobListFilter:
         if self.since is None:
             return None
         try:
-            return parse_moment(self.since, option="since", now=queue.store.database_now())
+            return parse_moment(self.since, option="since", now=queue.database_now())
         except ConfigurationError as error:
             raise HTTPException(400, str(error)) from None
 
 
 def _text(params: Mapping[str, object], name: str) -> str | None:
+    """Parameter ``name``, stripped (blank: ``None``); 400 when too long or holding a NUL."""
     value = params.get(name)
     if value is None:
         return None
@@ -67,11 +71,14 @@ def _text(params: Mapping[str, object], name: str) -> str | None:
     value = value.strip()
     if len(value) > _MAX_TEXT:
         raise HTTPException(400, f"{name}: longer than {_MAX_TEXT} characters")
+    if "\x00" in value:  # no database stores it in text; PostgreSQL refuses the query
+        raise HTTPException(400, f"{name}: contains a NUL character")
     return value or None
 
 
 def job_list_filter(params: Mapping[str, object]) -> JobListFilter:
-    """The filter in ``params``; 400 for an unknown status or a malformed ``before_id``."""
+    """The filter in ``params``; 400 for an unknown status, a malformed ``before_id`` or
+    ``unhandled``."""
     status = _text(params, "status")
     if status is not None and status not in {s.value for s in JobStatus}:
         names = ", ".join(s.value for s in JobStatus)
@@ -82,8 +89,14 @@ def job_list_filter(params: Mapping[str, object]) -> JobListFilter:
         if not before.isdigit() or not 1 <= int(before) <= MAX_JOB_ID:
             raise HTTPException(400, f"before_id must be a job id, got {before!r}")
         before_id = int(before)
+    unhandled = _text(params, "unhandled")
+    if unhandled not in (None, "1"):
+        raise HTTPException(
+            400, f"unhandled must be 1 (dead jobs nobody has handled) or absent, got {unhandled!r}"
+        )
     return JobListFilter(
         status=status,
+        unhandled=unhandled == "1",
         job_type=_text(params, "type"),
         queue=_text(params, "queue"),
         error=_text(params, "error"),

@@ -55,10 +55,17 @@ class WebSettings:
     refresh_seconds: float = 10.0
 
     def may(self, request: Request, action: Action) -> bool:
-        """Whether ``request`` may do ``action``: changes never on a read-only page."""
+        """Whether ``request`` may do ``action``: changes never on a read-only page. Only
+        ``True`` allows: anything else from ``authorize`` (a coroutine of an ``async def``
+        is truthy) is the host's mistake, raised rather than read as a yes."""
         if action != "view" and self.read_only:
             return False
-        return bool(self.authorize(request, action))
+        answer = self.authorize(request, action)
+        if not isinstance(answer, bool):
+            raise TypeError(
+                f"authorize(request, {action!r}) must return True or False, got {answer!r}"
+            )
+        return answer
 
     def require(self, request: Request, action: Action) -> None:
         """403 unless ``request`` may do ``action``."""
