@@ -6,6 +6,7 @@ worker processes and a SIGKILL is in tests/test_batches_processes.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from sqlqueue import JobRequest, JobStatus
 from sqlqueue._schema import batches, jobs
 from tests._support import count_jobs, drain, wait_until
 from tests.conftest import Backend
+from tests.test_cli import cli
 
 #: What the test handlers saw: job type -> the payloads / batch snapshots they ran with.
 Seen = dict[str, list[Any]]
@@ -567,3 +569,35 @@ def test_enqueue_batch_async(backend):
     assert _status(queue, kept.id).total == 2
     assert queue.get_batch(dropped.id) is None
     assert count_jobs(queue.engine) == 2
+
+
+# -- operators -----------------------------------------------------------------------------------
+
+
+def test_a_job_shows_its_batch_and_the_batch_show_command_prints_the_counts(backend):
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, [*_children(2), _children(1, fail=True)[0]], on_complete=DONE)
+    drain(queue, queues=["default"])
+    status = _status(queue, batch.id)
+    assert _job(queue, batch.job_ids[0]).batch_id == batch.id
+    assert _job(queue, status.callback_job_id).batch_id == batch.id  # type: ignore[arg-type]
+
+    shown = cli("batch", "show", str(batch.id), "--json", url=backend.url)
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["total"] == 3
+    assert document["done"] == 3
+    assert document["counts"] == {
+        "queued": 0, "running": 0, "succeeded": 2, "failed": 0, "dead": 1, "cancelled": 0
+    }  # fmt: skip
+    assert document["callback_job_id"] == status.callback_job_id
+    text = cli("batch", "show", str(batch.id), url=backend.url).stdout
+    assert "done:             3 of 3" in text
+    assert "dead:             1" in text
+    job_text = cli("jobs", "show", str(batch.job_ids[0]), url=backend.url).stdout
+    assert f"batch:            {batch.id}" in job_text
+    missing = cli("batch", "show", "999999", url=backend.url)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "sqlqueue: error: there is no batch 999999",
+    )
