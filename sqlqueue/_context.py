@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,7 +69,7 @@ class JobDatabase(Protocol):
     def get_batch(self, batch_id: int) -> BatchStatus | None:
         """A batch and its counts (``ctx.batch``)."""
 
-    def check_batch_children(self, requests: Sequence[JobRequest]) -> list[JobRow]:
+    def check_batch_children(self, requests: Iterable[JobRequest]) -> list[JobRow]:
         """``requests`` checked as children of a batch (``ctx.add_to_batch``), before any SQL."""
 
 
@@ -209,7 +209,7 @@ class JobContext:
                 f"job {self.job_id} ({self.job_type}) is not in a batch: add_to_batch adds "
                 "children to the batch of a running child; use queue.enqueue_batch to start one"
             )
-        return batch_id, self._database.check_batch_children(list(requests))
+        return batch_id, self._database.check_batch_children(requests)
 
     def _insert_children(self, conn: Connection, batch_id: int, rows: list[JobRow]) -> list[int]:
         dialect = self._database.dialect

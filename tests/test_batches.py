@@ -550,6 +550,16 @@ def test_bad_batches_are_refused_before_anything_is_written(backend, requests, o
         assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
 
 
+def test_the_children_are_an_iterable_of_requests_not_one_request(backend):
+    queue, _ = _queue(backend)
+    with queue.engine.begin() as conn:
+        with pytest.raises(sqlqueue.EnqueueError, match="wrap a single request in a list"):
+            queue.enqueue_batch(conn, JobRequest(job_type="child", payload={"n": 1}))  # type: ignore[arg-type]
+        batch = queue.enqueue_batch(conn, (request for request in _children(3)))
+    assert _status(queue, batch.id).total == 3
+    assert count_jobs(queue.engine) == 3
+
+
 def test_enqueue_batch_async(backend):
     queue, _ = _queue(backend)
 
