@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 import sqlqueue
 from sqlqueue import JobRequest, JobStatus
 from sqlqueue._schema import batches, jobs
+from sqlqueue._store import batches as store_batches
+from sqlqueue._store import outcomes
 from tests._support import count_jobs, drain, wait_until
 from tests.conftest import Backend
 from tests.test_cli import cli
@@ -240,6 +242,44 @@ def test_a_callbacks_delay_counts_from_when_the_batch_finished(backend):
     assert status.finished_at is not None
     callback = _job(queue, status.callback_job_id)
     assert callback.next_run_at - status.finished_at >= timedelta(seconds=3599)
+
+
+def test_two_children_ending_in_concurrent_transactions_enqueue_one_callback(backend):
+    """The last two children end in two open transactions: the second waits on the batch
+    (its row lock; SQLite's one writer) until the first commits, then adds to what the first
+    wrote and alone sees the count reach the total."""
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, _children(2), on_complete=DONE)
+    first, second = (
+        queue.store.claim(
+            queues=["default"], job_types=None, limit=1, worker_id=worker, lease_seconds=60
+        )[0]
+        for worker in ("w1", "w2")
+    )
+    assert {first.id, second.id} == set(batch.job_ids)
+    dialect = queue.store.dialect
+    with queue.store.engine.connect() as conn:
+        dialect.begin_write(conn)
+        endings = store_batches.Endings()
+        landed = outcomes.complete(
+            conn, dialect, worker_id="w1", fences=[first.fence], endings=endings
+        )
+        assert landed == {first.id}
+        assert store_batches.settle(conn, dialect, endings) == []  # 1 of 2: not the last
+        finishing = threading.Thread(
+            target=queue.store.finish,
+            kwargs={"worker_id": "w2", "succeeded": [second.fence], "failures": []},
+        )
+        finishing.start()
+        finishing.join(0.5)
+        assert finishing.is_alive(), "the second ending did not wait for the first"
+        conn.commit()
+    finishing.join(30)
+    assert not finishing.is_alive()
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"succeeded": 2}
+    assert _callbacks(queue.engine, "done") == 1
 
 
 # -- every way a child ends counts -------------------------------------------------------------
