@@ -342,7 +342,7 @@ class Queue(Operations):
         """The batch with ``batch_id`` and its children's counts by status, or ``None``."""
         return self.store.get_batch(batch_id)
 
-    def check_batch_children(self, requests: Iterable[JobRequest]) -> list[JobRow]:
+    def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
         """``requests`` checked as a batch's children (what ``ctx.add_to_batch`` writes)."""
         return check_batch_children(self._settings, requests)
 
