@@ -113,6 +113,11 @@ def test_a_batch_and_its_children_are_written_in_the_callers_transaction(backend
     assert status.finished_at is None
     assert status.callback_job_id is None
     assert status.created_at.tzinfo is not None
+    with queue.engine.connect() as conn:  # no on_dead: SQL NULL, not a JSON null
+        row = conn.execute(
+            sa.select(batches.c.on_dead.is_(None), batches.c.on_complete.is_(None))
+        ).one()
+    assert tuple(row) == (True, False)
 
 
 def test_a_rolled_back_batch_leaves_nothing(backend):
