@@ -62,7 +62,8 @@ def complete(
         result = dialect.execute_returning(conn, stmt, params, execution_options=options)
         for job_id, batch_id in result.all():
             landed.add(job_id)
-            endings.ended(batch_id, "succeeded")
+            if batch_id is not None:
+                endings.ended(batch_id, "succeeded")
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
