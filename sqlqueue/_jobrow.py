@@ -25,5 +25,6 @@ class JobRow(TypedDict):
     group_key: str | None
     #: The W3C trace context of the enqueuing code, a JSON carrier (``None``: no trace).
     trace_context: str | None
+    batch_id: int | None
     _run_at: datetime | None
     _delay: float

@@ -161,6 +161,14 @@ class Tracing:
                 span.set_attribute(_MESSAGE_ID, str(ids[0]))
             return ids
 
+    def stamp(self, rows: Sequence[JobRow]) -> None:
+        """Give ``rows`` the current trace context, without a span of their own: the children
+        a running attempt adds to its batch, written later in its completion transaction."""
+        carrier = self._carrier()
+        if carrier is not None:
+            for row in rows:
+                row["trace_context"] = carrier
+
     def _carrier(self) -> str | None:
         """The current context as a JSON carrier, or ``None`` when it holds no valid span."""
         carrier: dict[str, str] = {}

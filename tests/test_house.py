@@ -169,6 +169,7 @@ def test_the_copy_path_writes_the_enqueued_columns_from_the_row_by_name():
         "idempotency_key": None,
         "group_key": "g",
         "trace_context": None,
+        "batch_id": 11,
         "_run_at": None,
         "_delay": 5.0,
     }

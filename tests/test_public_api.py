@@ -10,6 +10,8 @@ PUBLIC = {
     "Activity",
     "Alarm",
     "Backoff",
+    "Batch",
+    "BatchStatus",
     "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",

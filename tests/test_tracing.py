@@ -476,6 +476,60 @@ def test_a_job_enqueued_by_a_handler_continues_the_attempts_trace(
     assert {trace_id(s) for s in (parent_process, child_send, child_process)} == {trace_id(request)}
 
 
+def test_a_batch_its_fan_out_and_its_callback_stay_in_the_request_trace(
+    backend: Backend, spans: Spans
+) -> None:
+    queue = backend.queue(tracer_provider=spans.provider)
+
+    @queue.task("part", queue="parts")
+    def part(n: int, ctx: sqlqueue.JobContext) -> None:
+        if n == 0:  # one child fans out into two more of the same batch
+            ctx.add_to_batch(
+                [
+                    sqlqueue.JobRequest(job_type="part", payload={"n": 10}),
+                    sqlqueue.JobRequest(job_type="part", payload={"n": 11}),
+                ]
+            )
+
+    @queue.task("assemble", queue="reports")
+    def assemble(ctx: sqlqueue.JobContext) -> None:
+        assert ctx.batch is not None
+        assert ctx.batch.total == 4
+
+    with spans.tracer.start_as_current_span("POST /reports"), backend.engine.begin() as conn:
+        batch = queue.enqueue_batch(
+            conn,
+            [
+                sqlqueue.JobRequest(job_type="part", payload={"n": 0}),
+                sqlqueue.JobRequest(job_type="part", payload={"n": 1}),
+            ],
+            on_complete=sqlqueue.JobRequest(job_type="assemble"),
+        )
+    drain(queue)
+
+    status = queue.get_batch(batch.id)
+    assert status is not None
+    assert status.succeeded == 4
+    assert status.callback_job_id is not None
+    request, send = spans.one("POST /reports"), spans.one("send parts")
+    assert parent_id(send) == span_id(request)
+    assert send.attributes is not None
+    assert send.attributes["messaging.batch.message_count"] == 2
+    processes = spans.named("process parts")
+    assert len(processes) == 4
+    (fanning,) = [
+        s
+        for s in processes
+        if s.attributes and s.attributes["messaging.message.id"] == str(batch.job_ids[0])
+    ]
+    by_parent = sorted(parent_id(s) or 0 for s in processes)
+    # The two first children continue the producer span; the two it added continue its attempt.
+    assert by_parent == sorted([span_id(send)] * 2 + [span_id(fanning)] * 2)
+    callback = spans.one("process reports")
+    assert parent_id(callback) == span_id(send)
+    assert {trace_id(s) for s in (*processes, callback)} == {trace_id(request)}
+
+
 def test_without_a_valid_span_at_enqueue_the_column_is_null_and_attempts_start_a_trace(
     backend: Backend, spans: Spans
 ) -> None:
