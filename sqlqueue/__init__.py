@@ -5,6 +5,7 @@ look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
 from sqlqueue._backoff import Backoff, exponential, linear, schedule
+from sqlqueue._batch import Batch, BatchStatus
 from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import (
@@ -38,6 +39,8 @@ from sqlqueue._worker.loop import Worker
 __all__ = [
     "Alarm",
     "Backoff",
+    "Batch",
+    "BatchStatus",
     "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",

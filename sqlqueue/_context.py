@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,14 +24,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from sqlqueue._errors import ConfigurationError
+from sqlqueue._batch import BatchStatus
+from sqlqueue._errors import ConfigurationError, JobStateError
 from sqlqueue._job import ErrorRecord
+from sqlqueue._jobrow import JobRow
 from sqlqueue._logs import job_fields
+from sqlqueue._store import batches
 from sqlqueue._store.rows import ClaimedJob, error_record
+from sqlqueue._store.transactions import translated
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from sqlqueue._task import JobRequest
     from sqlqueue.dialects import Dialect
 
 __all__ = ["JobContext"]
@@ -60,6 +65,12 @@ class JobDatabase(Protocol):
 
     def async_engine(self) -> Any:
         """The ``AsyncEngine`` for ``async def`` handlers' transactions."""
+
+    def get_batch(self, batch_id: int) -> BatchStatus | None:
+        """A batch and its counts (``ctx.batch``)."""
+
+    def check_batch_children(self, requests: Sequence[JobRequest]) -> list[JobRow]:
+        """``requests`` checked as children of a batch (``ctx.add_to_batch``), before any SQL."""
 
 
 class JobContext:
@@ -90,6 +101,7 @@ class JobContext:
         self._progress: dict[str, Any] | None = None
         self._sync_tx: Connection | None = None
         self._async_tx: AsyncConnection | None = None
+        self._added_to_batch = 0
         self.logger = _JobLogger(logging.getLogger("sqlqueue.job"), job_fields(job, worker_id))
 
     # -- facts --------------------------------------------------------------------------------
@@ -150,6 +162,65 @@ class JobContext:
     def now(self) -> datetime:
         """The database clock's time now, as seen from this attempt's start (no round trip)."""
         return self._job.started_at + timedelta(seconds=time.monotonic() - self._started)
+
+    # -- batches ------------------------------------------------------------------------------
+
+    @property
+    def batch(self) -> BatchStatus | None:
+        """The batch this job belongs to (or, for a batch's callback job, the batch it
+        completes), read now; ``None`` for a job outside any batch."""
+        batch_id = self._job.batch_id
+        return None if batch_id is None else self._database.get_batch(batch_id)
+
+    def add_to_batch(self, requests: Iterable[JobRequest]) -> list[int]:
+        """Add children to this job's batch (fan-out from a running child); return their ids.
+
+        They are written in :meth:`transaction`, so they exist only if this job succeeds, and
+        the batch counts them from that same commit: it cannot finish before they end. A job
+        outside a batch, or a batch's callback (its batch has finished), cannot add children.
+        """
+        batch_id, rows = self._batch_children(requests)
+        if not rows:
+            return []
+        with self.transaction() as conn:
+            ids = self._insert_children(conn, batch_id, rows)
+        return ids
+
+    async def add_to_batch_async(self, requests: Iterable[JobRequest]) -> list[int]:
+        """:meth:`add_to_batch` for ``async def`` handlers, in :meth:`transaction_async`."""
+        batch_id, rows = self._batch_children(requests)
+        if not rows:
+            return []
+        async with self.transaction_async() as conn:
+            ids: list[int] = await conn.run_sync(
+                lambda sync_conn: self._insert_children(sync_conn, batch_id, rows)
+            )
+        return ids
+
+    @property
+    def added_to_batch(self) -> int:
+        """How many children this attempt added to its batch (counted when it completes)."""
+        return self._added_to_batch
+
+    def _batch_children(self, requests: Iterable[JobRequest]) -> tuple[int, list[JobRow]]:
+        batch_id = self._job.batch_id
+        if batch_id is None:
+            raise JobStateError(
+                f"job {self.job_id} ({self.job_type}) is not in a batch: add_to_batch adds "
+                "children to the batch of a running child; use queue.enqueue_batch to start one"
+            )
+        return batch_id, self._database.check_batch_children(list(requests))
+
+    def _insert_children(self, conn: Connection, batch_id: int, rows: list[JobRow]) -> list[int]:
+        dialect = self._database.dialect
+        if not translated(dialect, lambda: batches.batch_is_open(conn, dialect, batch_id)):
+            raise JobStateError(
+                f"batch {batch_id} has finished (job {self.job_id} is its callback): children "
+                "can only be added while the batch runs; start a new batch instead"
+            )
+        ids = translated(dialect, lambda: batches.insert_children(conn, dialect, batch_id, rows))
+        self._added_to_batch += len(ids)
+        return ids
 
     # -- progress -----------------------------------------------------------------------------
 

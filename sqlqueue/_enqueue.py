@@ -8,7 +8,7 @@ task's secret fields are sealed. The INSERTs themselves live in the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,9 +17,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
 from sqlqueue._payload import encode_payload
+from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.transactions import translated
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
@@ -28,7 +30,9 @@ from sqlqueue.dialects import Dialect
 __all__ = [
     "EnqueueSettings",
     "Executable",
+    "check_batch_children",
     "check_job",
+    "enqueue_batch",
     "enqueue_jobs",
     "to_connection",
     "write_rows",
@@ -152,6 +156,7 @@ def check_job(
         "max_attempts": max_attempts,
         "idempotency_key": idempotency_key,
         "group_key": group_key,
+        "batch_id": None,
         "_run_at": run_at,
         "_delay": float(delay or 0.0),
     }
@@ -178,5 +183,66 @@ def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list
     def write() -> list[int]:
         with to_connection(target) as conn:
             return insert_rows(dialect, conn, rows)
+
+    return translated(dialect, write)
+
+
+def check_batch_children(settings: EnqueueSettings, requests: Iterable[object]) -> list[JobRow]:
+    """Check the children of a batch as any enqueue does, and refuse idempotency keys: a child
+    whose key an existing job holds would not be written, and the batch would wait for a job
+    that is not its own."""
+    rows: list[JobRow] = []
+    for index, request in enumerate(requests):
+        if not isinstance(request, JobRequest):
+            raise EnqueueError(
+                f"batch child {index} must be a sqlqueue.JobRequest, got {type(request).__name__}"
+            )
+        if request.idempotency_key is not None:
+            raise EnqueueError(
+                f"batch child {index} ({request.job_type}) has an idempotency_key: children of "
+                "a batch cannot have one (an existing job with that key is not this batch's); "
+                "make the code that creates the batch idempotent instead"
+            )
+        rows.append(build_row(settings, request))
+    return rows
+
+
+def _check_callback(settings: EnqueueSettings, name: str, request: object) -> JobRow | None:
+    """The checked callback job ``name`` (``on_complete`` or ``on_dead``), or ``None``."""
+    if request is None:
+        return None
+    if not isinstance(request, JobRequest):
+        raise EnqueueError(
+            f"{name} must be a sqlqueue.JobRequest (or None), got {type(request).__name__}"
+        )
+    if request.idempotency_key is not None:
+        raise EnqueueError(
+            f"{name} has an idempotency_key: a batch's callback is enqueued exactly once "
+            "already; leave it out"
+        )
+    return build_row(settings, request)
+
+
+def enqueue_batch(
+    settings: EnqueueSettings,
+    target: Executable,
+    requests: Iterable[JobRequest],
+    *,
+    on_complete: JobRequest | None,
+    on_dead: JobRequest | None,
+) -> Batch:
+    """Write a batch row and its children in the caller's transaction (every request checked
+    first: a bad one writes nothing)."""
+    children = check_batch_children(settings, requests)
+    complete_row = _check_callback(settings, "on_complete", on_complete)
+    dead_row = _check_callback(settings, "on_dead", on_dead)
+    dialect = settings.dialect
+
+    def write() -> Batch:
+        with to_connection(target) as conn:
+            batch_id, ids = create_batch(
+                conn, dialect, children=children, on_complete=complete_row, on_dead=dead_row
+            )
+        return Batch(id=batch_id, job_ids=tuple(ids))
 
     return translated(dialect, write)

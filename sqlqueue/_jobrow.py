@@ -23,5 +23,6 @@ class JobRow(TypedDict):
     max_attempts: int
     idempotency_key: str | None
     group_key: str | None
+    batch_id: int | None
     _run_at: datetime | None
     _delay: float

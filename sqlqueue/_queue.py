@@ -11,10 +11,20 @@ from typing import Any, Literal
 from sqlalchemy import Engine, create_engine
 
 from sqlqueue._backoff import Backoff
+from sqlqueue._batch import Batch, BatchStatus
 from sqlqueue._circuit_breaker import CircuitBreaker
-from sqlqueue._enqueue import EnqueueSettings, Executable, check_job, enqueue_jobs, write_rows
+from sqlqueue._enqueue import (
+    EnqueueSettings,
+    Executable,
+    check_batch_children,
+    check_job,
+    enqueue_batch,
+    enqueue_jobs,
+    write_rows,
+)
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
+from sqlqueue._jobrow import JobRow
 from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue._operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
@@ -289,6 +299,53 @@ class Queue(Operations):
         batch = list(requests)
         ids: list[int] = await conn.run_sync(lambda sync_conn: self.enqueue_many(sync_conn, batch))
         return ids
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def enqueue_batch(
+        self,
+        conn: Executable,
+        requests: Iterable[JobRequest],
+        *,
+        on_complete: JobRequest | None = None,
+        on_dead: JobRequest | None = None,
+    ) -> Batch:
+        """Write a batch of jobs and its row in the caller's transaction (``Connection`` or
+        ``Session``); return its id and its children's ids.
+
+        When the last child ends (succeeded, dead or cancelled), ``on_complete`` is enqueued
+        exactly once, as an ordinary job whose ``ctx.batch`` is this batch; ``on_dead``, if
+        given, instead of it when any child ended dead. An empty batch is finished at once.
+        Children and callbacks take no idempotency key (see the README's "Batches").
+        """
+        return enqueue_batch(
+            self._settings, conn, list(requests), on_complete=on_complete, on_dead=on_dead
+        )
+
+    async def enqueue_batch_async(
+        self,
+        conn: Any,
+        requests: Iterable[JobRequest],
+        *,
+        on_complete: JobRequest | None = None,
+        on_dead: JobRequest | None = None,
+    ) -> Batch:
+        """:meth:`enqueue_batch` through an ``AsyncConnection`` or ``AsyncSession``."""
+        children = list(requests)
+        batch: Batch = await conn.run_sync(
+            lambda sync_conn: self.enqueue_batch(
+                sync_conn, children, on_complete=on_complete, on_dead=on_dead
+            )
+        )
+        return batch
+
+    def get_batch(self, batch_id: int) -> BatchStatus | None:
+        """The batch with ``batch_id`` and its children's counts by status, or ``None``."""
+        return self.store.get_batch(batch_id)
+
+    def check_batch_children(self, requests: Sequence[JobRequest]) -> list[JobRow]:
+        """``requests`` checked as a batch's children (what ``ctx.add_to_batch`` writes)."""
+        return check_batch_children(self._settings, requests)
 
     # -- inspection and dead letters ----------------------------------------------------------
 

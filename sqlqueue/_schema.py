@@ -37,6 +37,7 @@ __all__ = [
     "ColumnKind",
     "Fill",
     "JobColumn",
+    "batches",
     "circuit_breakers",
     "count_marks",
     "duties",
@@ -55,7 +56,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0009"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -127,6 +128,8 @@ jobs = Table(
     Column("discarded_at", UtcDateTime, nullable=True),
     Column("discarded_by", String(255), nullable=True),
     Column("discard_reason", Text, nullable=True),
+    # Batches (added by 0009): the batch a child belongs to, or that a callback job completes.
+    Column("batch_id", Id, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -198,6 +201,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("updated_at", _TIME, fill=Fill.CLOCK),
     JobColumn("idempotency_key", fill=Fill.ROW),
     JobColumn("group_key", fill=Fill.ROW),
+    JobColumn("batch_id", fill=Fill.ROW, claimed=True),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )
@@ -267,6 +271,16 @@ Index(
     jobs.c.id,
     postgresql_where=_UNHANDLED_DEAD,
     sqlite_where=_UNHANDLED_DEAD,
+)
+
+# Batches (0009): a batch's jobs by status, for its live counts (children waiting or running).
+_IN_BATCH = text("batch_id IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_batch",
+    jobs.c.batch_id,
+    jobs.c.status,
+    postgresql_where=_IN_BATCH,
+    sqlite_where=_IN_BATCH,
 )
 
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
@@ -379,5 +393,28 @@ email_sent = Table(
     # Recipients the server took, and those it refused with its reply to each.
     Column("accepted", JsonDocument, nullable=False),
     Column("refused", JsonDocument, nullable=False),
+    **_MYSQL_TABLE,
+)
+
+# Batches (added by 0009; see sqlqueue/_store/batches.py): a group of jobs with a callback job
+# enqueued once, when the last of them ends. Each child's move to a terminal status counts here,
+# in the same transaction; the transaction that makes the count reach ``total`` enqueues the
+# callback and sets ``finished_at``.
+batches = Table(
+    "sqlqueue_batches",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    # Children so far (``add_to_batch`` adds to it), and how many of them ended each way.
+    Column("total", Integer, nullable=False),
+    Column("succeeded", Integer, nullable=False),
+    Column("dead", Integer, nullable=False),
+    Column("cancelled", Integer, nullable=False),
+    # The checked callback jobs as enqueue wrote them (type, queue, options, encoded payload):
+    # ``on_dead`` runs instead of ``on_complete`` when a child ended dead.
+    Column("on_complete", JsonDocument, nullable=True),
+    Column("on_dead", JsonDocument, nullable=True),
+    Column("callback_job_id", Id, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True),
     **_MYSQL_TABLE,
 )

@@ -168,6 +168,7 @@ def test_the_copy_path_writes_the_enqueued_columns_from_the_row_by_name():
         "max_attempts": 4,
         "idempotency_key": None,
         "group_key": "g",
+        "batch_id": 11,
         "_run_at": None,
         "_delay": 5.0,
     }

@@ -9,6 +9,8 @@ import sqlqueue
 PUBLIC = {
     "Alarm",
     "Backoff",
+    "Batch",
+    "BatchStatus",
     "CircuitBreaker",
     "ConfigurationError",
     "DatabaseError",

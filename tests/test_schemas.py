@@ -377,3 +377,36 @@ def test_the_dialect_qualifies_only_sqlqueues_statements(two_schemas):
     assert queue.engine is engine
     assert dialect_for(engine).schema is None
     assert "schema_translate_map" not in engine.get_execution_options()
+
+
+def test_batches_their_fan_out_and_callbacks_stay_in_their_schema(two_schemas):
+    engine = two_schemas.engine
+    queue_a, queue_b = in_schema(two_schemas, "a"), in_schema(two_schemas, "b")
+    seen: list[tuple[int, int]] = []
+
+    @queue_a.task("fan", queue="notes")
+    def fan(ctx: sqlqueue.JobContext) -> None:  # the handler's own transaction: no translate map
+        ctx.add_to_batch([sqlqueue.JobRequest(job_type="note", payload={"label": "added"})])
+
+    @queue_a.task("summary", queue="notes")
+    def summary(ctx: sqlqueue.JobContext) -> None:
+        batch = ctx.batch
+        assert batch is not None
+        seen.append((batch.total, batch.succeeded))
+
+    with engine.begin() as conn:
+        batch = queue_a.enqueue_batch(
+            conn,
+            [sqlqueue.JobRequest(job_type="fan"), sqlqueue.JobRequest(job_type="doomed",
+                                                                      payload={"label": "x"})],
+            on_complete=sqlqueue.JobRequest(job_type="summary"),
+        )  # fmt: skip
+    assert queue_b.get_batch(batch.id) is None
+    drain(queue_a)
+    assert seen == [(3, 2)]
+    status = queue_a.get_batch(batch.id)
+    assert status is not None
+    assert (status.total, status.succeeded, status.dead) == (3, 2, 1)
+    assert rows_of(engine, "a", "sqlqueue_batches") == 1
+    assert rows_of(engine, "b", "sqlqueue_batches") == 0
+    assert rows_of(engine, "b", "sqlqueue_jobs") == 0

@@ -2,7 +2,8 @@
 
 A running job is never yanked from its worker: ``cancel_requested_at`` is set, the worker's
 heartbeat notices it and turns the handler's ``ctx.cancelled`` on, and if the attempt then fails
-the job ends ``cancelled`` instead of being retried.
+the job ends ``cancelled`` instead of being retried. A child of a batch cancelled here counts
+in its batch in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from sqlalchemy import Connection, select, update
 from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
+from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
@@ -45,6 +47,10 @@ def cancel_job(conn: Connection, dialect: Dialect, job_id: int) -> Job:
         .mappings()
         .one()
     )
+    if updated["status"] == "cancelled" and updated["batch_id"] is not None:
+        endings = Endings()
+        endings.ended(updated["batch_id"], "cancelled")
+        settle(conn, dialect, endings)
     return row_to_job(updated)
 
 
@@ -56,7 +62,10 @@ def cancel_jobs(
     queue: str | None,
     group_key: str | None,
 ) -> int:
-    """Cancel every queued or failed job matching all the given filters; return how many."""
+    """Cancel every queued or failed job matching all the given filters; return how many.
+
+    Jobs outside batches go in one plain UPDATE; children of batches in a second one that
+    returns their batches, which count them in this transaction."""
     current = dialect.now()
     stmt = (
         update(jobs)
@@ -66,4 +75,12 @@ def cancel_jobs(
     for column, value in (("job_type", job_type), ("queue", queue), ("group_key", group_key)):
         if value is not None:
             stmt = stmt.where(jobs.c[column] == value)
-    return conn.execute(stmt).rowcount
+    count = conn.execute(stmt.where(jobs.c.batch_id.is_(None))).rowcount
+    in_batches = stmt.where(jobs.c.batch_id.is_not(None)).returning(jobs.c.id, jobs.c.batch_id)
+    endings = Endings()
+    for _, batch_id in dialect.execute_returning(conn, in_batches).all():
+        endings.ended(batch_id, "cancelled")
+        count += 1
+    if endings:
+        settle(conn, dialect, endings)
+    return count

@@ -2,10 +2,12 @@
 
 A requeue never resurrects the dead row: it writes a NEW queued job and marks the dead one with
 who, when and why, linked both ways. The idempotency key moves to the new job, so a later
-enqueue with that key finds the live job. A discard marks the dead row handled without running
-it. Acting on many jobs goes in batches, one short transaction each, taking only rows no other
-transaction holds (PostgreSQL ``SKIP LOCKED``): two operators never act on the same dead job.
-"""
+enqueue with that key finds the live job. The new job keeps the dead one's batch: a batch still
+running takes back the dead child's ending and waits for the new job; a finished batch stays
+finished (its counts and callback do not change). A discard marks the dead row handled without
+running it. Acting on many jobs goes in batches, one short transaction each, taking only rows no
+other transaction holds (PostgreSQL ``SKIP LOCKED``): two operators never act on the same dead
+job."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from sqlalchemy import Connection, Select, bindparam, insert, select, update
 from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
+from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
@@ -98,6 +101,7 @@ def _requeue_rows(
             "max_attempts": row["max_attempts"],
             "idempotency_key": row["idempotency_key"],
             "group_key": row["group_key"],
+            "batch_id": row["batch_id"],
             "requeued_from": row["id"],
         }
         for row in rows
@@ -120,6 +124,11 @@ def _requeue_rows(
     conn.execute(
         mark_dead, [{"dead_id": d, "new_id": n} for d, n in zip(dead_ids, new_ids, strict=True)]
     )
+    endings = Endings()
+    for row in rows:  # a batch still running waits for the new job instead
+        endings.ended(row["batch_id"], "dead", -1)
+    if endings:
+        settle(conn, dialect, endings)
     return new_ids
 
 

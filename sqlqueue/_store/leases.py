@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from sqlqueue._schema import jobs
+from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.outcomes import leased_by
 from sqlqueue._store.rows import error_entry
 from sqlqueue.dialects import Dialect
@@ -55,7 +56,8 @@ def reap_expired(
     """Return jobs whose lease expired to the queue (or to ``dead``); ``(retried, dead)`` ids.
 
     Safe to run in many workers at once: each row update is fenced on its expired lease and
-    attempt, and PostgreSQL reapers skip rows another reaper holds.
+    attempt, and PostgreSQL reapers skip rows another reaper holds. A child of a batch that
+    goes to ``dead`` here counts in its batch, in this transaction.
     """
     current = dialect.now(now)
     query = dialect.skip_locked(
@@ -66,6 +68,7 @@ def reap_expired(
             jobs.c.errors,
             jobs.c.locked_by,
             jobs.c.lease_expires_at,
+            jobs.c.batch_id,
             current.label("db_now"),
         )
         .where(jobs.c.status == "running", jobs.c.lease_expires_at < current)
@@ -74,6 +77,7 @@ def reap_expired(
     )
     retried: list[int] = []
     dead: list[int] = []
+    endings = Endings()
     for row in conn.execute(query).mappings().all():
         message = (
             f"lease expired at {row['lease_expires_at'].isoformat()}: worker "
@@ -106,4 +110,8 @@ def reap_expired(
         )
         if conn.execute(stmt).rowcount == 1:
             (dead if is_dead else retried).append(row["id"])
+            if is_dead:
+                endings.ended(row["batch_id"], "dead")
+    if endings:
+        settle(conn, dialect, endings, now)
     return retried, dead

@@ -3,6 +3,10 @@
 Every transition out of ``running`` is fenced: it matches only rows still ``running`` under the
 same lease (worker id and attempt number), so a late worker can never overwrite an outcome the
 reaper or another worker has already written.
+
+A transition that ends a job returns the job's ``batch_id`` with its id (no extra statement) and
+notes the children of batches in the caller's :class:`~sqlqueue._store.batches.Endings`, which
+the same transaction then settles.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from sqlalchemy import Connection, String, Update, bindparam, case, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
+from sqlqueue._store.batches import Endings
 from sqlqueue._store.rows import Failure
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
@@ -37,9 +42,11 @@ def complete(
     worker_id: str,
     fences: Sequence[tuple[int, int]],
     results: Mapping[int, Any] | None = None,
+    endings: Endings,
     now: datetime | None = None,
 ) -> set[int]:
-    """Mark the leased jobs ``succeeded``; return the ids that were still ours.
+    """Mark the leased jobs ``succeeded``; return the ids that were still ours, and note those
+    in a batch in ``endings``.
 
     Jobs without a result share one statement; a job with a result (``results[id]``, not
     ``None``) gets its own, since each row stores a different value. ``conn`` may be a
@@ -53,7 +60,9 @@ def complete(
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
         options = dialect.table_options
         result = dialect.execute_returning(conn, stmt, params, execution_options=options)
-        landed |= set(result.scalars().all())
+        for job_id, batch_id in result.all():
+            landed.add(job_id)
+            endings.ended(batch_id, "succeeded")
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -64,7 +73,9 @@ def complete(
             }
             options = dialect.table_options
             result = dialect.execute_returning(conn, stmt, params, execution_options=options)
-            landed |= set(result.scalars().all())
+            for job_id, batch_id in result.all():
+                landed.add(job_id)
+                endings.ended(batch_id, "succeeded")
     return landed
 
 
@@ -90,7 +101,7 @@ def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -
         update(jobs)
         .where(*dialect.holds_lease(bindparam("worker_id", type_=String())))
         .values(**values)
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, jobs.c.batch_id)
     )
 
 
@@ -126,13 +137,15 @@ def fail(
     *,
     worker_id: str,
     failure: Failure,
+    endings: Endings,
     now: datetime | None = None,
 ) -> bool:
     """Record an attempt that did not succeed: ``failed`` with a retry time, ``dead``, or — for
     a snooze — back to ``queued`` without using up the attempt. A job whose cancellation was
     requested while it ran is ``cancelled`` instead of retried.
 
-    Returns whether the lease was still ours (``False``: someone else owns the outcome).
+    Returns whether the lease was still ours (``False``: someone else owns the outcome); a
+    child of a batch that ended (dead, cancelled) is noted in ``endings``.
     """
     current = dialect.now(now)
     values: dict[str, Any] = {"updated_at": current, "lease_expires_at": None}
@@ -155,9 +168,13 @@ def fail(
         update(jobs)
         .where(*leased_by(dialect, worker_id, [(failure.job_id, failure.attempt)]))
         .values(**values)
-        .returning(jobs.c.id)
+        .returning(jobs.c.status, jobs.c.batch_id)
     )
-    return dialect.execute_returning(conn, stmt).first() is not None
+    row = dialect.execute_returning(conn, stmt).first()
+    if row is None:
+        return False
+    endings.ended(row[1], row[0])
+    return True
 
 
 def release(

@@ -39,6 +39,8 @@ class ClaimedJob:
     #: When the job was due (its wait is ``started_at - next_run_at``, both database clock).
     next_run_at: datetime
     created_at: datetime
+    #: The batch the job belongs to (a child), or completes (its callback); ``None`` for most.
+    batch_id: int | None
     started_at: datetime
     lease_expires_at: datetime
 

@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, select
 
+from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store import cancel, claim, deadletter, leases, outcomes
+from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue._store.transactions import in_write, translated
@@ -118,13 +119,24 @@ class Store(GateTransactions):
                 )
             ).all()
         landed = set()
+        endings = batches.Endings()
         if succeeded:
             landed = outcomes.complete(
-                conn, self.dialect, worker_id=worker_id, fences=succeeded, results=results, now=now
+                conn,
+                self.dialect,
+                worker_id=worker_id,
+                fences=succeeded,
+                results=results,
+                endings=endings,
+                now=now,
             )
         for failure in failures:
-            if outcomes.fail(conn, self.dialect, worker_id=worker_id, failure=failure, now=now):
+            if outcomes.fail(
+                conn, self.dialect, worker_id=worker_id, failure=failure, endings=endings, now=now
+            ):
                 landed.add(failure.job_id)
+        if endings:  # children of batches ended: count them in this transaction
+            batches.settle(conn, self.dialect, endings, now)
         return landed
 
     def finish(
@@ -217,6 +229,15 @@ class Store(GateTransactions):
         def read() -> Job | None:
             with self.engine.connect() as conn:
                 return deadletter.read_job(conn, job_id)
+
+        return translated(self.dialect, read)
+
+    def get_batch(self, batch_id: int) -> BatchStatus | None:
+        """Read one batch and its counts."""
+
+        def read() -> BatchStatus | None:
+            with self.engine.connect() as conn:
+                return batches.read_batch(conn, batch_id)
 
         return translated(self.dialect, read)
 

@@ -22,7 +22,7 @@ from sqlqueue._context import JobContext
 from sqlqueue._errors import JobTimeout, PayloadError
 from sqlqueue._logs import current_job
 from sqlqueue._payload import check_result
-from sqlqueue._store import outcomes
+from sqlqueue._store import batches, outcomes
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._store.store import Store
 from sqlqueue._task import Task
@@ -167,18 +167,30 @@ def _check_arguments(task: Task, job: ClaimedJob) -> None:
         ) from None
 
 
-def _completion(runtime: Runtime, job: ClaimedJob, result: Any) -> Callable[[Connection], bool]:
-    """The fenced success write, for a handler's own transaction."""
+def _completion(
+    runtime: Runtime, job: ClaimedJob, result: Any, context: JobContext
+) -> Callable[[Connection], bool]:
+    """The fenced success write, for a handler's own transaction: with the job's batch counting
+    its ending, and the children it added (``ctx.add_to_batch``), in the same transaction."""
 
     def complete(conn: Connection) -> bool:
+        dialect = runtime.store.dialect
+        endings = batches.Endings()
         landed = outcomes.complete(
             conn,
-            runtime.store.dialect,
+            dialect,
             worker_id=runtime.worker_id,
             fences=[job.fence],
             results={job.id: result},
+            endings=endings,
         )
-        return job.id in landed
+        if job.id not in landed:
+            return False
+        if job.batch_id is not None:
+            endings.grew(job.batch_id, context.added_to_batch)
+        if endings:
+            batches.settle(conn, dialect, endings)
+        return True
 
     return complete
 
@@ -238,7 +250,7 @@ def _in_thread(
                 context.finish_sync(None)
             raise
         if context is not None and context.in_transaction:
-            return value, True, context.finish_sync(_completion(runtime, job, value))
+            return value, True, context.finish_sync(_completion(runtime, job, value, context))
         return value, False, False
     finally:
         current_job.reset(scope)
@@ -268,9 +280,9 @@ async def _on_loop(
         await _abort(context)
         raise
     if context is not None and context.in_transaction:
-        landed = await context.finish_async(_completion(runtime, job, result))
+        landed = await context.finish_async(_completion(runtime, job, result, context))
         if context.in_transaction:  # a sync transaction() opened from an async handler
-            landed = context.finish_sync(_completion(runtime, job, result))
+            landed = context.finish_sync(_completion(runtime, job, result, context))
         return result, True, landed
     return result, False, False
 

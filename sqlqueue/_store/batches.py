@@ -1,0 +1,271 @@
+"""Batches: their rows, the children's endings counted, and the callback enqueued exactly once.
+
+Every transition that ends a child (success, dead, cancel; by a worker, the reaper or an
+operator) notes it in :class:`Endings`, and the same transaction then calls :func:`settle`: one
+``UPDATE … RETURNING`` per batch adds the endings to its counters. That UPDATE holds the
+batch's row (PostgreSQL and MariaDB row locks; SQLite's one writer) until the transaction ends,
+so of two children finishing at the same moment one waits for the other's commit and then adds
+to the counts it wrote: exactly one transaction sees the counts reach ``total``, and it inserts
+the callback job and sets ``finished_at``. A finished batch's row matches no further UPDATE.
+
+Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
+:func:`settle` with no endings sends nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, bindparam, func, insert, select, update
+
+from sqlqueue._batch import BatchStatus
+from sqlqueue._job import JobStatus
+from sqlqueue._jobrow import JobRow
+from sqlqueue._schema import batches, jobs
+from sqlqueue._store.inserts import insert_rows
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "Endings",
+    "batch_is_open",
+    "create_batch",
+    "insert_children",
+    "read_batch",
+    "settle",
+]
+
+#: The terminal statuses a batch counts, each in the column of the same name.
+_COUNTED = ("succeeded", "dead", "cancelled")
+#: The statuses of children still on their way, counted from the jobs table when read.
+_LIVE = ("queued", "running", "failed")
+
+
+class Endings:
+    """Children that ended in one transaction (and children added by a finishing parent), by
+    batch: what :func:`settle` adds to the batches' counters."""
+
+    def __init__(self) -> None:
+        self._by_batch: dict[int, dict[str, int]] = {}
+
+    def ended(self, batch_id: int | None, status: str, count: int = 1) -> None:
+        """``count`` children of ``batch_id`` reached terminal ``status`` (``None``: no batch,
+        nothing to note). A negative count takes endings back (a dead child requeued)."""
+        if batch_id is not None and status in _COUNTED:
+            counts = self._by_batch.setdefault(int(batch_id), {})
+            counts[status] = counts.get(status, 0) + count
+
+    def grew(self, batch_id: int, count: int) -> None:
+        """A finishing parent added ``count`` children to ``batch_id``."""
+        if count:
+            counts = self._by_batch.setdefault(int(batch_id), {})
+            counts["total"] = counts.get("total", 0) + count
+
+    def __bool__(self) -> bool:
+        return bool(self._by_batch)
+
+    def items(self) -> list[tuple[int, dict[str, int]]]:
+        """``(batch id, counts)`` in batch id order: the order batch rows are locked in, so
+        two transactions never wait on each other's batches crosswise."""
+        return sorted(self._by_batch.items())
+
+
+# -- writing a batch ----------------------------------------------------------------------------
+
+
+def _request_document(row: JobRow | None) -> dict[str, Any] | None:
+    """A checked callback job as its batch stores it (the payload stays encoded, as checked)."""
+    if row is None:
+        return None
+    run_at = row["_run_at"]
+    return {
+        "job_type": row["job_type"],
+        "queue": row["queue"],
+        "priority": row["priority"],
+        "payload": row["payload"],
+        "max_attempts": row["max_attempts"],
+        "group_key": row["group_key"],
+        "run_at": run_at.isoformat() if run_at is not None else None,
+        "delay": row["_delay"],
+    }
+
+
+def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
+    """The callback job to insert for ``batch_id`` from its stored document."""
+    run_at = document.get("run_at")
+    return {
+        "job_type": str(document["job_type"]),
+        "queue": str(document["queue"]),
+        "priority": int(document["priority"]),
+        "payload": str(document["payload"]),
+        "max_attempts": int(document["max_attempts"]),
+        "idempotency_key": None,
+        "group_key": document.get("group_key"),
+        "batch_id": batch_id,
+        "_run_at": datetime.fromisoformat(run_at) if run_at else None,
+        "_delay": float(document.get("delay") or 0.0),
+    }
+
+
+def create_batch(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    children: Sequence[JobRow],
+    on_complete: JobRow | None,
+    on_dead: JobRow | None,
+) -> tuple[int, list[int]]:
+    """Write a batch row and its ``children`` on ``conn`` (the caller's transaction); return the
+    batch id and the children's ids. An empty batch is finished at once: its callback is
+    enqueued in the same transaction."""
+    stmt = (
+        insert(batches)
+        .values(
+            total=len(children),
+            succeeded=0,
+            dead=0,
+            cancelled=0,
+            on_complete=bindparam("on_complete", type_=batches.c.on_complete.type),
+            on_dead=bindparam("on_dead", type_=batches.c.on_dead.type),
+            created_at=dialect.now(),
+        )
+        .returning(batches.c.id)
+    )
+    params = {"on_complete": _request_document(on_complete), "on_dead": _request_document(on_dead)}
+    result = dialect.execute_returning(conn, stmt, params, execution_options=dialect.table_options)
+    batch_id = int(result.scalar_one())
+    if not children:
+        _finish(conn, dialect, batch_id, dead=0, on_complete=params["on_complete"], on_dead=None)
+        return batch_id, []
+    return batch_id, insert_children(conn, dialect, batch_id, children)
+
+
+def insert_children(
+    conn: Connection, dialect: Dialect, batch_id: int, rows: Sequence[JobRow]
+) -> list[int]:
+    """Insert checked ``rows`` (without idempotency keys) as children of ``batch_id``."""
+    if not rows:
+        return []
+    return insert_rows(dialect, conn, [{**row, "batch_id": batch_id} for row in rows])
+
+
+def batch_is_open(conn: Connection, dialect: Dialect, batch_id: int) -> bool:
+    """Whether ``batch_id`` exists and has not finished (children may still be added)."""
+    query = select(batches.c.finished_at).where(batches.c.id == batch_id)
+    row = conn.execute(query, execution_options=dialect.table_options).first()
+    return row is not None and row[0] is None
+
+
+# -- counting endings ---------------------------------------------------------------------------
+
+
+def settle(
+    conn: Connection, dialect: Dialect, endings: Endings, now: datetime | None = None
+) -> list[int]:
+    """Add ``endings`` to their batches' counters in ``conn``'s transaction; for each batch
+    whose children have now all ended, enqueue its callback and mark it finished. Returns the
+    callback jobs enqueued. Sends nothing when ``endings`` is empty."""
+    enqueued: list[int] = []
+    for batch_id, counts in endings.items():
+        stmt = (
+            update(batches)
+            .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
+            .values(
+                total=batches.c.total + counts.get("total", 0),
+                succeeded=batches.c.succeeded + counts.get("succeeded", 0),
+                dead=batches.c.dead + counts.get("dead", 0),
+                cancelled=batches.c.cancelled + counts.get("cancelled", 0),
+            )
+            .returning(
+                batches.c.total,
+                batches.c.succeeded,
+                batches.c.dead,
+                batches.c.cancelled,
+                batches.c.on_complete,
+                batches.c.on_dead,
+            )
+        )
+        row = (
+            dialect.execute_returning(conn, stmt, execution_options=dialect.table_options)
+            .mappings()
+            .first()
+        )
+        if row is None:  # finished already: a late ending (a requeued child, the callback)
+            continue
+        if row["succeeded"] + row["dead"] + row["cancelled"] < row["total"]:
+            continue
+        callback = _finish(
+            conn,
+            dialect,
+            batch_id,
+            dead=row["dead"],
+            on_complete=row["on_complete"],
+            on_dead=row["on_dead"],
+            now=now,
+        )
+        if callback is not None:
+            enqueued.append(callback)
+    return enqueued
+
+
+def _finish(
+    conn: Connection,
+    dialect: Dialect,
+    batch_id: int,
+    *,
+    dead: int,
+    on_complete: Mapping[str, Any] | None,
+    on_dead: Mapping[str, Any] | None,
+    now: datetime | None = None,
+) -> int | None:
+    """Enqueue the batch's callback (``on_dead`` if a child ended dead and there is one) and
+    mark the batch finished; the caller holds the batch's row."""
+    request = on_dead if dead and on_dead is not None else on_complete
+    callback = None
+    if request is not None:
+        callback = insert_rows(dialect, conn, [_request_row(request, batch_id)])[0]
+    conn.execute(
+        update(batches)
+        .where(batches.c.id == batch_id)
+        .values(finished_at=dialect.now(now), callback_job_id=callback),
+        execution_options=dialect.table_options,
+    )
+    return callback
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def _live_count(status: str) -> Any:
+    return (
+        select(func.count())
+        .select_from(jobs)
+        .where(jobs.c.batch_id == batches.c.id, jobs.c.status == status)
+        .scalar_subquery()
+        .label(status)
+    )
+
+
+def read_batch(conn: Connection, batch_id: int) -> BatchStatus | None:
+    """Batch ``batch_id`` with its counts, read in one statement (one snapshot), or ``None``."""
+    query = select(batches, *(_live_count(status) for status in _LIVE)).where(
+        batches.c.id == batch_id
+    )
+    row = conn.execute(query).mappings().first()
+    return _status(row) if row is not None else None
+
+
+def _status(row: RowMapping) -> BatchStatus:
+    finished = row["finished_at"] is not None
+    counts = {JobStatus(status): int(row[status]) for status in _COUNTED}
+    for status in _LIVE:  # a finished batch's counts are final
+        counts[JobStatus(status)] = 0 if finished else int(row[status])
+    return BatchStatus(
+        id=int(row["id"]),
+        total=int(row["total"]),
+        counts={status: counts[status] for status in JobStatus},
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        callback_job_id=row["callback_job_id"],
+    )

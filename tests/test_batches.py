@@ -1,0 +1,569 @@
+"""Batches: children written atomically with their batch, a callback enqueued exactly once when
+the last child ends (whatever ended it: a worker, the reaper, an operator), counts by status,
+fan-out from a running child, and what bad input is told. Every backend; the same with real
+worker processes and a SIGKILL is in tests/test_batches_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+import sqlqueue
+from sqlqueue import JobRequest, JobStatus
+from sqlqueue._schema import batches, jobs
+from tests._support import count_jobs, drain, wait_until
+from tests.conftest import Backend
+
+#: What the test handlers saw: job type -> the payloads / batch snapshots they ran with.
+Seen = dict[str, list[Any]]
+
+
+def _queue(backend: Backend, **options: Any) -> tuple[sqlqueue.Queue, Seen]:
+    """A queue with the batch test tasks; returns what their handlers record."""
+    queue = backend.queue(**options)
+    seen: Seen = {"child": [], "done": [], "failed_batch": [], "fan": []}
+
+    @queue.task("child", max_attempts=1)
+    def child(n: int, fail: bool = False) -> int:
+        seen["child"].append(n)
+        if fail:
+            raise ValueError(f"child {n} fails")
+        return n
+
+    @queue.task("done", queue="callbacks")
+    def done(label: str, ctx: sqlqueue.JobContext) -> None:
+        seen["done"].append((label, ctx.batch))
+
+    @queue.task("failed_batch", queue="callbacks")
+    def failed_batch(label: str, ctx: sqlqueue.JobContext) -> None:
+        seen["failed_batch"].append((label, ctx.batch))
+
+    @queue.task("fan")
+    def fan(parts: int, ctx: sqlqueue.JobContext) -> None:
+        ids = ctx.add_to_batch([JobRequest(job_type="child", payload={"n": 100 + i})
+                                for i in range(parts)])  # fmt: skip
+        seen["fan"].append((ids, ctx.batch))
+
+    return queue, seen
+
+
+def _children(count: int, **payload: Any) -> list[JobRequest]:
+    return [JobRequest(job_type="child", payload={"n": n, **payload}) for n in range(count)]
+
+
+def _enqueue_batch(queue: sqlqueue.Queue, requests: list[JobRequest], **options: Any) -> Any:
+    with queue.engine.begin() as conn:
+        return queue.enqueue_batch(conn, requests, **options)
+
+
+def _status(queue: sqlqueue.Queue, batch_id: int) -> sqlqueue.BatchStatus:
+    status = queue.get_batch(batch_id)
+    assert status is not None, f"batch {batch_id} vanished"
+    return status
+
+
+def _job(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    job = queue.get_job(job_id)
+    assert job is not None, f"job {job_id} vanished"
+    return job
+
+
+def _counts(status: sqlqueue.BatchStatus) -> dict[str, int]:
+    """The non-zero counts, by plain status name."""
+    return {str(key): value for key, value in status.counts.items() if value}
+
+
+def _callbacks(engine: sa.Engine, *job_types: str) -> int:
+    query = sa.select(sa.func.count()).select_from(jobs).where(jobs.c.job_type.in_(job_types))
+    with engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+DONE = JobRequest(job_type="done", payload={"label": "all done"})
+FAILED = JobRequest(job_type="failed_batch", payload={"label": "some died"})
+
+
+# -- writing a batch -----------------------------------------------------------------------------
+
+
+def test_a_batch_and_its_children_are_written_in_the_callers_transaction(backend):
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, _children(3), on_complete=DONE)
+    assert isinstance(batch, sqlqueue.Batch)
+    assert len(batch.job_ids) == 3
+    for job_id in batch.job_ids:
+        assert _job(queue, job_id).status is JobStatus.QUEUED
+    status = _status(queue, batch.id)
+    assert status.id == batch.id
+    assert status.total == 3
+    assert set(status.counts) == set(JobStatus)
+    assert _counts(status) == {"queued": 3}
+    assert (status.done, status.pending, status.finished) == (0, 3, False)
+    assert status.finished_at is None
+    assert status.callback_job_id is None
+    assert status.created_at.tzinfo is not None
+
+
+def test_a_rolled_back_batch_leaves_nothing(backend):
+    queue, _ = _queue(backend)
+    with queue.engine.connect() as conn, conn.begin() as transaction:
+        batch = queue.enqueue_batch(conn, _children(4), on_complete=DONE)
+        transaction.rollback()
+    assert queue.get_batch(batch.id) is None
+    assert count_jobs(queue.engine) == 0
+    with queue.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
+
+
+def test_a_batch_is_written_through_an_orm_session(backend):
+    queue, _ = _queue(backend)
+    with Session(queue.engine) as session, session.begin():
+        batch = queue.enqueue_batch(session, _children(2), on_complete=DONE)
+    assert _status(queue, batch.id).total == 2
+    with Session(queue.engine) as session:
+        session.begin()
+        rolled_back = queue.enqueue_batch(session, _children(2), on_complete=DONE)
+        session.rollback()
+    assert queue.get_batch(rolled_back.id) is None
+
+
+def test_an_unknown_batch_reads_as_none(backend):
+    queue, _ = _queue(backend)
+    assert queue.get_batch(12345) is None
+
+
+# -- the callback --------------------------------------------------------------------------------
+
+
+def test_the_callback_runs_once_after_the_last_child_and_reads_the_counts(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(queue, _children(5), on_complete=DONE)
+    drain(queue, queues=["default"])
+    assert sorted(seen["child"]) == [0, 1, 2, 3, 4]
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert status.callback_job_id is not None
+    assert _counts(status) == {"succeeded": 5}
+    callback = _job(queue, status.callback_job_id)
+    assert (callback.job_type, callback.queue, callback.status) == ("done", "callbacks", "queued")
+    assert callback.payload == {"label": "all done"}
+    drain(queue)
+    assert _job(queue, status.callback_job_id).status is JobStatus.SUCCEEDED
+    ((label, seen_batch),) = seen["done"]
+    assert label == "all done"
+    assert seen_batch.id == batch.id
+    assert (seen_batch.total, seen_batch.succeeded, seen_batch.done) == (5, 5, 5)
+    assert seen_batch.finished_at == status.finished_at
+    assert _callbacks(queue.engine, "done", "failed_batch") == 1
+
+
+def test_a_dead_child_sends_the_batch_to_on_dead_instead(backend):
+    queue, seen = _queue(backend)
+    requests = [*_children(3), JobRequest(job_type="child", payload={"n": 9, "fail": True})]
+    _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
+    drain(queue)
+    assert seen["done"] == []
+    ((label, seen_batch),) = seen["failed_batch"]
+    assert label == "some died"
+    assert _counts(seen_batch) == {"succeeded": 3, "dead": 1}
+    assert _callbacks(queue.engine, "done", "failed_batch") == 1
+
+
+def test_without_on_dead_a_batch_with_dead_children_still_completes(backend):
+    queue, seen = _queue(backend)
+    requests = [JobRequest(job_type="child", payload={"n": 1, "fail": True}), *_children(1)]
+    batch = _enqueue_batch(queue, requests, on_complete=DONE)
+    drain(queue)
+    ((_, seen_batch),) = seen["done"]
+    assert _counts(seen_batch) == {"succeeded": 1, "dead": 1}
+    assert _status(queue, batch.id).dead == 1
+
+
+def test_a_batch_of_one(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(queue, _children(1), on_complete=DONE)
+    assert len(batch.job_ids) == 1
+    assert _job(queue, batch.job_ids[0]).status is JobStatus.QUEUED
+    drain(queue)
+    ((_, seen_batch),) = seen["done"]
+    assert (seen_batch.total, seen_batch.succeeded) == (1, 1)
+
+
+def test_an_empty_batch_is_finished_at_once_and_enqueues_its_callback(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(queue, [], on_complete=DONE, on_dead=FAILED)
+    assert batch.job_ids == ()
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert status.total == 0
+    assert status.callback_job_id is not None
+    assert _job(queue, status.callback_job_id).job_type == "done"
+    drain(queue)
+    ((_, seen_batch),) = seen["done"]
+    assert (seen_batch.total, seen_batch.done) == (0, 0)
+
+
+def test_an_empty_batch_rolled_back_takes_its_callback_with_it(backend):
+    queue, _ = _queue(backend)
+    with queue.engine.connect() as conn, conn.begin() as transaction:
+        queue.enqueue_batch(conn, [], on_complete=DONE)
+        transaction.rollback()
+    assert count_jobs(queue.engine) == 0
+
+
+def test_a_batch_without_a_callback_still_finishes(backend):
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, _children(2))
+    drain(queue)
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert status.callback_job_id is None
+    assert _counts(status) == {"succeeded": 2}
+
+
+def test_a_callbacks_delay_counts_from_when_the_batch_finished(backend):
+    queue, _ = _queue(backend)
+    later = JobRequest(job_type="done", payload={"label": "later"}, delay=3600)
+    batch = _enqueue_batch(queue, _children(1), on_complete=later)
+    drain(queue, queues=["default"])
+    status = _status(queue, batch.id)
+    assert status.callback_job_id is not None
+    assert status.finished_at is not None
+    callback = _job(queue, status.callback_job_id)
+    assert callback.next_run_at - status.finished_at >= timedelta(seconds=3599)
+
+
+# -- every way a child ends counts -------------------------------------------------------------
+
+
+def test_cancelled_children_count_and_the_last_cancel_enqueues_the_callback(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(queue, _children(3), on_complete=DONE, on_dead=FAILED)
+    queue.cancel(batch.job_ids[0])
+    assert _counts(_status(queue, batch.id)) == {"queued": 2, "cancelled": 1}
+    assert queue.cancel_where(job_type="child") == 2
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"cancelled": 3}
+    drain(queue)
+    ((_, seen_batch),) = seen["done"]  # cancelled is not dead: on_complete
+    assert seen_batch.cancelled == 3
+
+
+def test_cancel_where_counts_children_of_several_batches_beside_plain_jobs(backend):
+    queue, _ = _queue(backend)
+    first = _enqueue_batch(queue, _children(2), on_complete=DONE)
+    second = _enqueue_batch(queue, _children(3), on_complete=DONE)
+    with queue.engine.begin() as conn:
+        queue.enqueue(conn, "child", {"n": 50})
+    assert queue.cancel_where(job_type="child") == 6
+    for batch, total in ((first, 2), (second, 3)):
+        status = _status(queue, batch.id)
+        assert status.finished
+        assert _counts(status) == {"cancelled": total}
+    assert _callbacks(queue.engine, "done") == 2
+
+
+def test_a_running_child_whose_cancel_was_requested_ends_cancelled_and_counts(backend):
+    queue = backend.queue()
+    started = threading.Event()
+
+    @queue.task("slow", max_attempts=3, backoff=[0])
+    def slow(ctx: sqlqueue.JobContext) -> None:
+        started.set()
+        wait_until(lambda: ctx.cancelled, timeout=30)
+        raise RuntimeError("stopped")
+
+    @queue.task("done")
+    def done() -> None:
+        pass
+
+    batch = _enqueue_batch(
+        queue, [JobRequest(job_type="slow")], on_complete=JobRequest(job_type="done")
+    )
+    worker = threading.Thread(target=drain, args=(queue,), kwargs={"queues": ["default"]})
+    worker.start()
+    assert started.wait(30)
+    queue.cancel(batch.job_ids[0])
+    worker.join(60)
+    assert not worker.is_alive()
+    assert _job(queue, batch.job_ids[0]).status is JobStatus.CANCELLED
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"cancelled": 1}
+
+
+def test_a_child_that_times_out_on_its_last_attempt_counts_dead(backend):
+    queue = backend.queue()
+
+    @queue.task("sleepy", max_attempts=1, timeout=0.2)
+    async def sleepy() -> None:
+        await asyncio.sleep(30)
+
+    @queue.task("done")
+    def done() -> None:
+        pass
+
+    batch = _enqueue_batch(queue, [JobRequest(job_type="sleepy")], on_complete=DONE_PLAIN)
+    drain(queue)
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"dead": 1}
+    assert _job(queue, batch.job_ids[0]).status is JobStatus.DEAD
+
+
+DONE_PLAIN = JobRequest(job_type="done")
+
+
+def test_the_reaper_giving_up_on_a_child_counts_it_dead(backend):
+    queue, _ = _queue(backend, lease_seconds=0.2)
+    batch = _enqueue_batch(queue, _children(1), on_complete=DONE, on_dead=FAILED)
+    claimed = queue.store.claim(
+        queues=["default"], job_types=None, limit=1, worker_id="gone", lease_seconds=0.2
+    )
+    assert [job.id for job in claimed] == list(batch.job_ids)
+    assert claimed[0].batch_id == batch.id
+
+    def reaped() -> bool:
+        return bool(queue.store.reap_expired()[1])
+
+    wait_until(reaped, timeout=10)
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"dead": 1}
+    assert _job(queue, status.callback_job_id).job_type == "failed_batch"  # type: ignore[arg-type]
+
+
+# -- requeue after the batch -----------------------------------------------------------------------
+
+
+def test_a_dead_child_requeued_after_the_batch_finished_runs_alone(backend):
+    queue, seen = _queue(backend)
+    requests = [JobRequest(job_type="child", payload={"n": 7, "fail": True})]
+    batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
+    drain(queue)
+    before = _status(queue, batch.id)
+    assert before.finished
+    assert len(seen["failed_batch"]) == 1
+    new_id = queue.requeue(batch.job_ids[0], by="ops", reason="fixed")
+    new_job = _job(queue, new_id)
+    assert new_job.status is JobStatus.QUEUED
+    assert _status(queue, batch.id) == before  # unchanged: no live counts, same callback
+    with queue.engine.connect() as conn:
+        kept = conn.execute(sa.select(jobs.c.batch_id).where(jobs.c.id == new_id)).scalar_one()
+    assert kept == batch.id  # lineage
+    drain(queue)
+    assert seen["child"] == [7, 7]
+    assert _job(queue, new_id).status is JobStatus.DEAD
+    assert _status(queue, batch.id) == before
+    assert len(seen["failed_batch"]) == 1
+    assert seen["done"] == []
+    assert _callbacks(queue.engine, "done", "failed_batch") == 1
+
+
+def test_a_dead_child_requeued_while_its_batch_runs_is_waited_for(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(
+        queue,
+        [JobRequest(job_type="child", payload={"n": 1, "fail": True}), *_children(1)],
+        on_complete=DONE,
+        on_dead=FAILED,
+    )
+    # Run the failing child only, and hold the other one back.
+    queue.store.claim(queues=["default"], job_types=None, limit=0, worker_id="x", lease_seconds=5)
+    first = queue.store.claim(
+        queues=["default"], job_types=None, limit=1, worker_id="w", lease_seconds=30
+    )[0]
+    assert first.id == batch.job_ids[0]
+    queue.store.finish(
+        worker_id="w",
+        succeeded=[],
+        failures=[
+            sqlqueue._store.rows.Failure(
+                job_id=first.id,
+                attempt=first.attempt,
+                dead=True,
+                retry_in=0,
+                last_error="boom",
+                errors=[],
+            )
+        ],
+    )
+    assert _counts(_status(queue, batch.id)) == {"dead": 1, "queued": 1}
+    queue.requeue(first.id, by="ops", reason="try again")
+    assert _counts(_status(queue, batch.id)) == {"queued": 2}
+    with queue.engine.begin() as conn:  # the requeued child now succeeds
+        conn.execute(
+            sa.update(jobs).where(jobs.c.requeued_from == first.id).values(payload={"n": 2})
+        )
+    drain(queue)
+    assert seen["failed_batch"] == []
+    ((_, seen_batch),) = seen["done"]
+    assert _counts(seen_batch) == {"succeeded": 2}
+
+
+# -- fan-out from a running child ----------------------------------------------------------------
+
+
+def test_a_child_adds_children_and_the_batch_waits_for_them(backend):
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(
+        queue, [JobRequest(job_type="fan", payload={"parts": 3})], on_complete=DONE
+    )
+    drain(queue, queues=["default"], concurrency=1)
+    ((ids, seen_from_fan),) = seen["fan"]
+    assert len(ids) == 3
+    assert seen_from_fan.total == 1  # the added ones count from the parent's commit
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert status.total == 4
+    assert _counts(status) == {"succeeded": 4}
+    assert sorted(seen["child"]) == [100, 101, 102]
+    drain(queue)
+    ((_, seen_batch),) = seen["done"]
+    assert seen_batch.total == 4
+
+
+def test_children_added_by_a_failed_attempt_vanish_with_it(backend):
+    queue = backend.queue()
+    attempts: list[int] = []
+
+    @queue.task("fan_then_fail", max_attempts=2, backoff=[0])
+    def fan_then_fail(ctx: sqlqueue.JobContext) -> None:
+        ctx.add_to_batch([JobRequest(job_type="leaf")])
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails after adding")
+
+    @queue.task("leaf")
+    def leaf() -> None:
+        pass
+
+    batch = _enqueue_batch(queue, [JobRequest(job_type="fan_then_fail")])
+    drain(queue)
+    wait_until(lambda: _status(queue, batch.id).finished, timeout=30)
+    status = _status(queue, batch.id)
+    assert attempts == [1, 2]
+    assert (status.total, status.succeeded) == (2, 2)
+    assert count_jobs(queue.engine, job_type="leaf") == 1
+
+
+def test_an_async_child_adds_children(backend):
+    queue = backend.queue()
+
+    @queue.task("afan")
+    async def afan(ctx: sqlqueue.JobContext) -> list[int]:
+        return await ctx.add_to_batch_async(
+            [JobRequest(job_type="leaf"), JobRequest(job_type="leaf")]
+        )
+
+    @queue.task("leaf")
+    def leaf() -> None:
+        pass
+
+    batch = _enqueue_batch(queue, [JobRequest(job_type="afan")])
+    drain(queue)
+    asyncio.run(queue.async_engine().dispose())
+    wait_until(lambda: _status(queue, batch.id).finished, timeout=30)
+    status = _status(queue, batch.id)
+    assert (status.total, status.succeeded) == (3, 3)
+    assert len(_job(queue, batch.job_ids[0]).result) == 2
+
+
+def test_add_to_batch_outside_a_batch_or_from_the_callback_is_refused(backend):
+    queue = backend.queue()
+    errors: list[str] = []
+
+    @queue.task("lonely", max_attempts=1)
+    def lonely(ctx: sqlqueue.JobContext) -> None:
+        assert ctx.batch is None
+        try:
+            ctx.add_to_batch([JobRequest(job_type="leaf")])
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+
+    @queue.task("callback", max_attempts=1)
+    def callback(ctx: sqlqueue.JobContext) -> None:
+        try:
+            ctx.add_to_batch([JobRequest(job_type="leaf")])
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+
+    @queue.task("leaf")
+    def leaf() -> None:
+        pass
+
+    with queue.engine.begin() as conn:
+        queue.enqueue(conn, "lonely")
+    _enqueue_batch(
+        queue, [JobRequest(job_type="leaf")], on_complete=JobRequest(job_type="callback")
+    )
+    drain(queue)
+    assert len(errors) == 2
+    assert "is not in a batch" in errors[0]
+    assert "has finished" in errors[1]
+    assert count_jobs(queue.engine, job_type="leaf") == 1
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requests", "options", "message"),
+    [
+        ([JobRequest(job_type="nope")], {}, "no task named 'nope'"),
+        ([JobRequest(job_type="child", payload={"n": 1}), "child"], {}, "batch child 3 must be"),
+        (
+            [JobRequest(job_type="child", payload={"n": 1}, idempotency_key="k")],
+            {},
+            "cannot have one",
+        ),
+        ([], {"on_complete": "done"}, "on_complete must be a sqlqueue.JobRequest"),
+        ([], {"on_dead": {"job_type": "done"}}, "on_dead must be a sqlqueue.JobRequest"),
+        ([], {"on_complete": JobRequest(job_type="nope")}, "no task named 'nope'"),
+        (
+            [],
+            {"on_complete": JobRequest(job_type="done", idempotency_key="once")},
+            "exactly once already",
+        ),
+        ([JobRequest(job_type="child", payload={"n": 1}, delay=-1)], {}, "delay must be >= 0"),
+    ],
+)
+def test_bad_batches_are_refused_before_anything_is_written(backend, requests, options, message):
+    queue, _ = _queue(backend)
+    with queue.engine.connect() as conn, conn.begin():
+        with pytest.raises(sqlqueue.EnqueueError, match=message):
+            queue.enqueue_batch(conn, [*_children(2), *requests], **options)
+        # The caller's transaction is still usable: nothing was sent.
+        queue.enqueue(conn, "child", {"n": 99})
+    assert count_jobs(queue.engine) == 1
+    with queue.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
+
+
+def test_enqueue_batch_async(backend):
+    queue, _ = _queue(backend)
+
+    async def main() -> tuple[sqlqueue.Batch, sqlqueue.Batch]:
+        engine = queue.async_engine()
+        try:
+            async with engine.begin() as conn:
+                kept = await queue.enqueue_batch_async(conn, _children(2), on_complete=DONE)
+            async with AsyncSession(engine) as session:
+                dropped = await queue.enqueue_batch_async(session, _children(2))
+                await session.rollback()
+            return kept, dropped
+        finally:
+            await engine.dispose()
+
+    kept, dropped = asyncio.run(main())
+    assert _status(queue, kept.id).total == 2
+    assert queue.get_batch(dropped.id) is None
+    assert count_jobs(queue.engine) == 2
