@@ -149,8 +149,8 @@ def generate_events(engine: sa.Engine, count: int, *, users: int = 10_000) -> No
     rows = sa.select(
         n.label("id"),
         ((spread * 7919) % users + 1).label("user_id"),
-        sa.case((n % 10 == 0, "purchase"), (n % 10 < 4, "click"), else_="view").label("kind"),
-        sa.case((n % 10 == 0, (spread * 37) % 10_000 + 100), else_=0).label("amount_cents"),
+        sa.case((n % 7 == 0, "purchase"), (n % 7 < 3, "click"), else_="view").label("kind"),
+        sa.case((n % 7 == 0, (n % 9973) * 37 % 10_000 + 100), else_=0).label("amount_cents"),
     ).select_from(high.join(low, sa.true()))
     columns = ["id", "user_id", "kind", "amount_cents"]
     for start in range(0, count, 100_000):
@@ -270,7 +270,7 @@ def start_run(
     """Insert a ``processing`` run over the events there are now; return it and its ranges."""
     first, last = conn.execute(sa.select(sa.func.min(events.c.id), sa.func.max(events.c.id))).one()
     ranges = key_ranges(first or 1, last or 0, chunk_count)
-    run_id = conn.execute(
+    key = conn.execute(
         runs.insert().values(
             status="processing",
             first_event_id=first or 1,
@@ -279,8 +279,10 @@ def start_run(
             chunks_done=0,
             created_at=now,
         )
-    ).inserted_primary_key[0]
-    return int(run_id), ranges
+    ).inserted_primary_key
+    if key is None:
+        raise RuntimeError("the database returned no id for the new run")
+    return int(key[0]), ranges
 
 
 def finish_run(conn: sa.Connection, run_id: int, now: datetime, **values: Any) -> None:
@@ -308,7 +310,6 @@ def build_queue(
     ``throttle_seconds`` pauses a chunk between partitions, to spare a busy database.
     """
     queue = sqlqueue.Queue(database_url, lease_seconds=lease_seconds)
-    reports = {"queue": REPORTS_QUEUE, "priority": REPORTS_PRIORITY}
 
     def nightly(ctx: sqlqueue.JobContext, chunks: int = 20) -> dict[str, int]:
         """Create the run and its batch of chunk jobs, atomically with this job's success."""
@@ -331,11 +332,19 @@ def build_queue(
         return {"run_id": run_id, "batch_id": batch.id, "chunks": len(ranges)}
 
     if schedule:
-        queue.periodic("0 3 * * *", NIGHTLY, **reports)(nightly)
+        queue.periodic("0 3 * * *", NIGHTLY, queue=REPORTS_QUEUE, priority=REPORTS_PRIORITY)(
+            nightly
+        )
     else:
-        queue.task(NIGHTLY, **reports)(nightly)
+        queue.task(NIGHTLY, queue=REPORTS_QUEUE, priority=REPORTS_PRIORITY)(nightly)
 
-    @queue.task(CHUNK, max_attempts=5, backoff=[1, 5, 30, 120], **reports)
+    @queue.task(
+        CHUNK,
+        max_attempts=5,
+        backoff=[1, 5, 30, 120],
+        queue=REPORTS_QUEUE,
+        priority=REPORTS_PRIORITY,
+    )
     def chunk(run_id: int, chunk: int, first: int, last: int, ctx: sqlqueue.JobContext) -> int:
         """Stream events ``first``..``last`` and write this chunk's part (replacing any earlier
         one) and its progress, in the transaction that completes the job."""
@@ -373,7 +382,7 @@ def build_queue(
                 )
         return counted
 
-    @queue.task(ASSEMBLE, **reports)
+    @queue.task(ASSEMBLE, queue=REPORTS_QUEUE, priority=REPORTS_PRIORITY)
     def assemble(run_id: int, ctx: sqlqueue.JobContext) -> dict[str, Any]:
         """Every chunk succeeded: stream the parts into the CSV file and mark the run ready."""
         path = report_path(run_id)
@@ -403,20 +412,18 @@ def build_queue(
         batch = ctx.batch
         return {"rows": rows, "chunks": batch.total if batch is not None else None}
 
-    @queue.task(MARK_FAILED, **reports)
+    @queue.task(MARK_FAILED, queue=REPORTS_QUEUE, priority=REPORTS_PRIORITY)
     def mark_failed(run_id: int, ctx: sqlqueue.JobContext) -> None:
         """A chunk ended dead (after its retries): the run failed; say how many chunks did."""
         batch = ctx.batch
-        dead = batch.counts.get("dead", 0) if batch is not None else 0
-        total = batch.total if batch is not None else 0
+        dead, total = (batch.dead, batch.total) if batch is not None else (0, 0)
         with ctx.transaction() as conn:
             finish_run(
                 conn,
                 run_id,
                 ctx.now(),
                 status="failed",
-                error=f"{dead} of {total} chunks failed; see the dead jobs of batch "
-                f"{batch.id if batch is not None else '?'}",
+                error=f"{dead} of {total} chunks failed: see the dead {CHUNK} jobs",
             )
 
     @queue.task(NOTIFY, queue=MAIL_QUEUE, max_attempts=8)
