@@ -31,14 +31,8 @@ def single(ctx: sqlqueue.JobContext, stream: bool = True) -> dict[str, Any]:
     with ctx.engine.begin() as conn:  # committed now, so the run shows as processing 0/1
         run_id, _ = example.start_run(conn, ctx.now(), 1)
     with ctx.engine.connect() as reader:
-        row = (
-            reader.execute(example.runs.select().where(example.runs.c.id == run_id))
-            .mappings()
-            .one()
-        )
-        totals = example.aggregate(
-            reader, row["first_event_id"], row["last_event_id"], ctx, stream=stream
-        )
+        first, last, until = example.run_bounds(reader, run_id)
+        totals = example.aggregate(reader, first, last, until, ctx, stream=stream)
     path = example.report_path(run_id)
     rows = example.write_csv(
         path,

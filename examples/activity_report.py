@@ -18,9 +18,10 @@ What it shows, in order:
    ``mail`` queue, so a report can never hold up a password-reset email. The reports worker's
    scheduler enqueues the nightly job (``0 3 * * *``): on a fresh database, last night's slot,
    which never ran, runs at once (``missed="latest"``).
-3. The nightly job reads the source's key range, creates the run row and enqueues one chunk job
-   per key range as a **batch**, all in its own completion transaction; the batch's callback
-   assembles the report, and another runs instead if a chunk ends dead.
+3. The nightly job reads the source's key range (user ids), creates the run row and enqueues
+   one chunk job per range as a **batch**, all in its own completion transaction; the batch's
+   callback assembles the report, and another runs instead if a chunk ends dead. Chunks are
+   ranges of users, so each user's events are in one chunk and the parts never overlap.
 4. Each chunk streams its key range (never the whole table in memory) and writes its part in its
    completion transaction: the old part of that (run, chunk), if any, is deleted first, so a rerun
    replaces it and never counts twice.
@@ -83,6 +84,8 @@ events = sa.Table(
     sa.Column("user_id", sa.Integer, nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("amount_cents", sa.Integer, nullable=False),
+    # Chunks are ranges of users: each user's events are in one chunk, so parts never overlap.
+    sa.Index("activity_events_by_user", "user_id"),
 )
 
 #: One row per report run: what a UI shows ("processing 7/20", then a download link).
@@ -91,7 +94,9 @@ runs = sa.Table(
     app_metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("status", sa.String(16), nullable=False),  # processing, ready, failed
-    sa.Column("first_event_id", sa.Integer, nullable=False),
+    sa.Column("first_user_id", sa.Integer, nullable=False),
+    sa.Column("last_user_id", sa.Integer, nullable=False),
+    # The newest event when the run started: later ones wait for the next run.
     sa.Column("last_event_id", sa.Integer, nullable=False),
     sa.Column("chunks_total", sa.Integer, nullable=False),
     sa.Column("chunks_done", sa.Integer, nullable=False, default=0),
@@ -189,17 +194,17 @@ def aggregate(
     conn: sa.Connection,
     first: int,
     last: int,
+    until: int,
     ctx: sqlqueue.JobContext | None = None,
     *,
     stream: bool = True,
 ) -> dict[int, Totals]:
-    """Each user's totals over events ``first``..``last``, read ``PARTITION_ROWS`` at a time
-    (a server-side cursor where the driver has one), so memory grows with the users, never with
-    the events. ``stream=False`` fetches everything at once (the benchmark's naive version)."""
-    query = (
-        sa.select(events.c.id, events.c.user_id, events.c.kind, events.c.amount_cents)
-        .where(events.c.id.between(first, last))
-        .order_by(events.c.id)
+    """The totals of users ``first``..``last`` over events up to id ``until``, read
+    ``PARTITION_ROWS`` at a time (a server-side cursor where the driver has one), so memory grows
+    with the users, never with the events. ``stream=False`` fetches every row at once (the
+    benchmark's naive version)."""
+    query = sa.select(events.c.id, events.c.user_id, events.c.kind, events.c.amount_cents).where(
+        events.c.user_id.between(first, last), events.c.id <= until
     )
     totals: dict[int, Totals] = {}
     result = conn.execution_options(yield_per=PARTITION_ROWS).execute(query) if stream else None
@@ -218,7 +223,7 @@ def aggregate(
                 entry.revenue_cents += amount
         done += len(partition)
         if ctx is not None:
-            ctx.progress(done, last - first + 1, note=f"events {first}..{last}")
+            ctx.progress(done, note=f"users {first}..{last}: {done} events")
     return totals
 
 
@@ -267,14 +272,19 @@ def summed_parts(conn: sa.Connection, run_id: int) -> Iterator[tuple[int, int, i
 def start_run(
     conn: sa.Connection, now: datetime, chunk_count: int
 ) -> tuple[int, list[tuple[int, int]]]:
-    """Insert a ``processing`` run over the events there are now; return it and its ranges."""
-    first, last = conn.execute(sa.select(sa.func.min(events.c.id), sa.func.max(events.c.id))).one()
+    """Insert a ``processing`` run over the events there are now; return it and its ranges of
+    user ids."""
+    bounds = sa.select(
+        sa.func.min(events.c.user_id), sa.func.max(events.c.user_id), sa.func.max(events.c.id)
+    )
+    first, last, until = conn.execute(bounds).one()
     ranges = key_ranges(first or 1, last or 0, chunk_count)
     key = conn.execute(
         runs.insert().values(
             status="processing",
-            first_event_id=first or 1,
-            last_event_id=last or 0,
+            first_user_id=first or 1,
+            last_user_id=last or 0,
+            last_event_id=until or 0,
             chunks_total=len(ranges),
             chunks_done=0,
             created_at=now,
@@ -283,6 +293,13 @@ def start_run(
     if key is None:
         raise RuntimeError("the database returned no id for the new run")
     return int(key[0]), ranges
+
+
+def run_bounds(conn: sa.Connection, run_id: int) -> tuple[int, int, int]:
+    """Run ``run_id``'s first and last user id and its last event id."""
+    query = sa.select(runs.c.first_user_id, runs.c.last_user_id, runs.c.last_event_id)
+    first, last, until = conn.execute(query.where(runs.c.id == run_id)).one()
+    return int(first), int(last), int(until)
 
 
 def finish_run(conn: sa.Connection, run_id: int, now: datetime, **values: Any) -> None:
@@ -315,12 +332,19 @@ def build_queue(
         """Create the run and its batch of chunk jobs, atomically with this job's success."""
         with ctx.transaction() as conn:
             run_id, ranges = start_run(conn, ctx.now(), chunks)
+            until = run_bounds(conn, run_id)[2]
             batch = queue.enqueue_batch(
                 conn,
                 [
                     sqlqueue.JobRequest(
                         job_type=CHUNK,
-                        payload={"run_id": run_id, "chunk": n, "first": first, "last": last},
+                        payload={
+                            "run_id": run_id,
+                            "chunk": n,
+                            "first": first,
+                            "last": last,
+                            "until": until,
+                        },
                     )
                     for n, (first, last) in enumerate(ranges)
                 ],
@@ -345,11 +369,14 @@ def build_queue(
         queue=REPORTS_QUEUE,
         priority=REPORTS_PRIORITY,
     )
-    def chunk(run_id: int, chunk: int, first: int, last: int, ctx: sqlqueue.JobContext) -> int:
-        """Stream events ``first``..``last`` and write this chunk's part (replacing any earlier
-        one) and its progress, in the transaction that completes the job."""
+    def chunk(
+        run_id: int, chunk: int, first: int, last: int, until: int, ctx: sqlqueue.JobContext
+    ) -> int:
+        """Stream the events of users ``first``..``last`` (up to event ``until``) and write this
+        chunk's part (replacing any earlier one) and its progress, in the transaction that
+        completes the job."""
         with ctx.engine.connect() as reader:  # a read of its own: the write lock waits
-            totals = aggregate(reader, first, last, ctx)
+            totals = aggregate(reader, first, last, until, ctx)
             if throttle_seconds:
                 time.sleep(throttle_seconds)
         counted = sum(entry.events for entry in totals.values())
