@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlqueue._job import TERMINAL, JobStatus
 
@@ -70,3 +71,16 @@ class BatchStatus:
     def finished(self) -> bool:
         """Whether every child has ended (the callback, if any, is enqueued)."""
         return self.finished_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values: counts by status name, times in ISO 8601."""
+        return {
+            "id": self.id,
+            "total": self.total,
+            "done": self.done,
+            "pending": self.pending,
+            "counts": {status.value: count for status, count in self.counts.items()},
+            "created_at": self.created_at.isoformat(),
+            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "callback_job_id": self.callback_job_id,
+        }

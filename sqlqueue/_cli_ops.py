@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlqueue._cli_text import (
+    batch_details,
     handling,
     job_details,
     json_text,
@@ -58,6 +59,13 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     jobs_show = command("show", _jobs_show, "show one job with its error history", jobs)
     jobs_show.add_argument("job_id", type=job_id)
     _json_option(jobs_show)
+
+    batch = commands.add_parser("batch", help="show a batch").add_subparsers(
+        dest="batch_command", required=True
+    )
+    batch_show = command("show", _batch_show, "show one batch: its counts by status", batch)
+    batch_show.add_argument("batch_id", type=job_id)
+    _json_option(batch_show)
 
     dead = commands.add_parser("dead", help="dead jobs: list, requeue, discard").add_subparsers(
         dest="dead_command", required=True
@@ -243,6 +251,14 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     if job is None:
         raise JobNotFound(f"there is no job {args.job_id}")
     print(json_text(job.to_dict()) if args.json else job_details(job))
+    return 0
+
+
+def _batch_show(queue: Queue, args: argparse.Namespace) -> int:
+    batch = queue.get_batch(args.batch_id)
+    if batch is None:
+        raise JobNotFound(f"there is no batch {args.batch_id}")
+    print(json_text(batch.to_dict()) if args.json else batch_details(batch))
     return 0
 
 

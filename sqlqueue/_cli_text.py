@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlqueue._batch import BatchStatus
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 
 __all__ = [
+    "batch_details",
     "job_details",
     "json_text",
     "parse_duration",
@@ -105,6 +107,19 @@ def handling(job: Job) -> str:
     return "-"
 
 
+def batch_details(batch: BatchStatus) -> str:
+    """One batch and its counts, for ``sqlqueue batch show``."""
+    fields: list[tuple[str, Any]] = [
+        ("id", batch.id),
+        ("done", f"{batch.done} of {batch.total}"),
+        *((status.value, count) for status, count in batch.counts.items()),
+        ("created", batch.created_at),
+        ("finished", batch.finished_at),
+        ("callback job", batch.callback_job_id),
+    ]
+    return "\n".join(f"{name + ':':17} {_cell(value)}" for name, value in fields)
+
+
 def job_details(job: Job) -> str:
     """Everything about one job, for ``sqlqueue jobs show``."""
     fields: list[tuple[str, Any]] = [
@@ -121,6 +136,7 @@ def job_details(job: Job) -> str:
         ("updated", job.updated_at),
         ("idempotency key", job.idempotency_key),
         ("group key", job.group_key),
+        ("batch", job.batch_id),
         ("locked by", job.locked_by),
         ("requeued from", job.requeued_from),
         ("requeued as", job.requeued_as),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,7 +69,7 @@ class JobDatabase(Protocol):
     def get_batch(self, batch_id: int) -> BatchStatus | None:
         """A batch and its counts (``ctx.batch``)."""
 
-    def check_batch_children(self, requests: Sequence[JobRequest]) -> list[JobRow]:
+    def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
         """``requests`` checked as children of a batch (``ctx.add_to_batch``), before any SQL."""
 
 
@@ -78,8 +78,8 @@ class JobContext:
 
     Facts: ``job_id``, ``job_type``, ``queue``, ``attempt`` (1 for the first), ``max_attempts``,
     ``enqueued_at``, ``errors`` (the history of earlier failed attempts), ``engine`` (the
-    database the job lives in) and ``schema`` (that of sqlqueue's tables in it); ``logger`` is
-    bound to the job. ``cancelled`` turns true when
+    database the job lives in), ``schema`` (that of sqlqueue's tables in it) and ``batch``
+    (its batch's counts, read now); ``logger`` is bound to the job. ``cancelled`` turns true when
     the worker is shutting down (or the job is cancelled): a long handler should check it and
     wrap up.
     """
@@ -209,7 +209,7 @@ class JobContext:
                 f"job {self.job_id} ({self.job_type}) is not in a batch: add_to_batch adds "
                 "children to the batch of a running child; use queue.enqueue_batch to start one"
             )
-        return batch_id, self._database.check_batch_children(list(requests))
+        return batch_id, self._database._batch_rows(requests)
 
     def _insert_children(self, conn: Connection, batch_id: int, rows: list[JobRow]) -> list[int]:
         dialect = self._database.dialect

@@ -187,10 +187,17 @@ def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list
     return translated(dialect, write)
 
 
-def check_batch_children(settings: EnqueueSettings, requests: Iterable[object]) -> list[JobRow]:
+def check_batch_children(settings: EnqueueSettings, requests: object) -> list[JobRow]:
     """Check the children of a batch as any enqueue does, and refuse idempotency keys: a child
     whose key an existing job holds would not be written, and the batch would wait for a job
     that is not its own."""
+    if isinstance(requests, JobRequest | str | bytes | Mapping) or not isinstance(
+        requests, Iterable
+    ):
+        raise EnqueueError(
+            "a batch's children must be a list of sqlqueue.JobRequest, got "
+            f"{type(requests).__name__} (wrap a single request in a list)"
+        )
     rows: list[JobRow] = []
     for index, request in enumerate(requests):
         if not isinstance(request, JobRequest):

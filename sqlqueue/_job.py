@@ -85,6 +85,8 @@ class Job:
     discarded_at: datetime | None = None
     discarded_by: str | None = None
     discard_reason: str | None = None
+    #: The batch the job belongs to, or completes as its callback (``Queue.enqueue_batch``).
+    batch_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values: times in ISO 8601, the status as its name."""

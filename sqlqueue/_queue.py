@@ -319,7 +319,7 @@ class Queue(Operations):
         Children and callbacks take no idempotency key (see the README's "Batches").
         """
         return enqueue_batch(
-            self._settings, conn, list(requests), on_complete=on_complete, on_dead=on_dead
+            self._settings, conn, requests, on_complete=on_complete, on_dead=on_dead
         )
 
     async def enqueue_batch_async(
@@ -331,10 +331,9 @@ class Queue(Operations):
         on_dead: JobRequest | None = None,
     ) -> Batch:
         """:meth:`enqueue_batch` through an ``AsyncConnection`` or ``AsyncSession``."""
-        children = list(requests)
         batch: Batch = await conn.run_sync(
             lambda sync_conn: self.enqueue_batch(
-                sync_conn, children, on_complete=on_complete, on_dead=on_dead
+                sync_conn, requests, on_complete=on_complete, on_dead=on_dead
             )
         )
         return batch
@@ -343,7 +342,7 @@ class Queue(Operations):
         """The batch with ``batch_id`` and its children's counts by status, or ``None``."""
         return self.store.get_batch(batch_id)
 
-    def check_batch_children(self, requests: Sequence[JobRequest]) -> list[JobRow]:
+    def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
         """``requests`` checked as a batch's children (what ``ctx.add_to_batch`` writes)."""
         return check_batch_children(self._settings, requests)
 

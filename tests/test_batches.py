@@ -6,6 +6,7 @@ worker processes and a SIGKILL is in tests/test_batches_processes.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -18,8 +19,11 @@ from sqlalchemy.orm import Session
 import sqlqueue
 from sqlqueue import JobRequest, JobStatus
 from sqlqueue._schema import batches, jobs
+from sqlqueue._store import batches as store_batches
+from sqlqueue._store import outcomes
 from tests._support import count_jobs, drain, wait_until
 from tests.conftest import Backend
+from tests.test_cli import cli
 
 #: What the test handlers saw: job type -> the payloads / batch snapshots they ran with.
 Seen = dict[str, list[Any]]
@@ -109,6 +113,11 @@ def test_a_batch_and_its_children_are_written_in_the_callers_transaction(backend
     assert status.finished_at is None
     assert status.callback_job_id is None
     assert status.created_at.tzinfo is not None
+    with queue.engine.connect() as conn:  # no on_dead: SQL NULL, not a JSON null
+        row = conn.execute(
+            sa.select(batches.c.on_dead.is_(None), batches.c.on_complete.is_(None))
+        ).one()
+    assert tuple(row) == (True, False)
 
 
 def test_a_rolled_back_batch_leaves_nothing(backend):
@@ -238,6 +247,44 @@ def test_a_callbacks_delay_counts_from_when_the_batch_finished(backend):
     assert status.finished_at is not None
     callback = _job(queue, status.callback_job_id)
     assert callback.next_run_at - status.finished_at >= timedelta(seconds=3599)
+
+
+def test_two_children_ending_in_concurrent_transactions_enqueue_one_callback(backend):
+    """The last two children end in two open transactions: the second waits on the batch
+    (its row lock; SQLite's one writer) until the first commits, then adds to what the first
+    wrote and alone sees the count reach the total."""
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, _children(2), on_complete=DONE)
+    first, second = (
+        queue.store.claim(
+            queues=["default"], job_types=None, limit=1, worker_id=worker, lease_seconds=60
+        )[0]
+        for worker in ("w1", "w2")
+    )
+    assert {first.id, second.id} == set(batch.job_ids)
+    dialect = queue.store.dialect
+    with queue.store.engine.connect() as conn:
+        dialect.begin_write(conn)
+        endings = store_batches.Endings()
+        landed = outcomes.complete(
+            conn, dialect, worker_id="w1", fences=[first.fence], endings=endings
+        )
+        assert landed == {first.id}
+        assert store_batches.settle(conn, dialect, endings) == []  # 1 of 2: not the last
+        finishing = threading.Thread(
+            target=queue.store.finish,
+            kwargs={"worker_id": "w2", "succeeded": [second.fence], "failures": []},
+        )
+        finishing.start()
+        finishing.join(0.5)
+        assert finishing.is_alive(), "the second ending did not wait for the first"
+        conn.commit()
+    finishing.join(30)
+    assert not finishing.is_alive()
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"succeeded": 2}
+    assert _callbacks(queue.engine, "done") == 1
 
 
 # -- every way a child ends counts -------------------------------------------------------------
@@ -548,6 +595,16 @@ def test_bad_batches_are_refused_before_anything_is_written(backend, requests, o
         assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
 
 
+def test_the_children_are_an_iterable_of_requests_not_one_request(backend):
+    queue, _ = _queue(backend)
+    with queue.engine.begin() as conn:
+        with pytest.raises(sqlqueue.EnqueueError, match="wrap a single request in a list"):
+            queue.enqueue_batch(conn, JobRequest(job_type="child", payload={"n": 1}))  # type: ignore[arg-type]
+        batch = queue.enqueue_batch(conn, (request for request in _children(3)))
+    assert _status(queue, batch.id).total == 3
+    assert count_jobs(queue.engine) == 3
+
+
 def test_enqueue_batch_async(backend):
     queue, _ = _queue(backend)
 
@@ -567,3 +624,35 @@ def test_enqueue_batch_async(backend):
     assert _status(queue, kept.id).total == 2
     assert queue.get_batch(dropped.id) is None
     assert count_jobs(queue.engine) == 2
+
+
+# -- operators -----------------------------------------------------------------------------------
+
+
+def test_a_job_shows_its_batch_and_the_batch_show_command_prints_the_counts(backend):
+    queue, _ = _queue(backend)
+    batch = _enqueue_batch(queue, [*_children(2), _children(1, fail=True)[0]], on_complete=DONE)
+    drain(queue, queues=["default"])
+    status = _status(queue, batch.id)
+    assert _job(queue, batch.job_ids[0]).batch_id == batch.id
+    assert _job(queue, status.callback_job_id).batch_id == batch.id  # type: ignore[arg-type]
+
+    shown = cli("batch", "show", str(batch.id), "--json", url=backend.url)
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["total"] == 3
+    assert document["done"] == 3
+    assert document["counts"] == {
+        "queued": 0, "running": 0, "succeeded": 2, "failed": 0, "dead": 1, "cancelled": 0
+    }  # fmt: skip
+    assert document["callback_job_id"] == status.callback_job_id
+    text = cli("batch", "show", str(batch.id), url=backend.url).stdout
+    assert "done:             3 of 3" in text
+    assert "dead:             1" in text
+    job_text = cli("jobs", "show", str(batch.job_ids[0]), url=backend.url).stdout
+    assert f"batch:            {batch.id}" in job_text
+    missing = cli("batch", "show", "999999", url=backend.url)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "sqlqueue: error: there is no batch 999999",
+    )

@@ -1,7 +1,8 @@
 """Batches with real worker processes: the callback is enqueued exactly once however the children
 end and wherever they run — spread over three workers, one of them SIGKILLed mid-batch; with
 dead children (``on_dead``); with the last two children ending at the same moment on two
-workers; and with children a running child added.
+workers; with an operator cancelling children while workers end others; and with children a
+running child added.
 
 Workers are ``python -m sqlqueue worker tests.apps.batch_app:queue`` children. Every count here
 comes from database rows: sqlqueue's jobs and batches, and the handlers' own tables.
@@ -251,4 +252,40 @@ def test_children_added_by_running_children_delay_the_callback(
                 jobs.c.status == "succeeded")
         ).scalar_one()  # fmt: skip
     assert added == 20
+    assert len(_callback_jobs(queue.engine, batch.id)) == 1
+
+
+def test_an_operator_cancelling_children_while_workers_finish_others_calls_back_once(
+    backend: Backend, queue: sqlqueue.Queue, workers: Workers
+) -> None:
+    """``cancel_where`` ends the waiting children in the operator's transaction while the
+    workers' outcome rounds end running ones: both count in the batch, one callback."""
+    requests = [
+        JobRequest(job_type="batch.child", payload={"n": n, "seconds": 0.2}) for n in range(60)
+    ]
+    batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
+    pool = [workers.start("--concurrency", "3", *FAST_POLL, app=APP) for _ in range(2)]
+    wait_until(
+        lambda: sum(_runs_by_pid(queue.engine).values()) >= 10,
+        timeout=120,
+        what="10 children to run",
+        explain=_explain(pool),
+    )
+    cancelled = queue.cancel_where(job_type="batch.child")
+    assert cancelled > 0
+    wait_until(
+        lambda: _called_back(queue.engine, 1),
+        timeout=120,
+        what="the batch's callback",
+        explain=_explain(pool),
+    )
+    for worker in pool:
+        assert worker.stop() == 0
+    statuses = _statuses(queue.engine, batch.job_ids)
+    assert set(statuses) <= {"succeeded", "cancelled"}
+    assert statuses["cancelled"] == cancelled
+    (seen,) = _callbacks(queue.engine)
+    assert seen["job_type"] == "batch.done"
+    assert (seen["total"], seen["pending"]) == (60, 0)
+    assert (seen["succeeded"], seen["cancelled"]) == (statuses["succeeded"], cancelled)
     assert len(_callback_jobs(queue.engine, batch.id)) == 1

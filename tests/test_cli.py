@@ -191,6 +191,7 @@ COMMANDS = {
     "health": ["health"],
     "jobs list": ["jobs", "list"],
     "jobs show": ["jobs", "show", "1"],
+    "batch show": ["batch", "show", "1"],
     "dead list": ["dead", "list"],
     "dead requeue": ["dead", "requeue", "--all", "--by", "a", "--reason", "b"],
     "dead discard": ["dead", "discard", "--all", "--by", "a", "--reason", "b"],

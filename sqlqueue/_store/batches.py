@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, bindparam, func, insert, select, update
+from sqlalchemy import Connection, RowMapping, func, insert, null, select, update
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
@@ -119,6 +119,7 @@ def create_batch(
     """Write a batch row and its ``children`` on ``conn`` (the caller's transaction); return the
     batch id and the children's ids. An empty batch is finished at once: its callback is
     enqueued in the same transaction."""
+    complete_document = _request_document(on_complete)
     stmt = (
         insert(batches)
         .values(
@@ -126,17 +127,17 @@ def create_batch(
             succeeded=0,
             dead=0,
             cancelled=0,
-            on_complete=bindparam("on_complete", type_=batches.c.on_complete.type),
-            on_dead=bindparam("on_dead", type_=batches.c.on_dead.type),
+            # SQL NULL, not JSON null, where there is no callback.
+            on_complete=null() if complete_document is None else complete_document,
+            on_dead=null() if on_dead is None else _request_document(on_dead),
             created_at=dialect.now(),
         )
         .returning(batches.c.id)
     )
-    params = {"on_complete": _request_document(on_complete), "on_dead": _request_document(on_dead)}
-    result = dialect.execute_returning(conn, stmt, params, execution_options=dialect.table_options)
+    result = dialect.execute_returning(conn, stmt, execution_options=dialect.table_options)
     batch_id = int(result.scalar_one())
     if not children:
-        _finish(conn, dialect, batch_id, dead=0, on_complete=params["on_complete"], on_dead=None)
+        _finish(conn, dialect, batch_id, dead=0, on_complete=complete_document, on_dead=None)
         return batch_id, []
     return batch_id, insert_children(conn, dialect, batch_id, children)
 

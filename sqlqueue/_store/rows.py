@@ -136,6 +136,7 @@ def row_to_job(row: RowMapping) -> Job:
         discarded_at=row["discarded_at"],
         discarded_by=row["discarded_by"],
         discard_reason=row["discard_reason"],
+        batch_id=row["batch_id"],
     )
 
 
