@@ -156,6 +156,17 @@ def bench_operations(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_report(session: nox.Session) -> None:
+    """The activity report over 1,000,000 events: chunked in a batch vs one job, RSS and time.
+
+    Arguments go to ``python -m bench.activity_report``: ``nox -s bench_report -- --events
+    100000 --backends sqlite``.
+    """
+    session.install(".[test]")
+    session.run("python", "-m", "bench.activity_report", *session.posargs)
+
+
+@nox.session
 def soak(session: nox.Session) -> None:
     """The long-running tests marked ``slow`` (pass pytest arguments after ``--``)."""
     session.install(".[test]")

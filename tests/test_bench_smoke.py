@@ -145,3 +145,30 @@ def test_the_observability_bench_drains_with_every_mode_on_sqlite(tmp_path: Path
     assert done.returncode == 0, done.stderr[-3000:]
     for label in ("none", "otel, unconfigured", "metrics", "tracing", "metrics + tracing"):
         assert f"\n  {label} " in done.stdout, done.stdout
+
+
+def test_the_report_bench_runs_every_version_on_sqlite(tmp_path: Path) -> None:
+    saved = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.activity_report", "--events", "5000", "--chunks", "4"),
+            *("--backends", "sqlite", "--sqlite-dir", str(tmp_path), "--json", str(saved)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "chunked: 4 chunk jobs + callback, 2 workers" in done.stdout
+    assert "one job, streamed" in done.stdout
+    assert "one job, every row fetched at once" in done.stdout
+    results = json.loads(saved.read_text())["results"]
+    assert [r["version"] for r in results] == ["chunked", "single", "single, fetch all"]
+    for result in results:
+        assert (result["backend"], result["events"]) == ("sqlite", 5000)
+        assert result["seconds"] > 0
+        assert result["peak_rss_bytes"] >= result["before_rss_bytes"] > 0
+    # The chunked run's jobs: the nightly one, 4 chunks, the callback and its notice.
+    assert results[0]["jobs"] == 7
