@@ -456,6 +456,99 @@ def test_a_dead_child_requeued_while_its_batch_runs_is_waited_for(backend):
     assert _counts(seen_batch) == {"succeeded": 2}
 
 
+def test_bulk_requeue_where_takes_back_dead_endings_and_discard_where_changes_nothing(backend):
+    """The operations API's (and the web page's) bulk actions: ``requeue_where`` goes through
+    the same requeue as ``requeue`` (the running batch waits for the new jobs), ``discard_where``
+    only marks dead rows handled (they counted as dead already)."""
+    queue, seen = _queue(backend)
+    held = JobRequest(job_type="child", payload={"n": 9}, queue="held")  # keeps it running
+    requeued = _enqueue_batch(
+        queue, [*_children(2, fail=True), held], on_complete=DONE, on_dead=FAILED
+    )
+    discarded = _enqueue_batch(
+        queue, [_children(1, fail=True)[0], held], on_complete=DONE, on_dead=FAILED
+    )
+    drain(queue, queues=["default"])
+    assert _counts(_status(queue, requeued.id)) == {"dead": 2, "queued": 1}
+    new_ids = queue.requeue_where(by="ops", reason="fixed", job_ids=requeued.job_ids[:2])
+    assert len(new_ids) == 2
+    assert _counts(_status(queue, requeued.id)) == {"queued": 3}
+    assert queue.discard_where(by="ops", reason="gone", job_ids=discarded.job_ids[:1]) == [
+        discarded.job_ids[0]
+    ]
+    assert _counts(_status(queue, discarded.id)) == {"dead": 1, "queued": 1}
+    with queue.engine.begin() as conn:  # the requeued children now succeed
+        conn.execute(sa.update(jobs).where(jobs.c.id.in_(new_ids)).values(payload={"n": 3}))
+    drain(queue, queues=["default", "held"])
+    assert _counts(_status(queue, requeued.id)) == {"succeeded": 3}
+    assert _counts(_status(queue, discarded.id)) == {"dead": 1, "succeeded": 1}
+    assert queue.requeue_where(by="ops", reason="no dead child is left") == []
+    drain(queue, queues=["callbacks"])
+    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 3}]
+    assert [_counts(batch) for _, batch in seen["failed_batch"]] == [{"dead": 1, "succeeded": 1}]
+
+
+def test_retry_now_makes_a_failed_child_due_and_the_batch_counts_its_end(backend):
+    """``retry_now`` only moves a failed child's next run: the child is still on its way, and
+    its batch finishes when the retry ends."""
+    queue, seen = _queue(backend)
+
+    @queue.task("flaky", max_attempts=2, backoff=[3600])
+    def flaky(ctx: sqlqueue.JobContext) -> None:
+        if ctx.attempt == 1:
+            raise ValueError("first attempt fails")
+
+    batch = _enqueue_batch(queue, [JobRequest(job_type="flaky")], on_complete=DONE)
+    drain(queue, queues=["default"])
+    assert _counts(_status(queue, batch.id)) == {"failed": 1}
+    assert queue.retry_now(job_ids=batch.job_ids) == 1
+    assert _counts(_status(queue, batch.id)) == {"failed": 1}
+    drain(queue, queues=["default", "callbacks"])
+    status = _status(queue, batch.id)
+    assert status.finished
+    assert _counts(status) == {"succeeded": 1}
+    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 1}]
+
+
+# -- retention -----------------------------------------------------------------------------------
+
+
+def _prune_until(queue: sqlqueue.Queue, *, left: int) -> None:
+    """Prune succeeded jobs (the database clock must first pass their ``finished_at``) until
+    ``left`` jobs remain."""
+    wait_until(
+        lambda: (
+            queue.prune(older_than=0, statuses=["succeeded"]) >= 0
+            and count_jobs(queue.engine) == left
+        )
+    )
+
+
+def test_pruning_finished_children_keeps_the_counts_and_then_the_batch_row_goes(backend):
+    """Retention deletes finished children without touching their batch's counters (a running
+    batch still finishes right, once), and a finished batch's row goes with its last job."""
+    queue, seen = _queue(backend)
+    held = JobRequest(job_type="child", payload={"n": 9}, queue="held")
+    batch = _enqueue_batch(queue, [*_children(2), held], on_complete=DONE)
+    drain(queue, queues=["default"])
+    _prune_until(queue, left=1)
+    assert _counts(_status(queue, batch.id)) == {"succeeded": 2, "queued": 1}
+
+    drain(queue, queues=["held"])  # the last child: the batch finishes, its callback waits
+    status = _status(queue, batch.id)
+    assert (status.finished, _counts(status)) == (True, {"succeeded": 3})
+    _prune_until(queue, left=1)
+    assert _status(queue, batch.id) == status  # the queued callback still refers to it
+    drain(queue, queues=["callbacks"])
+    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 3}]
+    assert _callbacks(queue.engine, "done") == 1
+
+    _prune_until(queue, left=0)
+    assert queue.get_batch(batch.id) is None
+    with queue.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
+
+
 # -- fan-out from a running child ----------------------------------------------------------------
 
 

@@ -10,15 +10,19 @@ the callback job and sets ``finished_at``. A finished batch's row matches no fur
 
 Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
 :func:`settle` with no endings sends nothing.
+
+Retention prunes a finished batch's row with the last job that refers to it (children and
+callback): the counters live on the batch row, so pruning children never changes its counts,
+and no batch row outlives its jobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, func, insert, null, select, update
+from sqlalchemy import Connection, RowMapping, delete, func, insert, null, select, update
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
@@ -31,6 +35,7 @@ __all__ = [
     "Endings",
     "batch_is_open",
     "create_batch",
+    "forget_finished",
     "insert_children",
     "read_batch",
     "settle",
@@ -236,6 +241,23 @@ def _finish(
         execution_options=dialect.table_options,
     )
     return callback
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+def forget_finished(conn: Connection, dialect: Dialect, batch_ids: Iterable[int | None]) -> int:
+    """Delete the rows of the finished batches among ``batch_ids`` that no job refers to any
+    more (retention has pruned their children and callback); return how many went. A batch
+    still running, or with a job left, stays."""
+    ids = sorted({int(batch_id) for batch_id in batch_ids if batch_id is not None})
+    if not ids:
+        return 0
+    referenced = select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()
+    stmt = delete(batches).where(
+        batches.c.id.in_(ids), batches.c.finished_at.is_not(None), ~referenced
+    )
+    return int(conn.execute(stmt, execution_options=dialect.table_options).rowcount)
 
 
 # -- reading ------------------------------------------------------------------------------------

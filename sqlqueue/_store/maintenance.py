@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, update
 
 from sqlqueue._schema import duties, jobs, queues
-from sqlqueue._store import counts
+from sqlqueue._store import batches, counts
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -36,7 +36,8 @@ def prune_batch(
     now: datetime | None = None,
 ) -> int:
     """Delete up to ``limit`` jobs of a finished ``status`` that finished more than
-    ``older_than`` seconds ago (database clock); return how many went."""
+    ``older_than`` seconds ago (database clock); return how many went. The rows of finished
+    batches whose last job went with them go too (see :func:`batches.forget_finished`)."""
     cutoff = dialect.now_plus(-float(older_than), now)
     mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
@@ -52,9 +53,12 @@ def prune_batch(
         conn,
         delete(jobs)
         .where(jobs.c.id.in_(ids))
-        .returning(jobs.c.status, jobs.c.queue, jobs.c.job_type, jobs.c.finished_at),
+        .returning(
+            jobs.c.status, jobs.c.queue, jobs.c.job_type, jobs.c.finished_at, jobs.c.batch_id
+        ),
     ).all()
-    counts.prune_counted(conn, dialect, mark, gone)
+    counts.prune_counted(conn, dialect, mark, [row[:4] for row in gone])
+    batches.forget_finished(conn, dialect, [row[4] for row in gone])
     return len(gone)
 
 
