@@ -89,6 +89,21 @@ def _explain(pool: list[WorkerProcess]) -> Any:
     return lambda: "\n".join(worker.describe() for worker in pool)
 
 
+def _ready_pool(
+    workers: Workers, count: int, *options: str, lease_seconds: float | None = None
+) -> list[WorkerProcess]:
+    """``count`` worker processes started together, each serving before the test goes on: a
+    SIGTERM that reaches a worker still importing would kill it before its handler is in
+    place (exit -15, not the graceful 0 the tests check)."""
+    pool = [
+        workers.start(*options, *FAST_POLL, app=APP, lease_seconds=lease_seconds)
+        for _ in range(count)
+    ]
+    for worker in pool:
+        worker.wait_ready()
+    return pool
+
+
 def test_200_children_over_3_workers_one_killed_mid_batch_call_back_once(
     backend: Backend, queue: sqlqueue.Queue, workers: Workers
 ) -> None:
@@ -96,10 +111,7 @@ def test_200_children_over_3_workers_one_killed_mid_batch_call_back_once(
         JobRequest(job_type="batch.child", payload={"n": n, "seconds": 0.3}) for n in range(200)
     ]
     batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
-    pool = [
-        workers.start("--concurrency", "4", *FAST_POLL, app=APP, lease_seconds=CRASH_LEASE)
-        for _ in range(3)
-    ]
+    pool = _ready_pool(workers, 3, "--concurrency", "4", lease_seconds=CRASH_LEASE)
     doomed = pool[0]
     # Kill one worker mid-batch: once it has run some children, while most are still to run.
     wait_until(
@@ -162,7 +174,7 @@ def test_children_that_die_send_the_batch_to_on_dead_once(
         *(JobRequest(job_type="batch.doomed", payload={"n": n}) for n in range(5)),
     ]
     batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
-    pool = [workers.start("--concurrency", "4", *FAST_POLL, app=APP) for _ in range(3)]
+    pool = _ready_pool(workers, 3, "--concurrency", "4")
     wait_until(
         lambda: _called_back(queue.engine, 1),
         timeout=120,
@@ -182,7 +194,7 @@ def test_the_last_two_children_ending_together_on_two_workers_call_back_once(
 ) -> None:
     """Each round is a batch of two children, one on each of two single-slot workers, held
     until both run and then released by one file: their outcomes race for the batch."""
-    pool = [workers.start("--concurrency", "1", *FAST_POLL, app=APP) for _ in range(2)]
+    pool = _ready_pool(workers, 2, "--concurrency", "1")
     rounds = 5
     batch_ids = []
     for round_ in range(rounds):
@@ -234,7 +246,7 @@ def test_children_added_by_running_children_delay_the_callback(
 ) -> None:
     requests = [JobRequest(job_type="batch.fan", payload={"parts": 5}) for _ in range(4)]
     batch = _enqueue_batch(queue, requests, on_complete=DONE)
-    pool = [workers.start("--concurrency", "4", *FAST_POLL, app=APP) for _ in range(2)]
+    pool = _ready_pool(workers, 2, "--concurrency", "4")
     wait_until(
         lambda: _called_back(queue.engine, 1),
         timeout=120,
@@ -264,7 +276,7 @@ def test_an_operator_cancelling_children_while_workers_finish_others_calls_back_
         JobRequest(job_type="batch.child", payload={"n": n, "seconds": 0.2}) for n in range(60)
     ]
     batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
-    pool = [workers.start("--concurrency", "3", *FAST_POLL, app=APP) for _ in range(2)]
+    pool = _ready_pool(workers, 2, "--concurrency", "3")
     wait_until(
         lambda: sum(_runs_by_pid(queue.engine).values()) >= 10,
         timeout=120,
