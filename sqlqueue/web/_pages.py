@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._stats import Activity, Health
 from sqlqueue.web._chart import chart_of
@@ -105,14 +106,23 @@ async def job_list(request: Request) -> Response:
     )
 
 
+def _job_and_batch(settings: WebSettings, job_id: int) -> tuple[Job | None, BatchStatus | None]:
+    """The job, and the counts of its batch if it has one."""
+    queue = settings.queue
+    job = queue.get_job(job_id)
+    if job is None or job.batch_id is None:
+        return job, None
+    return job, queue.get_batch(job.batch_id)
+
+
 async def job_page(request: Request) -> Response:
-    """One job: payload (secrets redacted), every attempt's error, timestamps, and who
-    requeued or discarded it."""
+    """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued or
+    discarded it, and its batch's counts."""
     settings = _viewer(request)
     job_id: int = request.path_params["job_id"]
     if not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(404, f"there is no job {job_id}")
-    job = await run_in_threadpool(settings.queue.get_job, job_id)
+    job, batch = await run_in_threadpool(_job_and_batch, settings, job_id)
     if job is None:
         raise HTTPException(404, f"there is no job {job_id}")
-    return render(request, "job.html", {"job": job})
+    return render(request, "job.html", {"job": job, "batch": batch})
