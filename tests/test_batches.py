@@ -287,6 +287,68 @@ def test_two_children_ending_in_concurrent_transactions_enqueue_one_callback(bac
     assert _callbacks(queue.engine, "done") == 1
 
 
+def test_a_round_ending_children_of_two_batches_locks_them_in_batch_id_order(backend):
+    """Batch rows are locked in batch id order, whatever order the children ended in: a round
+    whose endings name batch 2 first, waiting for batch 1 (which another transaction holds),
+    holds no lock on batch 2 meanwhile, so nobody can wait on it crosswise (deadlock)."""
+    backend.requires("row_locks")
+    queue, _ = _queue(backend)
+    first = _enqueue_batch(queue, [JobRequest(job_type="child", payload={"n": n}, queue="b1")
+                                   for n in range(3)])  # fmt: skip
+    second = _enqueue_batch(queue, [JobRequest(job_type="child", payload={"n": n}, queue="b2")
+                                    for n in range(3)])  # fmt: skip
+    assert first.id < second.id
+
+    def claim(name: str, worker: str) -> Any:
+        return queue.store.claim(
+            queues=[name], job_types=None, limit=1, worker_id=worker, lease_seconds=60
+        )[0]
+
+    holder, dead_one = claim("b1", "w0"), claim("b1", "wA")
+    succeeded, other = claim("b2", "wA"), claim("b2", "wC")
+    dialect = queue.store.dialect
+    with queue.store.engine.connect() as conn:  # holds batch 1's row
+        dialect.begin_write(conn)
+        endings = store_batches.Endings()
+        outcomes.complete(conn, dialect, worker_id="w0", fences=[holder.fence], endings=endings)
+        store_batches.settle(conn, dialect, endings)
+        # Its success is noted first (batch 2), its failure after (batch 1).
+        crossing = threading.Thread(
+            target=queue.store.finish,
+            kwargs={
+                "worker_id": "wA",
+                "succeeded": [succeeded.fence],
+                "failures": [
+                    sqlqueue._store.rows.Failure(
+                        job_id=dead_one.id,
+                        attempt=dead_one.attempt,
+                        dead=True,
+                        retry_in=0,
+                        last_error="boom",
+                        errors=[],
+                    )
+                ],
+            },
+        )
+        crossing.start()
+        crossing.join(0.5)
+        assert crossing.is_alive(), "the round did not wait for batch 1"
+        beside = threading.Thread(
+            target=queue.store.finish,
+            kwargs={"worker_id": "wC", "succeeded": [other.fence], "failures": []},
+        )
+        beside.start()
+        beside.join(20)
+        stuck = beside.is_alive()
+        conn.commit()
+    crossing.join(30)
+    beside.join(30)
+    assert not stuck, "batch 2 was locked by a round still waiting for batch 1"
+    assert not crossing.is_alive()
+    assert _counts(_status(queue, first.id)) == {"succeeded": 1, "dead": 1, "queued": 1}
+    assert _counts(_status(queue, second.id)) == {"succeeded": 2, "queued": 1}
+
+
 # -- every way a child ends counts -------------------------------------------------------------
 
 
