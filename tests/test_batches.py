@@ -1,12 +1,12 @@
 """Batches: children written atomically with their batch, a callback enqueued exactly once when
 the last child ends (whatever ended it: a worker, the reaper, an operator), counts by status,
 fan-out from a running child, and what bad input is told. Every backend; the same with real
-worker processes and a SIGKILL is in tests/test_batches_processes.py."""
+worker processes and a SIGKILL is in tests/test_batches_processes.py, and what operators do to
+children (requeue, discard, retry now, retention) in tests/test_batches_operators.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -23,7 +23,6 @@ from sqlqueue._store import batches as store_batches
 from sqlqueue._store import outcomes
 from tests._support import count_jobs, drain, wait_until
 from tests.conftest import Backend
-from tests.test_cli import cli
 
 #: What the test handlers saw: job type -> the payloads / batch snapshots they ran with.
 Seen = dict[str, list[Any]]
@@ -450,167 +449,6 @@ def test_the_reaper_giving_up_on_a_child_counts_it_dead(backend):
     assert _job(queue, status.callback_job_id).job_type == "failed_batch"  # type: ignore[arg-type]
 
 
-# -- requeue after the batch -----------------------------------------------------------------------
-
-
-def test_a_dead_child_requeued_after_the_batch_finished_runs_alone(backend):
-    queue, seen = _queue(backend)
-    requests = [JobRequest(job_type="child", payload={"n": 7, "fail": True})]
-    batch = _enqueue_batch(queue, requests, on_complete=DONE, on_dead=FAILED)
-    drain(queue)
-    before = _status(queue, batch.id)
-    assert before.finished
-    assert len(seen["failed_batch"]) == 1
-    new_id = queue.requeue(batch.job_ids[0], by="ops", reason="fixed")
-    new_job = _job(queue, new_id)
-    assert new_job.status is JobStatus.QUEUED
-    assert _status(queue, batch.id) == before  # unchanged: no live counts, same callback
-    with queue.engine.connect() as conn:
-        kept = conn.execute(sa.select(jobs.c.batch_id).where(jobs.c.id == new_id)).scalar_one()
-    assert kept == batch.id  # lineage
-    drain(queue)
-    assert seen["child"] == [7, 7]
-    assert _job(queue, new_id).status is JobStatus.DEAD
-    assert _status(queue, batch.id) == before
-    assert len(seen["failed_batch"]) == 1
-    assert seen["done"] == []
-    assert _callbacks(queue.engine, "done", "failed_batch") == 1
-
-
-def test_a_dead_child_requeued_while_its_batch_runs_is_waited_for(backend):
-    queue, seen = _queue(backend)
-    batch = _enqueue_batch(
-        queue,
-        [JobRequest(job_type="child", payload={"n": 1, "fail": True}), *_children(1)],
-        on_complete=DONE,
-        on_dead=FAILED,
-    )
-    # Run the failing child only, and hold the other one back.
-    queue.store.claim(queues=["default"], job_types=None, limit=0, worker_id="x", lease_seconds=5)
-    first = queue.store.claim(
-        queues=["default"], job_types=None, limit=1, worker_id="w", lease_seconds=30
-    )[0]
-    assert first.id == batch.job_ids[0]
-    queue.store.finish(
-        worker_id="w",
-        succeeded=[],
-        failures=[
-            sqlqueue._store.rows.Failure(
-                job_id=first.id,
-                attempt=first.attempt,
-                dead=True,
-                retry_in=0,
-                last_error="boom",
-                errors=[],
-            )
-        ],
-    )
-    assert _counts(_status(queue, batch.id)) == {"dead": 1, "queued": 1}
-    queue.requeue(first.id, by="ops", reason="try again")
-    assert _counts(_status(queue, batch.id)) == {"queued": 2}
-    with queue.engine.begin() as conn:  # the requeued child now succeeds
-        conn.execute(
-            sa.update(jobs).where(jobs.c.requeued_from == first.id).values(payload={"n": 2})
-        )
-    drain(queue)
-    assert seen["failed_batch"] == []
-    ((_, seen_batch),) = seen["done"]
-    assert _counts(seen_batch) == {"succeeded": 2}
-
-
-def test_bulk_requeue_where_takes_back_dead_endings_and_discard_where_changes_nothing(backend):
-    """The operations API's (and the web page's) bulk actions: ``requeue_where`` goes through
-    the same requeue as ``requeue`` (the running batch waits for the new jobs), ``discard_where``
-    only marks dead rows handled (they counted as dead already)."""
-    queue, seen = _queue(backend)
-    held = JobRequest(job_type="child", payload={"n": 9}, queue="held")  # keeps it running
-    requeued = _enqueue_batch(
-        queue, [*_children(2, fail=True), held], on_complete=DONE, on_dead=FAILED
-    )
-    discarded = _enqueue_batch(
-        queue, [_children(1, fail=True)[0], held], on_complete=DONE, on_dead=FAILED
-    )
-    drain(queue, queues=["default"])
-    assert _counts(_status(queue, requeued.id)) == {"dead": 2, "queued": 1}
-    new_ids = queue.requeue_where(by="ops", reason="fixed", job_ids=requeued.job_ids[:2])
-    assert len(new_ids) == 2
-    assert _counts(_status(queue, requeued.id)) == {"queued": 3}
-    assert queue.discard_where(by="ops", reason="gone", job_ids=discarded.job_ids[:1]) == [
-        discarded.job_ids[0]
-    ]
-    assert _counts(_status(queue, discarded.id)) == {"dead": 1, "queued": 1}
-    with queue.engine.begin() as conn:  # the requeued children now succeed
-        conn.execute(sa.update(jobs).where(jobs.c.id.in_(new_ids)).values(payload={"n": 3}))
-    drain(queue, queues=["default", "held"])
-    assert _counts(_status(queue, requeued.id)) == {"succeeded": 3}
-    assert _counts(_status(queue, discarded.id)) == {"dead": 1, "succeeded": 1}
-    assert queue.requeue_where(by="ops", reason="no dead child is left") == []
-    drain(queue, queues=["callbacks"])
-    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 3}]
-    assert [_counts(batch) for _, batch in seen["failed_batch"]] == [{"dead": 1, "succeeded": 1}]
-
-
-def test_retry_now_makes_a_failed_child_due_and_the_batch_counts_its_end(backend):
-    """``retry_now`` only moves a failed child's next run: the child is still on its way, and
-    its batch finishes when the retry ends."""
-    queue, seen = _queue(backend)
-
-    @queue.task("flaky", max_attempts=2, backoff=[3600])
-    def flaky(ctx: sqlqueue.JobContext) -> None:
-        if ctx.attempt == 1:
-            raise ValueError("first attempt fails")
-
-    batch = _enqueue_batch(queue, [JobRequest(job_type="flaky")], on_complete=DONE)
-    drain(queue, queues=["default"])
-    assert _counts(_status(queue, batch.id)) == {"failed": 1}
-    assert queue.retry_now(job_ids=batch.job_ids) == 1
-    assert _counts(_status(queue, batch.id)) == {"failed": 1}
-    drain(queue, queues=["default", "callbacks"])
-    status = _status(queue, batch.id)
-    assert status.finished
-    assert _counts(status) == {"succeeded": 1}
-    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 1}]
-
-
-# -- retention -----------------------------------------------------------------------------------
-
-
-def _prune_until(queue: sqlqueue.Queue, *, left: int) -> None:
-    """Prune succeeded jobs (the database clock must first pass their ``finished_at``) until
-    ``left`` jobs remain."""
-    wait_until(
-        lambda: (
-            queue.prune(older_than=0, statuses=["succeeded"]) >= 0
-            and count_jobs(queue.engine) == left
-        )
-    )
-
-
-def test_pruning_finished_children_keeps_the_counts_and_then_the_batch_row_goes(backend):
-    """Retention deletes finished children without touching their batch's counters (a running
-    batch still finishes right, once), and a finished batch's row goes with its last job."""
-    queue, seen = _queue(backend)
-    held = JobRequest(job_type="child", payload={"n": 9}, queue="held")
-    batch = _enqueue_batch(queue, [*_children(2), held], on_complete=DONE)
-    drain(queue, queues=["default"])
-    _prune_until(queue, left=1)
-    assert _counts(_status(queue, batch.id)) == {"succeeded": 2, "queued": 1}
-
-    drain(queue, queues=["held"])  # the last child: the batch finishes, its callback waits
-    status = _status(queue, batch.id)
-    assert (status.finished, _counts(status)) == (True, {"succeeded": 3})
-    _prune_until(queue, left=1)
-    assert _status(queue, batch.id) == status  # the queued callback still refers to it
-    drain(queue, queues=["callbacks"])
-    assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 3}]
-    assert _callbacks(queue.engine, "done") == 1
-
-    _prune_until(queue, left=0)
-    assert queue.get_batch(batch.id) is None
-    with queue.engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
-
-
 # -- fan-out from a running child ----------------------------------------------------------------
 
 
@@ -779,35 +617,3 @@ def test_enqueue_batch_async(backend):
     assert _status(queue, kept.id).total == 2
     assert queue.get_batch(dropped.id) is None
     assert count_jobs(queue.engine) == 2
-
-
-# -- operators -----------------------------------------------------------------------------------
-
-
-def test_a_job_shows_its_batch_and_the_batch_show_command_prints_the_counts(backend):
-    queue, _ = _queue(backend)
-    batch = _enqueue_batch(queue, [*_children(2), _children(1, fail=True)[0]], on_complete=DONE)
-    drain(queue, queues=["default"])
-    status = _status(queue, batch.id)
-    assert _job(queue, batch.job_ids[0]).batch_id == batch.id
-    assert _job(queue, status.callback_job_id).batch_id == batch.id  # type: ignore[arg-type]
-
-    shown = cli("batch", "show", str(batch.id), "--json", url=backend.url)
-    assert shown.returncode == 0, shown.stderr
-    document = json.loads(shown.stdout)
-    assert document["total"] == 3
-    assert document["done"] == 3
-    assert document["counts"] == {
-        "queued": 0, "running": 0, "succeeded": 2, "failed": 0, "dead": 1, "cancelled": 0
-    }  # fmt: skip
-    assert document["callback_job_id"] == status.callback_job_id
-    text = cli("batch", "show", str(batch.id), url=backend.url).stdout
-    assert "done:             3 of 3" in text
-    assert "dead:             1" in text
-    job_text = cli("jobs", "show", str(batch.job_ids[0]), url=backend.url).stdout
-    assert f"batch:            {batch.id}" in job_text
-    missing = cli("batch", "show", "999999", url=backend.url)
-    assert (missing.returncode, missing.stderr.strip()) == (
-        1,
-        "sqlqueue: error: there is no batch 999999",
-    )
