@@ -177,7 +177,8 @@ class JobContext:
 
         They are written in :meth:`transaction`, so they exist only if this job succeeds, and
         the batch counts them from that same commit: it cannot finish before they end. A job
-        outside a batch, or a batch's callback (its batch has finished), cannot add children.
+        outside a batch, a batch's callback, or a child requeued after its batch finished
+        cannot add children (:class:`JobStateError`; nothing is written).
         """
         batch_id, rows = self._batch_children(requests)
         if not rows:
@@ -215,8 +216,9 @@ class JobContext:
         dialect = self._database.dialect
         if not translated(dialect, lambda: batches.batch_is_open(conn, dialect, batch_id)):
             raise JobStateError(
-                f"batch {batch_id} has finished (job {self.job_id} is its callback): children "
-                "can only be added while the batch runs; start a new batch instead"
+                f"batch {batch_id} has finished (job {self.job_id} is its callback, or a child "
+                "requeued after it finished): children can only be added while the batch runs; "
+                "start a new batch instead"
             )
         ids = translated(dialect, lambda: batches.insert_children(conn, dialect, batch_id, rows))
         self._added_to_batch += len(ids)

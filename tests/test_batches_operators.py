@@ -95,6 +95,36 @@ def test_a_dead_child_requeued_while_its_batch_runs_is_waited_for(backend):
     assert _counts(seen_batch) == {"succeeded": 2}
 
 
+def test_a_child_requeued_after_its_batch_finished_cannot_add_children(backend):
+    queue = backend.queue()
+    errors: list[str] = []
+
+    @queue.task("fan_late", max_attempts=1)
+    def fan_late(ctx: sqlqueue.JobContext) -> None:
+        if ctx.job_id == batch.job_ids[0]:  # the child dies; the job requeued from it runs
+            raise ValueError("the first run dies")
+        try:
+            ctx.add_to_batch([JobRequest(job_type="leaf")])
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+
+    @queue.task("leaf")
+    def leaf() -> None:
+        pass
+
+    batch = _enqueue_batch(queue, [JobRequest(job_type="fan_late")])
+    drain(queue)
+    assert _status(queue, batch.id).dead == 1
+    new_id = queue.requeue(batch.job_ids[0], by="ops", reason="again")
+    drain(queue)
+    assert _job(queue, new_id).status is JobStatus.SUCCEEDED
+    assert len(errors) == 1
+    assert f"batch {batch.id} has finished" in errors[0]
+    assert "a child requeued after it finished" in errors[0]
+    assert count_jobs(queue.engine, job_type="leaf") == 0
+    assert _status(queue, batch.id).total == 1
+
+
 def test_bulk_requeue_where_takes_back_dead_endings_and_discard_where_changes_nothing(backend):
     """The operations API's (and the web page's) bulk actions: ``requeue_where`` goes through
     the same requeue as ``requeue`` (the running batch waits for the new jobs), ``discard_where``
