@@ -294,7 +294,8 @@ class Operations:
     ) -> int:
         """Delete finished jobs (``statuses``: succeeded, cancelled, dead) whose ``finished_at``
         is more than ``older_than`` seconds ago, ``batch_size`` rows per short transaction;
-        return how many went. Never queued, running or failed jobs."""
+        return how many went. Never queued, running or failed jobs. A finished batch's row goes
+        with the last job that refers to it; batch counts never change."""
         if older_than < 0:
             raise ConfigurationError(f"older_than must be >= 0 seconds, got {older_than!r}")
         if batch_size < 1:
