@@ -304,6 +304,57 @@ def test_cancelled_and_released_attempts_say_so(backend: Backend, spans: Spans) 
     assert outcomes == {str(cancelled_id): "cancelled", str(long_id): "released"}
 
 
+def test_a_worker_that_stops_without_writing_outcomes_ends_their_spans(
+    backend: Backend, spans: Spans
+) -> None:
+    """An app that runs ``worker.serve()`` in its own event loop and cancels it (its loop
+    shutting down) leaves no outcome written and nothing released: the worker still ends the
+    spans of its attempts when it stops, or the queue would keep them open for its lifetime."""
+    queue = backend.queue(tracer_provider=spans.provider, lease_seconds=3)
+    release = threading.Event()
+    started = threading.Event()
+    woken = asyncio.Event()
+
+    @queue.task("sync_long", max_attempts=5)
+    def sync_long() -> None:
+        started.set()
+        release.wait(60)
+
+    @queue.task("async_long", max_attempts=5)
+    async def async_long() -> None:
+        await woken.wait()  # never set: cancelled with the worker
+
+    with backend.engine.begin() as conn:
+        sync_id = queue.enqueue(conn, "sync_long")
+        async_id = queue.enqueue(conn, "async_long")
+    worker = queue.worker(poll_interval=0.05)
+    tracing = queue.tracing
+    assert tracing is not None
+
+    async def app() -> None:
+        serving = asyncio.create_task(worker.serve())
+        deadline = time.monotonic() + 60
+        while tracing.open_spans < 2:  # both handlers are in their spans
+            assert time.monotonic() < deadline, "the two jobs did not start"
+            assert not serving.done(), serving
+            await asyncio.sleep(0.02)
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+
+    try:
+        asyncio.run(app())
+        assert started.is_set()
+    finally:
+        release.set()
+    assert tracing.open_spans == 0
+    outcomes = {
+        (span.attributes or {})["messaging.message.id"]: (span.attributes or {})["sqlqueue.outcome"]
+        for span in spans.named("process default")
+    }
+    assert outcomes == {str(sync_id): "abandoned", str(async_id): "abandoned"}
+
+
 def test_a_job_no_handler_can_run_still_gets_its_attempt_span(
     backend: Backend, spans: Spans
 ) -> None:
