@@ -171,9 +171,13 @@ def test_a_gates_records_about_a_job_carry_its_fields(backend: Backend) -> None:
 
     with backend.engine.begin() as conn:
         ids = [queue.enqueue(conn, "tick") for _ in range(3)]
-    handler = logging.Handler(logging.DEBUG)
     seen: list[logging.LogRecord] = []
-    handler.emit = seen.append  # type: ignore[method-assign]
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    handler = Keep(logging.DEBUG)
     handler.addFilter(JobLogFilter())
     logger = logging.getLogger("sqlqueue")
     logger.addHandler(handler)
