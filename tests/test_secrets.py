@@ -294,8 +294,20 @@ def test_a_batch_stores_its_callbacks_secrets_sealed(backend: Backend) -> None:
     """``on_complete`` and ``on_dead`` wait in the batch row until the batch ends: their secret
     fields are sealed there as in a job row, and the callback that runs gets them opened."""
     app = charges(backend)
-    child, completed, if_dead = canary(), canary(), canary()
-    numbers = [canary_number() for _ in range(3)]
+    child, completed, if_dead, added = canary(), canary(), canary(), canary()
+    numbers = [canary_number() for _ in range(4)]
+
+    @app.queue.task("fan_out")
+    def fan_out(ctx: sqlqueue.JobContext) -> None:  # a child that adds one more charge
+        ctx.add_to_batch(
+            [
+                sqlqueue.JobRequest(
+                    job_type="charge",
+                    payload={"token": added, "card": {"number": numbers[3]}, "amount": 4},
+                )
+            ]
+        )
+
     with backend.engine.begin() as conn:
         batch = app.queue.enqueue_batch(
             conn,
@@ -303,7 +315,8 @@ def test_a_batch_stores_its_callbacks_secrets_sealed(backend: Backend) -> None:
                 sqlqueue.JobRequest(
                     job_type="charge",
                     payload={"token": child, "card": {"number": numbers[0]}, "amount": 1},
-                )
+                ),
+                sqlqueue.JobRequest(job_type="fan_out"),
             ],
             on_complete=sqlqueue.JobRequest(
                 job_type="charge",
@@ -314,7 +327,7 @@ def test_a_batch_stores_its_callbacks_secrets_sealed(backend: Backend) -> None:
                 payload={"token": if_dead, "card": {"number": numbers[2]}, "amount": 3},
             ),
         )
-    secrets_ = [child, completed, if_dead, *map(str, numbers)]
+    secrets_ = [child, completed, if_dead, added, *map(str, numbers)]
     with backend.engine.connect() as conn:
         stored = conn.execute(
             sa.select(sa.cast(batches.c.on_complete, sa.Text), sa.cast(batches.c.on_dead, sa.Text))
@@ -326,8 +339,8 @@ def test_a_batch_stores_its_callbacks_secrets_sealed(backend: Backend) -> None:
 
     drain(app.queue)
 
-    assert [seen["token"] for seen in app.seen] == [child, completed]
-    assert app.seen[1]["card"] == {"number": numbers[1]}
+    assert [seen["token"] for seen in app.seen] == [child, added, completed]
+    assert app.seen[2]["card"] == {"number": numbers[1]}
     status = app.queue.get_batch(batch.id)
     assert status is not None
     assert status.callback_job_id is not None
