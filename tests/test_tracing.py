@@ -581,6 +581,33 @@ def test_a_batch_its_fan_out_and_its_callback_stay_in_the_request_trace(
     assert {trace_id(s) for s in (*processes, callback)} == {trace_id(request)}
 
 
+def test_an_empty_batchs_callback_is_sent_in_the_request_trace(
+    backend: Backend, spans: Spans
+) -> None:
+    """An empty batch enqueues its ``on_complete`` at once: that enqueue is the producer span,
+    and the callback's attempt continues the request's trace."""
+    queue = backend.queue(tracer_provider=spans.provider)
+
+    @queue.task("assemble", queue="reports")
+    def assemble(ctx: sqlqueue.JobContext) -> None:
+        assert ctx.batch is not None
+
+    with spans.tracer.start_as_current_span("POST /reports"), backend.engine.begin() as conn:
+        batch = queue.enqueue_batch(conn, [], on_complete=sqlqueue.JobRequest(job_type="assemble"))
+    status = queue.get_batch(batch.id)
+    assert status is not None
+    assert status.callback_job_id is not None
+    assert stored_context(backend, status.callback_job_id) is not None
+    drain(queue)
+
+    request, send = spans.one("POST /reports"), spans.one("send reports")
+    assert parent_id(send) == span_id(request)
+    assert send.kind is SpanKind.PRODUCER
+    process = spans.one("process reports")
+    assert parent_id(process) == span_id(send)
+    assert trace_id(process) == trace_id(request)
+
+
 def test_without_a_valid_span_at_enqueue_the_column_is_null_and_attempts_start_a_trace(
     backend: Backend, spans: Spans
 ) -> None:
