@@ -309,10 +309,12 @@ def test_a_worker_that_stops_without_writing_outcomes_ends_their_spans(
 ) -> None:
     """An app that runs ``worker.serve()`` in its own event loop and cancels it (its loop
     shutting down) leaves no outcome written and nothing released: the worker still ends the
-    spans of its attempts when it stops, or the queue would keep them open for its lifetime."""
+    spans of its attempts when it stops, or the queue would keep them open for its lifetime.
+    Another worker of the same queue in the same process keeps its own spans open."""
     queue = backend.queue(tracer_provider=spans.provider, lease_seconds=3)
     release = threading.Event()
     started = threading.Event()
+    other_release = threading.Event()
     woken = asyncio.Event()
 
     @queue.task("sync_long", max_attempts=5)
@@ -324,35 +326,54 @@ def test_a_worker_that_stops_without_writing_outcomes_ends_their_spans(
     async def async_long() -> None:
         await woken.wait()  # never set: cancelled with the worker
 
+    @queue.task("other_long", queue="other")
+    def other_long() -> None:
+        other_release.wait(60)
+
     with backend.engine.begin() as conn:
         sync_id = queue.enqueue(conn, "sync_long")
         async_id = queue.enqueue(conn, "async_long")
-    worker = queue.worker(poll_interval=0.05)
+        other_id = queue.enqueue(conn, "other_long")
+    worker = queue.worker(queues=["default"], poll_interval=0.05)
+    other = queue.worker(queues=["other"], poll_interval=0.05)
     tracing = queue.tracing
     assert tracing is not None
 
     async def app() -> None:
         serving = asyncio.create_task(worker.serve())
         deadline = time.monotonic() + 60
-        while tracing.open_spans < 2:  # both handlers are in their spans
-            assert time.monotonic() < deadline, "the two jobs did not start"
+        while tracing.open_spans < 3:  # all three handlers are in their spans
+            assert time.monotonic() < deadline, "the three jobs did not start"
             assert not serving.done(), serving
             await asyncio.sleep(0.02)
         serving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await serving
 
-    try:
-        asyncio.run(app())
-        assert started.is_set()
-    finally:
-        release.set()
+    with WorkerThread(other):
+        try:
+            asyncio.run(app())
+            assert started.is_set()
+        finally:
+            release.set()
+        assert tracing.open_spans == 1  # the other worker's attempt, still running
+        other_release.set()
+        wait_until(
+            lambda: (job := queue.get_job(other_id)) is not None and job.status == "succeeded",
+            timeout=30,
+            what="the other worker's job to succeed",
+        )
     assert tracing.open_spans == 0
     outcomes = {
         (span.attributes or {})["messaging.message.id"]: (span.attributes or {})["sqlqueue.outcome"]
-        for span in spans.named("process default")
+        for span in spans.finished()
+        if span.name.startswith("process ")
     }
-    assert outcomes == {str(sync_id): "abandoned", str(async_id): "abandoned"}
+    assert outcomes == {
+        str(sync_id): "abandoned",
+        str(async_id): "abandoned",
+        str(other_id): "succeeded",
+    }
 
 
 def test_a_job_no_handler_can_run_still_gets_its_attempt_span(
