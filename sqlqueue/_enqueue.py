@@ -234,31 +234,33 @@ def enqueue_batch(
 
     ``send`` (the queue's producer span, when tracing is on) runs the write around the
     children, which it gives its trace context; the callbacks carry the same context, so
-    they join the trace of the code that started the batch.
+    they join the trace of the code that started the batch. An empty batch enqueues its
+    ``on_complete`` at once: then that is what the span is sent around.
     """
     children = check_batch_children(settings, requests)
     complete_row = _check_callback(settings, "on_complete", on_complete)
     dead_row = _check_callback(settings, "on_dead", on_dead)
     dialect = settings.dialect
+    sent = children or ([complete_row] if complete_row is not None else [])
 
     def write() -> Batch:
-        if children:
+        if sent:
             for callback in (complete_row, dead_row):
                 if callback is not None:
-                    callback["trace_context"] = children[0]["trace_context"]
+                    callback["trace_context"] = sent[0]["trace_context"]
         with to_connection(target) as conn:
             batch_id, ids = create_batch(
                 conn, dialect, children=children, on_complete=complete_row, on_dead=dead_row
             )
         return Batch(id=batch_id, job_ids=tuple(ids))
 
-    if send is None or not children:
+    if send is None or not sent:
         return translated(dialect, write)
     written: list[Batch] = []
 
     def write_ids() -> list[int]:
         written.append(translated(dialect, write))
-        return list(written[0].job_ids)
+        return list(written[0].job_ids)  # none for an empty batch: its callback has no id here
 
-    send(children, write_ids)
+    send(sent, write_ids)
     return written[0]

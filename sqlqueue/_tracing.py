@@ -14,7 +14,9 @@ on the handler's thread or in its asyncio task) and ended by the worker when the
 outcome is written (sqlqueue/_worker/observe.py): then it knows the outcome as stored —
 dead, retried, snoozed, cancelled, timed out — and its error text as ``last_error`` has it,
 secrets already scrubbed. ``record_exception`` is not used: it would format the exception
-itself, unscrubbed.
+itself, unscrubbed. A worker that stops without writing an attempt's outcome (its ``serve()``
+cancelled, the database gone at shutdown) ends that span as ``abandoned``: open spans are held
+per worker and never outlive it.
 
 Only ``opentelemetry-api`` is imported. Without it :data:`AVAILABLE` is false, queues get no
 :class:`Tracing`, no step is composed, and enqueue writes NULL: nothing runs per job. With the
@@ -26,12 +28,14 @@ upstream), and an attempt asks the provider once.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._logs import current_worker
 from sqlqueue._payload import JSON_ENCODER
 
 try:
@@ -100,9 +104,11 @@ class Tracing:
         self.tracer_provider = tracer_provider
         self._tracer = trace.get_tracer("sqlqueue", _version(), tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
-        #: Consumer spans started by the ``trace`` step, by (job id, attempt), until the
-        #: worker writes their outcome (set on handler threads, popped on the event loop).
-        self._open: dict[tuple[int, int], Span] = {}
+        #: Consumer spans started by the ``trace`` step, by (job id, attempt), with the id of
+        #: the worker that runs them, until that worker writes their outcome or stops (set on
+        #: handler threads, popped on the event loop: hence the lock).
+        self._open: dict[tuple[int, int], tuple[str | None, Span]] = {}
+        self._open_lock = threading.Lock()
 
     def _recording(self) -> bool:
         """Whether spans would go anywhere: an SDK (or another real) provider is in place."""
@@ -183,7 +189,8 @@ class Tracing:
         if not self._recording():
             return None
         span = self._process_span(job, start_time=None)
-        self._open[job.fence] = span
+        with self._open_lock:
+            self._open[job.fence] = (current_worker.get(), span)
         return otel_context.attach(trace.set_span_in_context(span))
 
     def leave_attempt(self, token: object) -> None:
@@ -234,7 +241,7 @@ class Tracing:
         held). An attempt that never reached its handler (no task for its type, a payload
         that does not fit, a gate that deferred it) gets its span here, spanning its time."""
         job = outcome.job
-        span = self._open.pop(job.fence, None)
+        span = self._pop(job.fence)
         if span is None:
             if not self._recording():
                 return
@@ -261,10 +268,34 @@ class Tracing:
 
     def release(self, job: ClaimedJob) -> None:
         """End the span of an attempt the worker gave back unfinished (at shutdown)."""
-        span = self._open.pop(job.fence, None)
+        span = self._pop(job.fence)
         if span is not None:
             span.set_attribute(_OUTCOME, "released")
             span.end()
+
+    def abandon(self, worker_id: str) -> int:
+        """End the spans ``worker_id`` still has open: it stopped without writing their
+        outcomes (it gave up on the database at shutdown, or its ``serve()`` was cancelled or
+        crashed). Their leases expire and the reaper runs them again, in spans of their own.
+        Returns how many were ended; without this they would stay open, and held, for as long
+        as the queue lives."""
+        with self._open_lock:
+            fences = [fence for fence, (owner, _) in self._open.items() if owner == worker_id]
+            spans = [self._open.pop(fence)[1] for fence in fences]
+        for span in spans:
+            span.set_attribute(_OUTCOME, "abandoned")
+            span.end()
+        return len(spans)
+
+    @property
+    def open_spans(self) -> int:
+        """How many consumer spans are open (started, outcome not yet written)."""
+        return len(self._open)
+
+    def _pop(self, fence: tuple[int, int]) -> Span | None:
+        with self._open_lock:
+            entry = self._open.pop(fence, None)
+        return None if entry is None else entry[1]
 
 
 def trace_step(task: Task, call: Callable[[ClaimedJob, dict[str, Any]], Any]) -> Any:

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+import sqlqueue
 from sqlqueue import JobLogFilter, JsonLogFormatter
+from tests._support import drain
 from tests.apps.observe_app import queue as observe_queue
 from tests.apps.processes import REPO_ROOT, Workers, wait_until
 from tests.conftest import Backend
@@ -156,3 +158,42 @@ def test_the_json_formatter_writes_extra_fields_and_strings_for_the_rest() -> No
     assert document["worker_id"] == "w1"
     assert document["when"].startswith("<object object")
     assert document["timestamp"].endswith("+00:00")
+
+
+def test_a_gates_records_about_a_job_carry_its_fields(backend: Backend) -> None:
+    """Records sqlqueue logs about a job before its handler runs (a rate limit deferring it)
+    carry the job's fields too, not the worker's alone."""
+    queue = backend.queue()
+
+    @queue.task("tick", rate_limit=sqlqueue.RateLimit(per_second=10, burst=1))
+    def tick() -> None:
+        pass
+
+    with backend.engine.begin() as conn:
+        ids = [queue.enqueue(conn, "tick") for _ in range(3)]
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    handler = Keep(logging.DEBUG)
+    handler.addFilter(JobLogFilter())
+    logger = logging.getLogger("sqlqueue")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        drain(queue, concurrency=3)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    deferred = [record for record in seen if "deferred" in record.getMessage()]
+    assert deferred, [record.getMessage() for record in seen]
+    for record in deferred:
+        fields = {name: getattr(record, name, None) for name in JOB_FIELDS}
+        assert fields["job_id"] in ids, fields
+        assert fields["job_type"] == "tick"
+        assert fields["queue"] == "default"
+        assert fields["attempt"] == 1
+        assert fields["worker_id"], fields

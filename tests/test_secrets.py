@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -28,12 +29,12 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import sqlqueue
-from sqlqueue._schema import jobs
+from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import MARKER, SecretKeyMissing, keyring_from, secret_fields_for
 from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue.dialects import dialect_for
-from tests._support import drain
-from tests.apps.processes import REPO_ROOT
+from tests._support import WorkerThread, drain
+from tests.apps.processes import REPO_ROOT, wait_until
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(180)
@@ -81,12 +82,15 @@ def charges(backend: Backend, *, keys: tuple[str, ...] = (KEY_A,), **options: An
 
 
 def stored_text(backend: Backend) -> str:
-    """Everything the database holds of the jobs, as text: every column of every job row, plus
-    the database file and its WAL where the database is a file, plus ``pg_dump`` of the table
+    """Everything the database holds of the jobs, as text: every column of every job row and
+    every batch row (a batch stores its callbacks' requests until it finishes), plus the
+    database file and its WAL where the database is a file, plus ``pg_dump`` of the tables
     where the server is PostgreSQL and the tool is installed."""
+    parts = []
     with backend.engine.connect() as conn:
-        rows = conn.execute(sa.select(*(sa.cast(column, sa.Text) for column in jobs.c))).all()
-    parts = [str(value) for row in rows for value in row]  # not repr(): it elides long values
+        for table in (jobs, batches):
+            rows = conn.execute(sa.select(*(sa.cast(column, sa.Text) for column in table.c)))
+            parts += [str(value) for row in rows for value in row]  # not repr(): it elides
     if not backend.capable("many_hosts"):  # a database file: its bytes, after a checkpoint
         with backend.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(FULL)")
@@ -98,7 +102,13 @@ def stored_text(backend: Backend) -> str:
     if backend.name == "postgresql" and pg_dump is not None:  # PostgreSQL's own dump tool
         url = backend.engine.url.set(drivername="postgresql")
         dumped = subprocess.run(
-            [pg_dump, "--data-only", "--table=sqlqueue_jobs", url.render_as_string(False)],
+            [
+                pg_dump,
+                "--data-only",
+                f"--table={jobs.name}",
+                f"--table={batches.name}",
+                url.render_as_string(False),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -278,6 +288,110 @@ def test_an_error_quoting_the_secrets_is_stored_and_logged_scrubbed(
     assert "declined for token '***'" in printed
     for secret in secrets_:
         assert secret not in printed
+
+
+def test_a_batch_stores_its_callbacks_secrets_sealed(backend: Backend) -> None:
+    """``on_complete`` and ``on_dead`` wait in the batch row until the batch ends: their secret
+    fields are sealed there as in a job row, and the callback that runs gets them opened."""
+    app = charges(backend)
+    child, completed, if_dead, added = canary(), canary(), canary(), canary()
+    numbers = [canary_number() for _ in range(4)]
+
+    @app.queue.task("fan_out")
+    def fan_out(ctx: sqlqueue.JobContext) -> None:  # a child that adds one more charge
+        ctx.add_to_batch(
+            [
+                sqlqueue.JobRequest(
+                    job_type="charge",
+                    payload={"token": added, "card": {"number": numbers[3]}, "amount": 4},
+                )
+            ]
+        )
+
+    with backend.engine.begin() as conn:
+        batch = app.queue.enqueue_batch(
+            conn,
+            [
+                sqlqueue.JobRequest(
+                    job_type="charge",
+                    payload={"token": child, "card": {"number": numbers[0]}, "amount": 1},
+                ),
+                sqlqueue.JobRequest(job_type="fan_out"),
+            ],
+            on_complete=sqlqueue.JobRequest(
+                job_type="charge",
+                payload={"token": completed, "card": {"number": numbers[1]}, "amount": 2},
+            ),
+            on_dead=sqlqueue.JobRequest(
+                job_type="charge",
+                payload={"token": if_dead, "card": {"number": numbers[2]}, "amount": 3},
+            ),
+        )
+    secrets_ = [child, completed, if_dead, added, *map(str, numbers)]
+    with backend.engine.connect() as conn:
+        stored = conn.execute(
+            sa.select(sa.cast(batches.c.on_complete, sa.Text), sa.cast(batches.c.on_dead, sa.Text))
+        ).one()
+    assert all(MARKER in str(request) for request in stored)  # sealed, not absent
+    at_rest = stored_text(backend)
+    for secret in secrets_:
+        assert secret not in at_rest
+
+    drain(app.queue)
+
+    assert [seen["token"] for seen in app.seen] == [child, added, completed]
+    assert app.seen[2]["card"] == {"number": numbers[1]}
+    status = app.queue.get_batch(batch.id)
+    assert status is not None
+    assert status.callback_job_id is not None
+    callback = app.queue.get_job(status.callback_job_id)
+    assert callback is not None
+    assert callback.payload["token"] == "***"
+    at_rest = stored_text(backend)
+    for secret in secrets_:
+        assert secret not in at_rest
+
+
+def test_metrics_never_show_a_secret(backend: Backend) -> None:
+    """A worker serving Prometheus metrics runs jobs whose errors quote their secrets: the
+    scraped page has their counts, and not one secret."""
+    app = charges(backend, max_attempts=2, backoff=[0])
+    tokens = [canary() for _ in range(3)]
+    number = canary_number()
+    with backend.engine.begin() as conn:
+        ids = [
+            app.charge.enqueue(
+                conn, token=token, card={"number": number}, amount=n, fail=("", "error")[n % 2]
+            )
+            for n, token in enumerate(tokens)
+        ]
+    worker = app.queue.worker(metrics_port=0, poll_interval=0.05)
+    with WorkerThread(worker):
+        wait_until(
+            lambda: all(
+                (job := app.queue.get_job(job_id)) is not None
+                and job.status in ("succeeded", "dead")
+                for job_id in ids
+            ),
+            timeout=60,
+            what="every charge to end",
+        )
+        assert worker.metrics_port is not None
+        page = ""
+
+        def scraped_all() -> bool:
+            nonlocal page
+            url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                page = answer.read().decode()
+            return 'sqlqueue_jobs_total{job_type="charge",outcome="dead",queue="default"} 1.0' in (
+                page
+            )
+
+        wait_until(scraped_all, timeout=30, what="the dead charge in the metrics")
+    assert 'outcome="succeeded",queue="default"} 2.0' in page
+    for secret in [*tokens, str(number)]:
+        assert secret not in page
 
 
 # -- keys ------------------------------------------------------------------------------------------

@@ -304,6 +304,78 @@ def test_cancelled_and_released_attempts_say_so(backend: Backend, spans: Spans) 
     assert outcomes == {str(cancelled_id): "cancelled", str(long_id): "released"}
 
 
+def test_a_worker_that_stops_without_writing_outcomes_ends_their_spans(
+    backend: Backend, spans: Spans
+) -> None:
+    """An app that runs ``worker.serve()`` in its own event loop and cancels it (its loop
+    shutting down) leaves no outcome written and nothing released: the worker still ends the
+    spans of its attempts when it stops, or the queue would keep them open for its lifetime.
+    Another worker of the same queue in the same process keeps its own spans open."""
+    queue = backend.queue(tracer_provider=spans.provider, lease_seconds=3)
+    release = threading.Event()
+    started = threading.Event()
+    other_release = threading.Event()
+    woken = asyncio.Event()
+
+    @queue.task("sync_long", max_attempts=5)
+    def sync_long() -> None:
+        started.set()
+        release.wait(60)
+
+    @queue.task("async_long", max_attempts=5)
+    async def async_long() -> None:
+        await woken.wait()  # never set: cancelled with the worker
+
+    @queue.task("other_long", queue="other")
+    def other_long() -> None:
+        other_release.wait(60)
+
+    with backend.engine.begin() as conn:
+        sync_id = queue.enqueue(conn, "sync_long")
+        async_id = queue.enqueue(conn, "async_long")
+        other_id = queue.enqueue(conn, "other_long")
+    worker = queue.worker(queues=["default"], poll_interval=0.05)
+    other = queue.worker(queues=["other"], poll_interval=0.05)
+    tracing = queue.tracing
+    assert tracing is not None
+
+    async def app() -> None:
+        serving = asyncio.create_task(worker.serve())
+        deadline = time.monotonic() + 60
+        while tracing.open_spans < 3:  # all three handlers are in their spans
+            assert time.monotonic() < deadline, "the three jobs did not start"
+            assert not serving.done(), serving
+            await asyncio.sleep(0.02)
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+
+    with WorkerThread(other):
+        try:
+            asyncio.run(app())
+            assert started.is_set()
+        finally:
+            release.set()
+        assert tracing.open_spans == 1  # the other worker's attempt, still running
+        other_release.set()
+        wait_until(
+            lambda: (job := queue.get_job(other_id)) is not None and job.status == "succeeded",
+            timeout=30,
+            what="the other worker's job to succeed",
+        )
+    assert tracing.open_spans == 0
+    outcomes = {
+        (span.attributes or {})["messaging.message.id"]: (span.attributes or {})["sqlqueue.outcome"]
+        for span in spans.finished()
+        if span.name.startswith("process ")
+    }
+    assert outcomes == {
+        str(sync_id): "abandoned",
+        str(async_id): "abandoned",
+        str(other_id): "succeeded",
+    }
+
+
 def test_a_job_no_handler_can_run_still_gets_its_attempt_span(
     backend: Backend, spans: Spans
 ) -> None:
@@ -528,6 +600,33 @@ def test_a_batch_its_fan_out_and_its_callback_stay_in_the_request_trace(
     callback = spans.one("process reports")
     assert parent_id(callback) == span_id(send)
     assert {trace_id(s) for s in (*processes, callback)} == {trace_id(request)}
+
+
+def test_an_empty_batchs_callback_is_sent_in_the_request_trace(
+    backend: Backend, spans: Spans
+) -> None:
+    """An empty batch enqueues its ``on_complete`` at once: that enqueue is the producer span,
+    and the callback's attempt continues the request's trace."""
+    queue = backend.queue(tracer_provider=spans.provider)
+
+    @queue.task("assemble", queue="reports")
+    def assemble(ctx: sqlqueue.JobContext) -> None:
+        assert ctx.batch is not None
+
+    with spans.tracer.start_as_current_span("POST /reports"), backend.engine.begin() as conn:
+        batch = queue.enqueue_batch(conn, [], on_complete=sqlqueue.JobRequest(job_type="assemble"))
+    status = queue.get_batch(batch.id)
+    assert status is not None
+    assert status.callback_job_id is not None
+    assert stored_context(backend, status.callback_job_id) is not None
+    drain(queue)
+
+    request, send = spans.one("POST /reports"), spans.one("send reports")
+    assert parent_id(send) == span_id(request)
+    assert send.kind is SpanKind.PRODUCER
+    process = spans.one("process reports")
+    assert parent_id(process) == span_id(send)
+    assert trace_id(process) == trace_id(request)
 
 
 def test_without_a_valid_span_at_enqueue_the_column_is_null_and_attempts_start_a_trace(

@@ -62,6 +62,9 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
     in a thread (sync) or on this loop (async); see sqlqueue/_worker/pipeline.py."""
     started = time.monotonic()
     admission: _admission.Admission | None = None
+    # The job is current in this attempt's own asyncio task from here on: what the gates and
+    # the outcome's classification log carries its fields too (see sqlqueue/_logs.py).
+    current_job.set(job)
     try:
         if task is None:
             raise NoHandler(

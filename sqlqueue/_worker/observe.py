@@ -54,10 +54,14 @@ class Observers:
         return port
 
     def stop(self) -> None:
-        """Stop serving metrics."""
+        """The worker stopped: stop serving metrics, and end the consumer spans of attempts
+        whose outcome it never wrote (see :meth:`Tracing.abandon`)."""
         if self._metrics is not None:
             self._metrics.stop()
             self._metrics = None
+        self._cancel_requested.clear()
+        if self._tracing is not None:
+            self._tracing.abandon(self._worker_id)
 
     def cancel_requested(self, job_ids: Set[int]) -> None:
         """Heartbeats found cancel requests for these running jobs."""
