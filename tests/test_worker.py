@@ -6,7 +6,10 @@ import asyncio
 import threading
 import time
 
+import sqlalchemy as sa
+
 import sqlqueue
+from sqlqueue._schema import jobs
 from sqlqueue._worker import slots
 from tests._support import WorkerThread, drain, wait_until
 
@@ -175,3 +178,41 @@ def test_a_pool_of_slow_jobs_claims_no_more_than_its_free_slots(backend):
         assert queue.get_job(ids[1]).status == "running"
         assert queue.get_job(ids[2]).status == "queued"
         wait_until(lambda: len(started) == 3)
+
+
+def test_a_held_job_whose_lease_was_lost_is_never_started(backend, monkeypatch):
+    """A job held ahead is leased like a running one: if its lease is lost (reaped while the
+    slot was taken), the worker drops it instead of starting that stale attempt later; the job
+    runs once, as the new attempt its next claim makes."""
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    queue = backend.queue(lease_seconds=1.5)  # a heartbeat every 0.5 s
+    ran: list[tuple[str, int]] = []
+    blocked, release = threading.Event(), threading.Event()
+
+    @queue.task("quick")
+    async def quick(name: str, ctx: sqlqueue.JobContext) -> None:
+        ran.append((name, ctx.attempt))
+
+    @queue.task("blocker")
+    async def blocker() -> None:
+        blocked.set()
+        await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        quick.enqueue(conn, name="first")
+        blocker.enqueue(conn)
+        held = quick.enqueue(conn, name="held")
+    worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=2)
+    with WorkerThread(worker):
+        assert blocked.wait(10)
+        wait_until(lambda: queue.get_job(held).attempts == 1)
+        with backend.engine.begin() as conn:  # what the reaper does to an expired lease
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.id == held)
+                .values(status="queued", locked_by=None, lease_expires_at=None)
+            )
+        wait_until(lambda: queue.get_job(held).attempts == 2)  # dropped, then claimed again
+        release.set()
+        wait_until(lambda: queue.get_job(held).status == "succeeded")
+    assert ran == [("first", 1), ("held", 2)]

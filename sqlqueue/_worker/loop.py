@@ -453,9 +453,17 @@ class Worker:
 
     async def _beat(self) -> None:
         jobs = list(self._leased.values())  # a snapshot, taken on the loop
+        held = self._slots.held_ids()
         beat = await self._db.call(
-            partial(self._heartbeat.run_once, jobs, still_running=self._running.__contains__)
+            partial(
+                self._heartbeat.run_once,
+                jobs,
+                still_running=lambda job_id: job_id in self._running or job_id in held,
+            )
         )
+        # A held job whose lease was lost was reaped and may run elsewhere: never start it.
+        for job_id in self._slots.drop_held(beat.lost):
+            self._leased.pop(job_id, None)
         if beat.cancel_requested and self._contexts is not None:
             for job_id in beat.cancel_requested:
                 self._contexts.cancel(job_id)

@@ -13,7 +13,7 @@ worker sat idle.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from sqlqueue._errors import ConfigurationError
@@ -152,6 +152,20 @@ class Slots:
         if pool is not None:
             pool.running.discard(job_id)
         return pool
+
+    def held_ids(self) -> frozenset[int]:
+        """The ids of every held job."""
+        return frozenset(job.id for pool in self.pools for job in pool.held)
+
+    def drop_held(self, job_ids: Set[int]) -> list[int]:
+        """Stop holding the jobs of ``job_ids`` that are held (their leases were lost); return
+        which were."""
+        dropped: list[int] = []
+        for pool in self.pools:
+            keep = [job for job in pool.held if job.id not in job_ids]
+            dropped.extend(job.id for job in pool.held if job.id in job_ids)
+            pool.held = deque(keep)
+        return dropped
 
     def take_held(self) -> list[ClaimedJob]:
         """Every held job, no longer held (to give back at shutdown)."""
