@@ -285,10 +285,7 @@ class Queue(Operations):
             max_attempts,
             external,
         )
-        rows = [row]
-        if self.tracing is None:
-            return write_rows(self.dialect, conn, rows)[0]
-        return self.tracing.send(rows, lambda: write_rows(self.dialect, conn, rows))[0]
+        return self._write(conn, [row])[0]
 
     async def enqueue_async(
         self, conn: Any, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
@@ -306,7 +303,11 @@ class Queue(Operations):
         Returns one id per request, in order; duplicates by idempotency key get the first id.
         """
         settings = self._settings
-        rows = [build_row(settings, request) for request in requests]
+        return self._write(conn, [build_row(settings, request) for request in requests])
+
+    def _write(self, conn: Executable, rows: list[JobRow]) -> list[int]:
+        """Insert checked ``rows`` in the caller's transaction, in the producer span when
+        tracing is on; one id per row."""
         if self.tracing is None or not rows:
             return write_rows(self.dialect, conn, rows)
         return self.tracing.send(rows, lambda: write_rows(self.dialect, conn, rows))
