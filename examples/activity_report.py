@@ -207,8 +207,20 @@ def aggregate(
         events.c.user_id.between(first, last), events.c.id <= until
     )
     totals: dict[int, Totals] = {}
-    result = conn.execution_options(yield_per=PARTITION_ROWS).execute(query) if stream else None
-    partitions = result.partitions() if result is not None else iter([conn.execute(query).all()])
+    if stream:  # closed on the way out, an error included: no open cursor outlives the read
+        with conn.execution_options(yield_per=PARTITION_ROWS).execute(query) as result:
+            return _add_up(result.partitions(), totals, first, last, ctx)
+    return _add_up(iter([conn.execute(query).all()]), totals, first, last, ctx)
+
+
+def _add_up(
+    partitions: Iterator[Sequence[Any]],
+    totals: dict[int, Totals],
+    first: int,
+    last: int,
+    ctx: sqlqueue.JobContext | None,
+) -> dict[int, Totals]:
+    """Count ``partitions`` of events into ``totals``, reporting progress after each."""
     done = 0
     for partition in partitions:
         for event_id, user_id, kind, amount in partition:

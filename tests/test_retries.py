@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._backoff import Exponential, Linear, Schedule
@@ -288,3 +290,55 @@ def test_an_error_message_no_database_can_store_is_escaped_and_the_worker_goes_o
     assert job.last_error == "OSError: cannot open '/tmp/\\udcffname\\x00': bad bytes"
     assert "\\udcffname\\x00" in str(job.errors[-1].details["traceback"])
     assert sorted(ran) == [0, 1, 2]
+
+
+def test_a_handler_that_raises_mid_read_leaves_no_stale_connection_in_the_pool(backend):
+    """A handler that raises while it streams a query has an unfinished cursor in its frame. The
+    worker keeps the error's text, never its frames: held by the traceback (until a garbage
+    collection, which may be minutes away), that cursor kept its pooled SQLite connection's read
+    snapshot open, and the next job handed that connection read old rows and could not write
+    ("the SQLite database stayed locked")."""
+    queue = sqlqueue.Queue(backend.url)
+    numbers = sa.Table(
+        "numbers", sa.MetaData(), sa.Column("n", sa.Integer, primary_key=True, autoincrement=False)
+    )
+    numbers.metadata.create_all(queue.engine)
+    with queue.engine.begin() as conn:
+        conn.execute(numbers.insert(), [{"n": n} for n in range(1, 501)])
+
+    @queue.task("scan", max_attempts=1)
+    def scan(ctx: sqlqueue.JobContext) -> None:
+        with ctx.engine.connect() as reader:
+            rows = reader.execution_options(yield_per=10).execute(sa.select(numbers.c.n))
+            for _partition in rows.partitions():
+                raise ValueError("row 0 is bad")
+
+    gc.disable()  # only reference counting frees the cursor: what a long-lived worker sees
+    try:
+        with queue.engine.begin() as conn:
+            job_id = queue.enqueue(conn, "scan", {})
+        drain(queue)
+        job = queue.get_job(job_id)
+        assert job is not None
+        assert (job.status, job.last_error) == ("dead", "ValueError: row 0 is bad")
+        details = job.errors[0].details
+        assert details is not None
+        assert 'raise ValueError("row 0 is bad")' in details["traceback"]
+
+        with backend.engine.begin() as conn:  # another process's write, after the failure
+            conn.execute(numbers.insert().values(n=1000))
+        pool = queue.engine.pool
+        assert isinstance(pool, sa.QueuePool)
+        pooled = [queue.engine.connect() for _ in range(max(pool.checkedin(), 1))]
+        try:
+            for conn in pooled:
+                seen = conn.execute(sa.select(sa.func.count()).where(numbers.c.n == 1000))
+                assert seen.scalar_one() == 1, "a pooled connection reads an old snapshot"
+                conn.execute(numbers.insert().values(n=2000 + len(pooled)))
+                conn.rollback()
+        finally:
+            for conn in pooled:
+                conn.close()
+    finally:
+        gc.enable()
+        queue.engine.dispose()

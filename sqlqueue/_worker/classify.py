@@ -94,7 +94,37 @@ class BadResult(PermanentError):
 
 
 def classify(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float) -> Outcome:
-    """Decide what an attempt that did not succeed means: snooze, retry after a delay, or dead."""
+    """Decide what an attempt that did not succeed means: snooze, retry after a delay, or dead.
+
+    The outcome keeps the error's text, never its frames: they are cleared here (see
+    :func:`_release_frames`)."""
+    try:
+        return _decide(job, task, error, elapsed)
+    finally:
+        _release_frames(error)
+
+
+def _release_frames(error: BaseException) -> None:
+    """Clear the finished frames of ``error``'s traceback (and of the errors it chains), so the
+    handler's locals go now, not at some later garbage collection. A handler that raised in the
+    middle of a query left its open cursor there: on SQLite that cursor keeps its pooled
+    connection's read snapshot, and the next job given the connection reads old rows and
+    cannot write. Frames still running are left as they are (``clear_frames`` skips them)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        try:
+            traceback.clear_frames(current.__traceback__)
+        except Exception:  # never fail an outcome over housekeeping (see the module)
+            log.debug("could not clear the frames of an attempt's error", exc_info=True)
+        pending.extend((current.__cause__, current.__context__))
+
+
+def _decide(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float) -> Outcome:
     if isinstance(error, Snooze):
         snooze = Failure(
             job_id=job.id,
@@ -224,6 +254,7 @@ def _retryable(task: Task, error: BaseException) -> bool:
 
 _INTERNAL_DIRS = (
     str(Path(__file__).resolve().parent),
+    str(Path(__file__).resolve().parent.parent / "_tracing.py"),
     str(Path(asyncio.__file__).resolve().parent),
     str(Path(threading.__file__).resolve().parent / "concurrent"),
 )
