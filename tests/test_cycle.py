@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from sqlqueue._store.rows import Failure
+from sqlqueue._store.transactions import in_write
 
 
 def _queue_with_jobs(backend):
@@ -148,3 +149,58 @@ def test_a_relaxed_round_leaves_the_connection_at_its_own_durability(backend, se
     assert backend.engine.pool.checkedin() == 1  # the one connection every step above used
     with backend.engine.connect() as conn:
         assert conn.exec_driver_sql(read).scalar_one() == expected
+
+
+#: What a relaxed transaction reads of its durability (see ``DURABILITY``), by capability.
+RELAXED = {"pragmas": 1, "transaction_settings": "off"}
+
+
+@pytest.mark.parametrize("settings", DURABILITY)
+def test_only_a_relaxed_write_commits_without_waiting_for_the_disk(backend, settings):
+    """Inside the worker's relaxed transactions the commit skips the disk; any other write
+    transaction of the store keeps the connection's level."""
+    backend.requires(settings)
+    read, _strict, _ = DURABILITY[settings]
+    queue = backend.queue()
+    store = queue.store
+
+    def level(conn):
+        return conn.exec_driver_sql(read).scalar_one()
+
+    with backend.engine.connect() as conn:
+        default = level(conn)
+    assert in_write(store.engine, store.dialect, level, relaxed=True) == RELAXED[settings]
+    assert in_write(store.engine, store.dialect, level) == default
+    assert in_write(store.engine, store.dialect, level, relaxed=True) == RELAXED[settings]
+
+
+def test_after_a_relaxed_round_the_apps_transactions_still_roll_back(backend):
+    """A relaxed round may set its pooled connection up differently for its own transaction;
+    the app that gets the connection next still has a transaction to roll back."""
+    queue, _grouped, _plain = _queue_with_jobs(backend)
+    work = queue.tasks["work"]
+    _, [claimed] = _cycle(queue, "w1", limit=2)
+    _cycle(queue, "w1", succeeded=[job.fence for job in claimed])
+    assert backend.engine.pool.checkedin() == 1  # the connection both rounds used
+    with backend.engine.connect() as conn:
+        job_id = work.enqueue(conn)
+        conn.rollback()
+    assert queue.get_job(job_id) is None
+
+
+def test_a_relaxed_round_that_fails_leaves_nothing_written(backend):
+    """A relaxed round whose statement fails rolls back whole: an outcome written before the
+    failure is not kept, and the connection serves the next round."""
+    queue, _grouped, _plain = _queue_with_jobs(backend)
+    store = queue.store
+    _, [claimed] = _cycle(queue, "w1", limit=5)
+
+    def complete_then_fail(conn):
+        store._write_outcomes(conn, "w1", [job.fence for job in claimed], [], None, None)
+        conn.exec_driver_sql("SELECT * FROM no_such_table")
+
+    with pytest.raises(Exception, match="no_such_table"):
+        in_write(store.engine, store.dialect, complete_then_fail, relaxed=True)
+    assert {queue.get_job(job.id).status for job in claimed} == {"running"}
+    landed, _ = _cycle(queue, "w1", succeeded=[job.fence for job in claimed])
+    assert landed == {job.id for job in claimed}

@@ -6,7 +6,11 @@ import asyncio
 import threading
 import time
 
+import sqlalchemy as sa
+
 import sqlqueue
+from sqlqueue._schema import jobs
+from sqlqueue._worker import slots
 from tests._support import WorkerThread, drain, wait_until
 
 
@@ -116,3 +120,99 @@ def test_stop_lets_a_short_job_finish_and_releases_a_long_one(backend):
     assert queue.get_job(quick).status == "succeeded"
     job = queue.get_job(stuck)
     assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
+
+
+def test_a_pool_of_quick_jobs_holds_one_job_ahead_and_releases_it_at_shutdown(backend, monkeypatch):
+    """Quick jobs make a pool claim a batch ahead of its free slots: the held job is leased
+    (``running`` in the table) but not started while the slot is taken, and a shutdown gives
+    it back without using an attempt."""
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    queue = backend.queue()
+    ran: list[str] = []
+    blocked = threading.Event()
+
+    @queue.task("quick")
+    async def quick(name: str) -> None:
+        ran.append(name)
+
+    @queue.task("endless")
+    async def endless() -> None:
+        blocked.set()
+        await asyncio.sleep(3600)
+
+    with backend.engine.begin() as conn:
+        first = quick.enqueue(conn, name="first")
+        stuck = endless.enqueue(conn)
+        held = quick.enqueue(conn, name="held")
+        behind = quick.enqueue(conn, name="behind")
+    worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=0.5)
+    with WorkerThread(worker) as running:
+        assert blocked.wait(10)
+        wait_until(lambda: queue.get_job(held).status == "running")
+        time.sleep(0.2)  # the held job must not start while the slot is taken
+        assert ran == ["first"]
+        assert queue.get_job(behind).status == "queued"  # one batch ahead, no more
+        running.stop()
+    assert queue.get_job(first).status == "succeeded"
+    for job_id in (stuck, held):
+        job = queue.get_job(job_id)
+        assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
+
+
+def test_a_pool_of_slow_jobs_claims_no_more_than_its_free_slots(backend):
+    """Jobs slower than a few round trips are never held ahead: a job waiting behind a long
+    one stays in the queue, where another worker can take it."""
+    queue = backend.queue()
+    started: list[int] = []
+
+    @queue.task("slow")
+    def slow(n: int) -> None:
+        started.append(n)
+        time.sleep(0.3)
+
+    with backend.engine.begin() as conn:
+        ids = [slow.enqueue(conn, n=n) for n in range(3)]
+    worker = queue.worker(concurrency=1, poll_interval=0.02)
+    with WorkerThread(worker):
+        wait_until(lambda: len(started) == 2)
+        assert queue.get_job(ids[1]).status == "running"
+        assert queue.get_job(ids[2]).status == "queued"
+        wait_until(lambda: len(started) == 3)
+
+
+def test_a_held_job_whose_lease_was_lost_is_never_started(backend, monkeypatch):
+    """A job held ahead is leased like a running one: if its lease is lost (reaped while the
+    slot was taken), the worker drops it instead of starting that stale attempt later; the job
+    runs once, as the new attempt its next claim makes."""
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    queue = backend.queue(lease_seconds=1.5)  # a heartbeat every 0.5 s
+    ran: list[tuple[str, int]] = []
+    blocked, release = threading.Event(), threading.Event()
+
+    @queue.task("quick")
+    async def quick(name: str, ctx: sqlqueue.JobContext) -> None:
+        ran.append((name, ctx.attempt))
+
+    @queue.task("blocker")
+    async def blocker() -> None:
+        blocked.set()
+        await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        quick.enqueue(conn, name="first")
+        blocker.enqueue(conn)
+        held = quick.enqueue(conn, name="held")
+    worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=2)
+    with WorkerThread(worker):
+        assert blocked.wait(10)
+        wait_until(lambda: queue.get_job(held).attempts == 1)
+        with backend.engine.begin() as conn:  # what the reaper does to an expired lease
+            conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.id == held)
+                .values(status="queued", locked_by=None, lease_expires_at=None)
+            )
+        wait_until(lambda: queue.get_job(held).attempts == 2)  # dropped, then claimed again
+        release.set()
+        wait_until(lambda: queue.get_job(held).status == "succeeded")
+    assert ran == [("first", 1), ("held", 2)]

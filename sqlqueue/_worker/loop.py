@@ -93,6 +93,8 @@ class Worker:
         self._pending_stop = False
         #: Each running job's task (or, for a plain sync handler, its thread ticket's future).
         self._running: dict[int, asyncio.Future[Any]] = {}
+        #: When each running job started (event-loop time): a pool's quick jobs claim ahead.
+        self._started_at: dict[int, float] = {}
         self._leased: dict[int, ClaimedJob] = {}
         self._capped = False
         self._db = DatabaseThread()
@@ -167,6 +169,7 @@ class Worker:
         if self._pending_stop:
             self._stop_requested.set()
         self._running = {}
+        self._started_at = {}
         self._leased = {}
         self._capped = False
         self._db = DatabaseThread(self.worker_id)
@@ -294,7 +297,8 @@ class Worker:
             self._slots.wake(outcome.job.queue for outcome in batch)
             wanted = self._wanted_claims()
             if not batch and not wanted:
-                if burst and not self._running and completer.idle and failures == 0:
+                idle = not self._running and not self._slots.held
+                if burst and idle and completer.idle and failures == 0:
                     if not await self._anything_due():
                         return
                     continue
@@ -323,7 +327,7 @@ class Worker:
             rest_until = asyncio.get_running_loop().time() + self.settings.poll_interval
             for (pool, count), jobs in zip(wanted, claimed, strict=True):
                 for job in jobs:
-                    self._start(job, pool)
+                    self._start_or_hold(job, pool)
                 if len(jobs) < count:
                     pool.rest_until = rest_until
 
@@ -341,9 +345,11 @@ class Worker:
             await self._sleep(remaining)
 
     def _wanted_claims(self) -> list[tuple[Pool, int]]:
-        """How many jobs to claim for which pool now: its free slots, unless it is resting or
-        every queue of it is paused."""
-        self._capped = len(self._leased) >= 2 * self._slots.total  # outcome writes lag behind
+        """How many jobs to claim for which pool now (its free slots, and a batch ahead while its
+        jobs are quick: see ``Pool.wanted``), unless it is resting or every queue of it is
+        paused."""
+        # Outcome writes lag behind: stop claiming until they catch up.
+        self._capped = len(self._leased) >= 2 * self._slots.total + self._slots.ahead
         if self._stop_requested.is_set() or self._capped:
             return []
         now = asyncio.get_running_loop().time()
@@ -400,11 +406,21 @@ class Worker:
 
     # -- running jobs -------------------------------------------------------------------------
 
+    def _start_or_hold(self, job: ClaimedJob, pool: Pool) -> None:
+        """Start ``job`` in a free slot of ``pool``, or hold it (leased, heartbeaten, released
+        at shutdown) until one frees."""
+        if pool.free > 0:
+            self._start(job, pool)
+        else:
+            self._leased[job.id] = job
+            pool.held.append(job)
+
     def _start(self, job: ClaimedJob, pool: Pool) -> None:
         if self._launcher is None:  # pragma: no cover - serve() sets it before any claim
             raise RuntimeError("the worker is not serving")
         self._slots.take(pool, job.id)
         self._leased[job.id] = job
+        self._started_at[job.id] = asyncio.get_running_loop().time()
         self._running[job.id] = self._launcher.launch(job)
 
     def _require_completer(self) -> Completer:
@@ -417,8 +433,13 @@ class Worker:
         # we may have claimed the job again, and that attempt keeps its slot.
         if self._running.get(job.id) is running:
             del self._running[job.id]
-            self._slots.give_back(job.id)
-        self._wake.set()  # a slot is free
+            pool = self._slots.give_back(job.id)
+            started_at = self._started_at.pop(job.id, None)
+            if pool is not None and started_at is not None:
+                pool.ran(asyncio.get_running_loop().time() - started_at)
+            if pool is not None and pool.held and not self._stop_requested.is_set():
+                self._start(pool.held.popleft(), pool)  # its slot, without a round trip
+        self._wake.set()  # a slot is free, or a held job started: the pool may claim ahead
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
         leased = self._leased.get(outcome.job.id)
@@ -432,9 +453,17 @@ class Worker:
 
     async def _beat(self) -> None:
         jobs = list(self._leased.values())  # a snapshot, taken on the loop
+        held = self._slots.held_ids()
         beat = await self._db.call(
-            partial(self._heartbeat.run_once, jobs, still_running=self._running.__contains__)
+            partial(
+                self._heartbeat.run_once,
+                jobs,
+                still_running=lambda job_id: job_id in self._running or job_id in held,
+            )
         )
+        # A held job whose lease was lost was reaped and may run elsewhere: never start it.
+        for job_id in self._slots.drop_held(beat.lost):
+            self._leased.pop(job_id, None)
         if beat.cancel_requested and self._contexts is not None:
             for job_id in beat.cancel_requested:
                 self._contexts.cancel(job_id)
@@ -457,6 +486,7 @@ class Worker:
 
     async def _shut_down(self) -> None:
         self._require_completer().take_over()
+        await self._release(self._slots.take_held())  # never started: back to the queue now
         running = list(self._running.values())
         if running:
             force = asyncio.create_task(self._force.wait())

@@ -3,16 +3,29 @@
 ``queues=["mail", "reports"], concurrency=4`` is one pool of 4 slots shared by both queues;
 ``queues={"mail": 4, "reports": 1}`` gives each queue its own pool, so a flood of reports can
 never take the slots that a password-reset email needs.
+
+A pool whose jobs are quick also claims ahead: up to one more batch beyond its free slots, held
+(leased, not yet started) until a slot frees, so the next job starts without waiting for a
+claim's round trip. Only then: a job held behind a long one would wait for it while another
+worker sat idle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._store.rows import ClaimedJob
 
 __all__ = ["Pool", "Slots"]
+
+#: A pool whose jobs take at most this long on average claims ahead (see ``Pool.ahead``):
+#: about a few claim round trips, so a held job waits no longer than that for its slot.
+QUICK_SECONDS = 0.005
+#: How much the latest job's time moves a pool's average (an exponential moving average).
+_WEIGHT = 0.2
 
 
 @dataclass(eq=False)
@@ -22,6 +35,10 @@ class Pool:
     queues: tuple[str, ...]
     limit: int
     running: set[int] = field(default_factory=set)
+    #: Jobs claimed ahead of a free slot, oldest first: leased to this worker, not started.
+    held: deque[ClaimedJob] = field(default_factory=deque)
+    #: The average time its jobs ran, in seconds (``None`` until one has finished).
+    average_seconds: float | None = None
     #: The last claim found its queues empty: do not claim again before this (event-loop)
     #: time, unless a wake-up says a job arrived.
     rest_until: float = 0.0
@@ -30,6 +47,27 @@ class Pool:
     def free(self) -> int:
         """Slots not taken."""
         return self.limit - len(self.running)
+
+    @property
+    def ahead(self) -> int:
+        """How many jobs this pool may hold beyond its free slots: one more batch while its
+        jobs are quick, else none."""
+        quick = self.average_seconds is not None and self.average_seconds <= QUICK_SECONDS
+        return self.limit if quick else 0
+
+    def ran(self, seconds: float) -> None:
+        """One of its jobs ran for ``seconds``."""
+        average = self.average_seconds
+        self.average_seconds = (
+            seconds if average is None else average + _WEIGHT * (seconds - average)
+        )
+
+    def wanted(self) -> int:
+        """How many jobs to claim now: its free slots plus what it may hold ahead, once its held
+        jobs are down to half (a claim for a job or two would cost a round trip per job)."""
+        if len(self.held) > self.ahead // 2:
+            return 0
+        return self.free + self.ahead - len(self.held)
 
 
 class Slots:
@@ -73,9 +111,23 @@ class Slots:
 
     # -- when to claim: a pool whose last claim came back short rests until its poll is due --
 
+    @property
+    def ahead(self) -> int:
+        """Jobs all pools may hold beyond their free slots."""
+        return sum(pool.ahead for pool in self.pools)
+
+    @property
+    def held(self) -> int:
+        """Jobs held (claimed ahead, not started) by all pools."""
+        return sum(len(pool.held) for pool in self.pools)
+
     def claimable(self, now: float) -> list[tuple[Pool, int]]:
-        """``(pool, free slots)`` of each pool that may claim at loop time ``now``."""
-        return [(pool, pool.free) for pool in self.with_free_slots() if pool.rest_until <= now]
+        """``(pool, jobs wanted)`` of each pool that may claim at loop time ``now``."""
+        return [
+            (pool, wanted)
+            for pool in self.pools
+            if pool.rest_until <= now and (wanted := pool.wanted()) > 0
+        ]
 
     def next_claim_in(self, now: float, longest: float) -> float:
         """Seconds until a resting pool with free slots may claim again (at most ``longest``)."""
@@ -94,8 +146,30 @@ class Slots:
         pool.running.add(job_id)
         self._owner[job_id] = pool
 
-    def give_back(self, job_id: int) -> None:
-        """``job_id`` finished: its slot is free again."""
+    def give_back(self, job_id: int) -> Pool | None:
+        """``job_id`` finished: its slot is free again (in the pool returned)."""
         pool = self._owner.pop(job_id, None)
         if pool is not None:
             pool.running.discard(job_id)
+        return pool
+
+    def held_ids(self) -> frozenset[int]:
+        """The ids of every held job."""
+        return frozenset(job.id for pool in self.pools for job in pool.held)
+
+    def drop_held(self, job_ids: Set[int]) -> list[int]:
+        """Stop holding the jobs of ``job_ids`` that are held (their leases were lost); return
+        which were."""
+        dropped: list[int] = []
+        for pool in self.pools:
+            keep = [job for job in pool.held if job.id not in job_ids]
+            dropped.extend(job.id for job in pool.held if job.id in job_ids)
+            pool.held = deque(keep)
+        return dropped
+
+    def take_held(self) -> list[ClaimedJob]:
+        """Every held job, no longer held (to give back at shutdown)."""
+        jobs = [job for pool in self.pools for job in pool.held]
+        for pool in self.pools:
+            pool.held.clear()
+        return jobs
