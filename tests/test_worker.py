@@ -127,6 +127,7 @@ def test_a_pool_of_quick_jobs_holds_one_job_ahead_and_releases_it_at_shutdown(ba
     (``running`` in the table) but not started while the slot is taken, and a shutdown gives
     it back without using an attempt."""
     monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 3600.0)  # and a held job waits as long as needed
     queue = backend.queue()
     ran: list[str] = []
     blocked = threading.Event()
@@ -185,6 +186,7 @@ def test_a_held_job_whose_lease_was_lost_is_never_started(backend, monkeypatch):
     slot was taken), the worker drops it instead of starting that stale attempt later; the job
     runs once, as the new attempt its next claim makes."""
     monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 3600.0)  # and a held job waits as long as needed
     queue = backend.queue(lease_seconds=1.5)  # a heartbeat every 0.5 s
     ran: list[tuple[str, int]] = []
     blocked, release = threading.Event(), threading.Event()
@@ -216,3 +218,44 @@ def test_a_held_job_whose_lease_was_lost_is_never_started(backend, monkeypatch):
         release.set()
         wait_until(lambda: queue.get_job(held).status == "succeeded")
     assert ran == [("first", 1), ("held", 2)]
+
+
+def test_a_job_held_behind_slow_jobs_goes_back_to_the_queue_for_another_worker(
+    backend, monkeypatch
+):
+    """Quick jobs made the pool claim ahead, then a slow one took its only slot: after
+    ``HOLD_SECONDS`` without starting it, the worker gives the held job back (queued, no
+    attempt used) and claims no more ahead, so an idle worker runs it meanwhile."""
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 0.1)
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 0.3)
+    queue = backend.queue()
+    ran: list[tuple[str, int]] = []
+    blocked, release = threading.Event(), threading.Event()
+
+    @queue.task("quick")
+    async def quick(name: str) -> None:
+        ran.append((name, threading.get_ident()))
+
+    @queue.task("blocker")
+    async def blocker() -> None:
+        blocked.set()
+        await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        quick.enqueue(conn, name="first")
+        blocker.enqueue(conn)
+        held = quick.enqueue(conn, name="held")
+    busy = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=2)
+    with WorkerThread(busy):
+        assert blocked.wait(10)
+        wait_until(lambda: queue.get_job(held).attempts == 1)  # claimed ahead, held
+        wait_until(lambda: queue.get_job(held).status == "queued", timeout=5)
+        job = queue.get_job(held)
+        assert (job.attempts, job.locked_by) == (0, None), "given back without an attempt"
+        time.sleep(0.3)
+        assert queue.get_job(held).status == "queued", "no more claiming ahead"
+        with WorkerThread(queue.worker(concurrency=1, poll_interval=0.05)):
+            wait_until(lambda: queue.get_job(held).status == "succeeded")
+        assert [name for name, _ in ran] == ["first", "held"]
+        assert queue.get_job(held).attempts == 1
+        release.set()

@@ -295,6 +295,9 @@ class Worker:
             # A finished job may make others claimable at once (its group's next job, a freed
             # rate-limit token): its queue's pool claims in this round, resting or not.
             self._slots.wake(outcome.job.queue for outcome in batch)
+            stuck = self._slots.take_stuck(asyncio.get_running_loop().time())
+            if stuck:  # held behind slow jobs: let another worker have them
+                await self._release(stuck, shutdown=False)
             wanted = self._wanted_claims()
             if not batch and not wanted:
                 idle = not self._running and not self._slots.held
@@ -413,7 +416,7 @@ class Worker:
             self._start(job, pool)
         else:
             self._leased[job.id] = job
-            pool.held.append(job)
+            pool.hold(job, asyncio.get_running_loop().time())
 
     def _start(self, job: ClaimedJob, pool: Pool) -> None:
         if self._launcher is None:  # pragma: no cover - serve() sets it before any claim
@@ -438,7 +441,8 @@ class Worker:
             if pool is not None and started_at is not None:
                 pool.ran(asyncio.get_running_loop().time() - started_at)
             if pool is not None and pool.held and not self._stop_requested.is_set():
-                self._start(pool.held.popleft(), pool)  # its slot, without a round trip
+                # Its slot, without a round trip.
+                self._start(pool.next_held(asyncio.get_running_loop().time()), pool)
         self._wake.set()  # a slot is free, or a held job started: the pool may claim ahead
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:
@@ -513,7 +517,9 @@ class Worker:
             {all_done, force}, timeout=self.settings.shutdown_timeout, return_when="FIRST_COMPLETED"
         )
 
-    async def _release(self, jobs: Sequence[ClaimedJob]) -> None:
+    async def _release(self, jobs: Sequence[ClaimedJob], *, shutdown: bool = True) -> None:
+        """Give ``jobs`` (leased, never started) back to the queue without using an attempt:
+        at shutdown, or (``shutdown=False``) held jobs a pool of slow jobs could not start."""
         if not jobs:
             return
         try:
@@ -524,13 +530,22 @@ class Worker:
             )
         except DatabaseError as error:
             log.error("could not release %d job(s): %s; their leases will expire", len(jobs), error)
-            self._observers.released(jobs)
-            return
+            released = set()
         self._observers.released(jobs)
-        for job in jobs:
+        for job in jobs:  # no longer heartbeaten: released, or left for their leases to expire
             self._leased.pop(job.id, None)
-        log.warning(
-            "released %d unfinished job(s) back to the queue without using an attempt: %s",
-            len(released),
-            sorted(released),
-        )
+        if not released:
+            return
+        if shutdown:
+            log.warning(
+                "released %d unfinished job(s) back to the queue without using an attempt: %s",
+                len(released),
+                sorted(released),
+            )
+        else:
+            log.info(
+                "gave %d job(s) claimed ahead back to the queue: every slot is taken by slower "
+                "jobs; claiming ahead stops until jobs are quick again: %s",
+                len(released),
+                sorted(released),
+            )

@@ -26,6 +26,10 @@ __all__ = ["Pool", "Slots"]
 QUICK_SECONDS = 0.005
 #: How much the latest job's time moves a pool's average (an exponential moving average).
 _WEIGHT = 0.2
+#: A pool that started none of its held jobs for this long has every slot taken by slow jobs:
+#: it gives its held jobs back to the queue (another worker may be idle) and stops claiming
+#: ahead until quick jobs bring its average down again.
+HOLD_SECONDS = 0.5
 
 
 @dataclass(eq=False)
@@ -39,6 +43,8 @@ class Pool:
     held: deque[ClaimedJob] = field(default_factory=deque)
     #: The average time its jobs ran, in seconds (``None`` until one has finished).
     average_seconds: float | None = None
+    #: When (event-loop time) it last began holding or started a held job.
+    held_since: float = 0.0
     #: The last claim found its queues empty: do not claim again before this (event-loop)
     #: time, unless a wake-up says a job arrived.
     rest_until: float = 0.0
@@ -61,6 +67,17 @@ class Pool:
         self.average_seconds = (
             seconds if average is None else average + _WEIGHT * (seconds - average)
         )
+
+    def hold(self, job: ClaimedJob, now: float) -> None:
+        """Hold ``job`` (claimed ahead, leased) until a slot frees."""
+        if not self.held:
+            self.held_since = now
+        self.held.append(job)
+
+    def next_held(self, now: float) -> ClaimedJob:
+        """The oldest held job, to start in a slot that just freed."""
+        self.held_since = now
+        return self.held.popleft()
 
     def wanted(self) -> int:
         """How many jobs to claim now: its free slots plus what it may hold ahead, once its held
@@ -166,6 +183,18 @@ class Slots:
             dropped.extend(job.id for job in pool.held if job.id in job_ids)
             pool.held = deque(keep)
         return dropped
+
+    def take_stuck(self, now: float) -> list[ClaimedJob]:
+        """The held jobs of pools that started none of them for ``HOLD_SECONDS``, no longer held
+        (to give back to the queue); such a pool claims no more ahead until its jobs are quick
+        again."""
+        jobs: list[ClaimedJob] = []
+        for pool in self.pools:
+            if pool.held and now - pool.held_since > HOLD_SECONDS:
+                jobs.extend(pool.held)
+                pool.held.clear()
+                pool.average_seconds = max(pool.average_seconds or 0.0, HOLD_SECONDS)
+        return jobs
 
     def take_held(self) -> list[ClaimedJob]:
         """Every held job, no longer held (to give back at shutdown)."""
