@@ -719,10 +719,12 @@ def test_secrets_never_reach_a_span(backend: Backend, spans: Spans) -> None:
 
 
 def test_the_global_tracer_provider_is_the_default(backend: Backend, tmp_path: Path) -> None:
-    """In a process of its own: the global provider may be set only once."""
+    """In a process of its own: the global provider may be set only once. A queue that was
+    already used before it was set sees it within ``_RECHECK_SECONDS`` (0.1 s): the enqueue
+    before it has no span, the one after it does, and both attempts have theirs."""
     script = textwrap.dedent(
         f"""
-        import json, sys
+        import json, sys, time
         import sqlalchemy as sa
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
@@ -731,23 +733,28 @@ def test_the_global_tracer_provider_is_the_default(backend: Backend, tmp_path: P
         import sqlqueue
 
         queue = sqlqueue.Queue(sa.create_engine({backend.url!r}))  # before the provider is set
+
+        @queue.task("hello")
+        def hello(n):
+            pass
+
+        with queue.engine.begin() as conn:
+            queue.enqueue(conn, "hello", {{"n": 1}})  # no provider yet: no span
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
-
-        @queue.task("hello")
-        def hello():
-            pass
+        time.sleep(0.15)
 
         with queue.engine.begin() as conn:
-            queue.enqueue(conn, "hello")
+            queue.enqueue(conn, "hello", {{"n": 2}})
         queue.worker(poll_interval=0.02).run(burst=True)
         print(json.dumps(sorted(span.name for span in exporter.get_finished_spans())))
         """
     )
     answer = run_python(script, tmp_path)
     assert json.loads(answer.stdout.strip().splitlines()[-1]) == [
+        "process default",
         "process default",
         "send default",
     ]
