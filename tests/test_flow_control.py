@@ -214,7 +214,7 @@ def test_cancel_a_queued_or_failed_job_and_by_filter(backend):
 
 
 def test_a_running_job_can_be_asked_to_stop(backend):
-    queue = backend.queue(lease_seconds=0.6)  # heartbeats every 0.2 s notice the request
+    queue = backend.queue(lease_seconds=1.5)  # heartbeats every 0.5 s notice the request
     started = threading.Event()
 
     @queue.task("export", backoff=[0])

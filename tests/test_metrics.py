@@ -165,7 +165,7 @@ def test_the_queue_gauges_read_the_stats_once_per_interval(backend: Backend) -> 
 
 
 def test_snoozed_and_cancelled_attempts_are_counted(backend: Backend) -> None:
-    queue = backend.queue(lease_seconds=0.6)  # a heartbeat (and a cancel check) every 0.2 s
+    queue = backend.queue(lease_seconds=1.5)  # a heartbeat (and a cancel check) every 0.5 s
     snoozed: list[int] = []
 
     @queue.task("snoozer")

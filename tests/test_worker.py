@@ -75,18 +75,20 @@ def test_a_worker_never_runs_more_jobs_than_its_concurrency(backend):
 
 
 def test_heartbeats_keep_a_job_longer_than_its_lease_alive(backend):
-    queue = backend.queue(lease_seconds=0.6)
+    # A beat every 0.5 s (a third of the lease) through a job of 2.7 leases. A 0.6 s lease left
+    # 0.4 s of slack, which one slow heartbeat commit on a loaded CI machine used up.
+    queue = backend.queue(lease_seconds=1.5)
     runs: list[float] = []
 
     @queue.task("long")
     def long_job() -> None:
         runs.append(time.monotonic())
-        time.sleep(2.0)
+        time.sleep(4.0)
 
     with backend.engine.begin() as conn:
         job_id = long_job.enqueue(conn)
     # A second worker with an eager reaper runs alongside and must not take the job.
-    rival = sqlqueue.Queue(backend.engine, lease_seconds=0.6)
+    rival = sqlqueue.Queue(backend.engine, lease_seconds=1.5)
     rival.task("long")(long_job.handler)
     with WorkerThread(rival.worker(poll_interval=0.05, reaper_interval=0.1)):
         drain(queue, poll_interval=0.05)
