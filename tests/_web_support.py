@@ -1,5 +1,6 @@
 """What the web page's tests share: a queue with jobs that succeed, fail and die (one with a
-secret field), a page's CSRF token, and a real uvicorn server in a thread on a free port."""
+secret field), a page's CSRF token, a test client that talks as the page's own browser would,
+and a real uvicorn server in a thread on a free port."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -16,12 +18,19 @@ from typing import Any
 import uvicorn
 from cryptography.fernet import Fernet
 
+with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
 import sqlqueue
 from tests._support import db_now, drain
 from tests.conftest import Backend
 from tests.test_operations import set_times
 
 KEY = Fernet.generate_key().decode()
+#: Where the test client says it is: a host the page allows by default, and the ``Origin`` a
+#: browser showing the page would send with its forms.
+ORIGIN = "http://localhost"
 TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -91,6 +100,13 @@ def token_of(html: str) -> str:
     found = TOKEN.search(html)
     assert found is not None, "the page has no form with a CSRF token"
     return found.group(1)
+
+
+def browser_client(app: Any, **options: Any) -> TestClient:
+    """``app`` in Starlette's TestClient as a browser on the page: it asks for ``localhost``
+    and its POSTs carry the page's own ``Origin``."""
+    options.setdefault("follow_redirects", False)
+    return TestClient(app, base_url=ORIGIN, headers={"Origin": ORIGIN}, **options)
 
 
 def free_port() -> int:

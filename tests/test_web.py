@@ -33,13 +33,21 @@ import sqlqueue.web
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
 from tests._support import db_now, drain, wait_until
-from tests._web_support import KEY, enqueue, free_port, make_queue, populated, token_of
+from tests._web_support import (
+    KEY,
+    browser_client,
+    enqueue,
+    free_port,
+    make_queue,
+    populated,
+    token_of,
+)
 from tests.conftest import Backend
 from tests.test_operations import set_times
 
 
 def client(queue: sqlqueue.Queue, **options: Any) -> TestClient:
-    return TestClient(create_app(queue, **options), follow_redirects=False)
+    return browser_client(create_app(queue, **options))
 
 
 def dead_snapshot(engine: sa.Engine) -> list[tuple[Any, ...]]:
@@ -85,9 +93,8 @@ def test_an_authorize_that_answers_neither_true_nor_false_allows_nothing(
 ) -> None:
     queue, ids = populated(backend)
     # A truthy non-answer (here a string; a coroutine would be one too) must not pass for yes.
-    web = TestClient(
+    web = browser_client(
         create_app(queue, authorize=lambda request, action: "no"),  # type: ignore[arg-type,return-value]
-        follow_redirects=False,
         raise_server_exceptions=False,
     )
 
@@ -679,7 +686,7 @@ def test_user_data_is_escaped_everywhere(backend: Backend) -> None:
 def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: Backend) -> None:
     queue, ids = populated(backend)
     host = Starlette(routes=[Mount("/ops/jobs-ui", app=create_app(queue))])
-    web = TestClient(host, follow_redirects=False)
+    web = browser_client(host)
 
     queue.pause("billing", by="ops", reason="so that the overview has a Resume form")
     dead = ids["dead_503"][0]

@@ -5,13 +5,15 @@ in this order — token, permission, reason — and a refused request changes no
 
 from __future__ import annotations
 
+import time
+
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sqlqueue.web._csrf import valid_token
+from sqlqueue.web._csrf import origin_problem, token_problem
 from sqlqueue.web._query import job_list_filter
 from sqlqueue.web._render import link
 from sqlqueue.web._settings import Action, WebSettings, settings_of
@@ -29,11 +31,16 @@ _MAX_REASON = 2000
 
 
 async def _checked(request: Request, action: Action) -> tuple[WebSettings, FormData]:
-    """The form of a POST whose token and permission hold; 403 otherwise."""
+    """The form of a POST that comes from the page itself, whose token and permission hold;
+    403 otherwise (the form is read only once the origin holds)."""
     settings = settings_of(request)
+    refused = origin_problem(request)
+    if refused is not None:
+        raise HTTPException(403, refused)
     form = await request.form()
-    if not valid_token(request, form):
-        raise HTTPException(403, "the form's security token is missing or wrong: reload the page")
+    refused = token_problem(request, form, settings.secret_key, time.time())
+    if refused is not None:
+        raise HTTPException(403, refused)
     settings.require(request, action)
     return settings, form
 

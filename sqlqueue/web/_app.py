@@ -1,14 +1,15 @@
-"""The app factory: the routes, the static files shipped in the package, the error pages, and
-the host's settings on the app's state. Mount the app anywhere: every link is built from the
-request's mount prefix."""
+"""The app factory: the routes, the static files shipped in the package, the error pages, the
+guard every request passes (allowed hosts, security headers), and the host's settings on the
+app's state. Mount the app anywhere: every link is built from the request's mount prefix."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -17,6 +18,9 @@ from starlette.staticfiles import StaticFiles
 from sqlqueue._errors import ConfigurationError, DatabaseError, JobNotFound, JobStateError
 from sqlqueue._queue import Queue
 from sqlqueue.web import _actions, _pages
+from sqlqueue.web._csrf import secret_key_of
+from sqlqueue.web._guard import Guard
+from sqlqueue.web._hosts import AllowedHosts
 from sqlqueue.web._render import render
 from sqlqueue.web._settings import Authorize, CurrentUser, WebSettings, everyone, web_user
 
@@ -78,6 +82,8 @@ def create_app(
     read_only: bool = False,
     max_queued_age: float = 300.0,
     refresh_seconds: float = 10.0,
+    allowed_hosts: Iterable[str] | None = None,
+    secret_key: str | bytes | None = None,
 ) -> Starlette:
     """The web page of ``queue`` as an ASGI app.
 
@@ -88,6 +94,14 @@ def create_app(
     action changes (default ``"web"``). ``read_only=True`` hides and refuses every action.
     ``max_queued_age``: a queue whose oldest due job waited longer (seconds) is flagged.
     ``refresh_seconds``: how often the overview's chart reloads itself.
+
+    ``allowed_hosts``: the hosts the page is served as, each a name or address with an optional
+    port (``"ops.example.com"``, ``"localhost:8080"``, ``"[::1]:8080"``; ``"*"``: any, only
+    behind a proxy that checks ``Host``); a request naming another host is a 400 (DNS
+    rebinding). Default: ``localhost``, ``127.0.0.1`` and ``::1`` on any port.
+    ``secret_key`` (at least 32 bytes) signs the forms' CSRF tokens; default
+    ``$SQLQUEUE_WEB_SECRET``, else a random key per process — set one when several processes
+    serve the page, so that a form one rendered passes in another.
     """
     if not isinstance(queue, Queue):
         raise ConfigurationError(f"queue: expected a sqlqueue.Queue, got {queue!r}")
@@ -103,6 +117,7 @@ def create_app(
         raise ConfigurationError(f"max_queued_age must be >= 0 seconds, got {max_queued_age!r}")
     if refresh_seconds <= 0:
         raise ConfigurationError(f"refresh_seconds must be > 0, got {refresh_seconds!r}")
+    hosts = AllowedHosts.of(allowed_hosts)
     settings = WebSettings(
         queue=queue,
         read_only=read_only,
@@ -110,9 +125,11 @@ def create_app(
         refresh_seconds=refresh_seconds,
         authorize=everyone if authorize is None else authorize,
         current_user=web_user if current_user is None else current_user,
+        secret_key=secret_key_of(secret_key),
     )
     app = Starlette(
         routes=_routes(),
+        middleware=[Middleware(Guard, allowed=hosts)],
         exception_handlers={
             HTTPException: _http_failure,
             JobNotFound: _failure(404),

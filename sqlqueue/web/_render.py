@@ -5,6 +5,7 @@ mount prefix, times, durations), and the CSRF token every page hands its forms."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from sqlqueue.web._csrf import FIELD, ensure_cookie, token_for
+from sqlqueue.web._csrf import FIELD, ensure_cookie, form_token, nonce_for
 from sqlqueue.web._settings import ACTIONS, settings_of
 
 __all__ = ["duration", "link", "moment", "pretty_json", "render"]
@@ -76,7 +77,7 @@ def render(
     """``template`` rendered for ``request``, with the helpers every page uses: ``url``,
     ``static``, ``may`` (which actions to show), the CSRF field, and its cookie set."""
     settings = settings_of(request)
-    token = token_for(request)
+    nonce = nonce_for(request)
     allowed = {action: settings.may(request, action) for action in ACTIONS}
     html = _ENVIRONMENT.get_template(template).render(
         request=request,
@@ -85,16 +86,10 @@ def render(
         may=allowed,
         read_only=settings.read_only,
         csrf_field=FIELD,
-        csrf_token=token,
+        csrf_token=form_token(request, settings.secret_key, nonce, time.time()),
         **context,
     )
     response = HTMLResponse(html, status_code=status_code)
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "same-origin"
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-        "frame-ancestors 'self'; form-action 'self'"
-    )
-    ensure_cookie(request, response, token)
+    response.headers["Cache-Control"] = "no-store"  # the security headers: see _guard
+    ensure_cookie(request, response, nonce)
     return response

@@ -4,7 +4,7 @@ whether the page only reads. One object, kept on the app's state for every reque
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from starlette.exceptions import HTTPException
@@ -53,6 +53,8 @@ class WebSettings:
     read_only: bool = False
     max_queued_age: float = 300.0
     refresh_seconds: float = 10.0
+    #: The key that signs the forms' CSRF tokens (see :mod:`sqlqueue.web._csrf`).
+    secret_key: bytes = field(repr=False)
 
     def may(self, request: Request, action: Action) -> bool:
         """Whether ``request`` may do ``action``: changes never on a read-only page. Only
