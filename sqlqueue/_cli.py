@@ -225,6 +225,16 @@ def _parser() -> argparse.ArgumentParser:
     web_cmd.add_argument(
         "--read-only", action="store_true", help="show everything, change nothing (no actions)"
     )
+    web_cmd.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST[:PORT]",
+        help="a host name the page is reached as (repeat for each; without a port, any port): "
+        "a request naming another host is refused, so that no site can rebind its name to "
+        "this address and read the page (default: the --host address and localhost, with "
+        "--port). Forms are signed with $SQLQUEUE_WEB_SECRET (at least 32 bytes; set it when "
+        "several processes serve the page), else a key made at start",
+    )
     web_cmd.set_defaults(operate=_web)
     return parser
 
@@ -291,8 +301,21 @@ def _web(queue: Queue, args: argparse.Namespace) -> int:
         raise UsageError(
             f'the web page needs its extra: pip install "sqlqueue[web]" ({error})'
         ) from None
-    serve(queue, host=args.host, port=args.port, read_only=args.read_only)
+    serve(
+        queue,
+        host=args.host,
+        port=args.port,
+        read_only=args.read_only,
+        allowed_hosts=args.allowed_host or _default_hosts(args.host, args.port),
+    )
     return 0
+
+
+def _default_hosts(host: str, port: int) -> list[str]:
+    """The hosts ``sqlqueue web`` answers without ``--allowed-host``: its address and
+    ``localhost``, on its port (any port when the port is chosen at start, ``--port 0``)."""
+    names = [f"[{host}]" if ":" in host else host, "localhost"]
+    return names if port == 0 else [f"{name}:{port}" for name in names]
 
 
 def _worker(args: argparse.Namespace) -> int:
