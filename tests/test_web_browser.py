@@ -1,7 +1,9 @@
 """The web page in a real headless Chromium (Debian's ``chromium``, driven by Playwright), served
 by uvicorn against each backend's database: an operator loads the overview, filters the list
 by error text, opens a dead job, requeues it with a reason, sees the new job appear and the old
-one link to it — and the same page mounted under a prefix in a host app.
+one link to it — and the same page mounted under a prefix in a host app. And as an attacker
+would try it: a page on another port that plants its own CSRF cookie and posts a form, frames
+the page, or a name rebound to 127.0.0.1 (Chromium's own resolver maps ``rebound.test``).
 
 Without chromium (or Playwright) the tests skip, except with ``CI=true``, where they fail.
 ``SQLQUEUE_SCREENSHOTS=1`` writes ``docs/screenshots/overview.png`` and ``dead_job.png``.
@@ -21,12 +23,13 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 
 import sqlqueue
 from sqlqueue.web import create_app
-from tests._web_support import populated, serving
+from tests._support import drain
+from tests._web_support import make_queue, populated, serving
 from tests.conftest import IN_CI, Backend
 
 T = TypeVar("T")
@@ -56,7 +59,10 @@ def chromium() -> Iterator[Any]:
     expect.set_options(timeout=30_000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=["--no-sandbox"]
+            executable_path=executable,
+            headless=True,
+            # rebound.test: a name whose owner pointed it at this machine (DNS rebinding).
+            args=["--no-sandbox", "--host-resolver-rules=MAP rebound.test 127.0.0.1"],
         )
         try:
             yield browser
@@ -218,3 +224,82 @@ def test_the_page_mounted_under_a_prefix_in_a_host_app_keeps_its_links(
         # The overview refreshes its chart every second: leave it before the server stops, or
         # a refresh that meets the closed port logs a console error and fails the test.
         page.goto("about:blank")
+
+
+def dead_jobs(backend: Backend) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
+    """Two dead ``crm.sync`` jobs."""
+    queue = make_queue(backend)
+    with queue.engine.begin() as conn:
+        made = [queue.enqueue(conn, "crm.sync", {"n": n}) for n in range(2)]
+    drain(queue)
+    return queue, {"dead": made}
+
+
+def test_a_page_on_another_port_that_plants_its_cookie_can_neither_act_nor_frame_the_page(
+    backend: Backend, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    queue, ids = outside_the_browser_loop(dead_jobs, backend)
+    dead = ids["dead"][0]
+    planted = "P" * 43  # cookies do not separate ports: 127.0.0.1:any sets it for the page too
+    context = chromium.new_context()
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    with serving(create_app(queue)) as base:
+
+        async def lure(request: Request) -> HTMLResponse:
+            form = (
+                f'<form method="post" action="{base}/jobs/{dead}/requeue">'
+                f'<input type="hidden" name="csrf_token" value="{planted}">'
+                '<input type="hidden" name="reason" value="planted">'
+                "<button>Claim your prize</button></form>"
+                f'<iframe id="framed" src="{base}/jobs/{dead}"></iframe>'
+            )
+            page = HTMLResponse(f"<!doctype html><title>prize</title>{form}")
+            page.set_cookie("sqlqueue_csrf", planted, path="/", samesite="lax")
+            return page
+
+        with serving(Starlette(routes=[Route("/", lure)])) as evil:
+            tab.goto(base + f"/jobs/{dead}")  # the operator has the page open
+            expect(tab.locator("h1")).to_contain_text(f"Job #{dead}")
+            tab.goto(evil + "/")  # and visits another site on the same machine
+            framed = tab.frame_locator("#framed")
+            expect(framed.locator("body")).not_to_contain_text("crm.sync")  # framing refused
+            tab.get_by_role("button", name="Claim your prize").click()
+            expect(tab.locator("h1")).to_have_text("403")
+            expect(tab.locator(".message")).to_contain_text("not from this page")
+
+        cookies = {c["name"]: c["value"] for c in context.cookies(base)}
+        assert cookies["sqlqueue_csrf"] == planted  # the cookie was planted, and did not help
+        job = queue.get_job(dead)
+        assert job is not None
+        assert job.requeued_as is None
+        # The operator's own page still works with the planted nonce: only the key signs.
+        tab.goto(base + f"/jobs/{dead}")
+        tab.get_by_label("reason to requeue").fill("after the attack")
+        tab.get_by_role("button", name="Requeue as a new job").click()
+        expect(tab.locator("#requeued-as")).to_contain_text("after the attack")
+    context.close()
+
+
+def test_a_name_rebound_to_this_machine_reads_nothing(backend: Backend, chromium: Any) -> None:
+    from playwright.sync_api import expect
+
+    queue, _ = outside_the_browser_loop(dead_jobs, backend)
+    context = chromium.new_context()  # not the page fixture: the refusal logs a console error
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    with serving(create_app(queue)) as base:
+        port = base.rsplit(":", 1)[1]
+        rebound = page.goto(f"http://rebound.test:{port}/jobs?status=dead")
+        assert rebound is not None
+        assert rebound.status == 400
+        expect(page.locator("body")).to_contain_text("not served as the host 'rebound.test:")
+        expect(page.locator("body")).not_to_contain_text("crm.sync")
+        assert page.context.cookies(f"http://rebound.test:{port}") == []
+        served = page.goto(f"{base}/jobs?status=dead")  # control: the page's own address
+        assert served is not None
+        assert served.status == 200
+        expect(page.locator("#jobs")).to_contain_text("crm.sync")
+    context.close()
