@@ -771,7 +771,7 @@ def test_the_web_command_help_says_what_it_serves_and_that_it_has_no_login() -> 
 
     assert answer.returncode == 0
     text = " ".join(answer.stdout.split())
-    for option in ("--database-url", "--host", "--port", "--read-only"):
+    for option in ("--database-url", "--host", "--port", "--read-only", "--allowed-host"):
         assert option in text
     assert "no login of its own" in text
     assert "sqlqueue.web.create_app" in text
