@@ -1,7 +1,8 @@
 """The changes an operator makes from the page, each a POST carrying the CSRF token and a
 reason: requeue or discard one dead job or every unhandled dead job matching the list's filter,
 and pause or resume a queue. Who acted comes from the host's ``current_user``; the checks run
-in this order — token, permission, reason — and a refused request changes nothing."""
+in this order — origin and token (see :mod:`sqlqueue.web._csrf`), permission, reason — and a
+refused request changes nothing."""
 
 from __future__ import annotations
 
