@@ -146,14 +146,21 @@ def token_problem(
     return None
 
 
-def _origin_of(url: str) -> tuple[str, str, int] | None:
-    """``url``'s scheme, host and port (the default port when it names none), or ``None``."""
+def _origin_of(url: str, *, whole_url: bool) -> tuple[str, str, int] | None:
+    """The scheme, host and port (the default port when it names none) of an ``Origin``
+    (``whole_url=False``: nothing after the port) or a ``Referer``; ``None`` when it is not one.
+    What a browser never sends — spaces or control characters (which ``urlsplit`` would
+    silently drop), a user name — is not one either."""
+    if any(character <= " " or character == "\x7f" for character in url):
+        return None
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    if not whole_url and (parts.path or parts.query or parts.fragment or url.endswith(("?", "#"))):
         return None
     name = parts.hostname.removesuffix(".")
     return parts.scheme, name, default_port(parts.scheme) if port is None else port
@@ -172,9 +179,9 @@ def origin_problem(request: Request) -> str | None:
     origin = request.headers.get("origin")
     referer = request.headers.get("referer")
     if origin is not None:
-        sent, what = _origin_of(origin), f"origin {origin[:200]!r}"
+        sent, what = _origin_of(origin, whole_url=False), f"origin {origin[:200]!r}"
     elif referer is not None:
-        sent, what = _origin_of(referer), f"referer {referer[:200]!r}"
+        sent, what = _origin_of(referer, whole_url=True), f"referer {referer[:200]!r}"
     else:
         return (
             "the request has neither an Origin nor a Referer header, so the page cannot tell "
