@@ -297,6 +297,14 @@ def _web(queue: Queue, args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     queue = load_queue(args.queue)
+    if not queue.tasks:
+        module_name = args.queue.partition(":")[0]
+        where = getattr(sys.modules.get(module_name), "__file__", None)
+        raise UsageError(
+            f"{args.queue} has no task: module {module_name!r}"
+            f"{f' ({where})' if where else ''} registered none, so a worker could run nothing; "
+            "import the modules that declare your tasks (@queue.task) from it"
+        )
     schema = queue.schema if args.schema is None else args.schema
     if args.database_url:
         queue = queue.rebind(open_engine(args.database_url, schema=schema), schema=schema)
