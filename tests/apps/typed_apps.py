@@ -15,7 +15,7 @@ import os
 import sqlqueue
 from tests.apps.ledger import LEDGER
 
-__all__ = ["app_a", "app_b", "new_release", "old_release", "register"]
+__all__ = ["app_a", "app_b", "forgot_tasks", "new_release", "old_release", "register"]
 
 
 def register(queue: sqlqueue.Queue, *job_types: str) -> None:
@@ -43,3 +43,5 @@ old_release = sqlqueue.Queue(_url)
 register(old_release, "typed.a")
 new_release = sqlqueue.Queue(_url)
 register(new_release, "typed.a", "typed.b")
+#: A module that forgot to import its tasks: no worker may start on it.
+forgot_tasks = sqlqueue.Queue(_url)
