@@ -226,7 +226,9 @@ def test_a_taken_port_is_a_configuration_error(backend: Backend) -> None:
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
-        worker = backend.queue().worker(metrics_port=taken.getsockname()[1])
+        queue = backend.queue()
+        queue.task("noop")(lambda: None)
+        worker = queue.worker(metrics_port=taken.getsockname()[1])
         with pytest.raises(sqlqueue.ConfigurationError, match="cannot serve metrics on port"):
             worker.run(burst=True)
 
