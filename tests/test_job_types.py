@@ -200,3 +200,36 @@ def test_a_worker_that_claims_every_type_raises_no_unknown_type(backend: Backend
     _backdate(backend, _enqueue(producer, "typed.c"), 600)
     _announce(producer, "dead-policy", None)
     assert [alarm.name for alarm in producer.health(max_queued_age=300).alarms] == ["queued_age"]
+
+
+def test_a_groups_older_job_of_an_unknown_type_still_goes_first(backend: Backend) -> None:
+    producer = _producer(backend)
+    with backend.engine.begin() as conn:
+        first = producer.enqueue(conn, "typed.b", group_key="order:7")
+        second = producer.enqueue(conn, "typed.a", group_key="order:7")
+    knows_a = backend.queue()
+    knows_a.task("typed.a")(lambda: None)
+    drain(knows_a)  # per-key order: typed.a waits behind the group's older typed.b
+    assert (knows_a.get_job(first).status, knows_a.get_job(second).status) == ("queued", "queued")
+    knows_b = backend.queue()
+    knows_b.task("typed.b")(lambda: None)
+    drain(knows_b)
+    drain(knows_a)
+    assert knows_a.get_job(first).status == knows_a.get_job(second).status == "succeeded"
+    assert knows_a.get_job(first).finished_at <= knows_a.get_job(second).started_at
+
+
+def test_priorities_order_the_known_types_and_skip_the_others(backend: Backend) -> None:
+    producer = _producer(backend)
+    with backend.engine.begin() as conn:
+        stray = producer.enqueue(conn, "typed.b", priority=-10)
+        low = producer.enqueue(conn, "typed.a", priority=5)
+        high = producer.enqueue(conn, "typed.c", priority=0)
+    consumer = backend.queue()
+    ran: list[str] = []
+    consumer.task("typed.a")(lambda: ran.append("a"))
+    consumer.task("typed.c")(lambda: ran.append("c"))
+    drain(consumer)
+    assert ran == ["c", "a"]
+    assert consumer.get_job(stray).status == "queued"
+    assert {consumer.get_job(low).status, consumer.get_job(high).status} == {"succeeded"}
