@@ -36,6 +36,12 @@ def _enqueue(queue: sqlqueue.Queue, *job_types: str) -> list[int]:
         return [queue.enqueue(conn, job_type) for job_type in job_types]
 
 
+def _job(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    job = queue.get_job(job_id)
+    assert job is not None, f"job {job_id} vanished"
+    return job
+
+
 def _backdate(backend: Backend, job_ids: list[int], seconds: float) -> None:
     """Make jobs due ``seconds`` ago (by the database clock), as if they had waited that long."""
     due = db_now(backend.engine) - timedelta(seconds=seconds)
@@ -63,8 +69,8 @@ def test_jobs_of_types_a_worker_has_no_task_for_stay_queued(backend: Backend) ->
     runner.join(timeout=60)
     assert finished.is_set(), "the burst worker waited for a job it cannot run"
     assert ran == ["a"]
-    assert consumer.get_job(a).status == "succeeded"
-    job = consumer.get_job(b)
+    assert _job(consumer, a).status == "succeeded"
+    job = _job(consumer, b)
     assert (job.status, job.attempts, job.locked_by, job.last_error) == ("queued", 0, None, None)
 
 
@@ -73,7 +79,7 @@ def test_the_dead_policy_still_claims_strays_and_kills_them(backend: Backend) ->
     consumer = backend.queue(unknown_jobs="dead")
     consumer.task("typed.a")(lambda: None)
     drain(consumer)
-    job = consumer.get_job(b)
+    job = _job(consumer, b)
     assert (job.status, job.attempts) == ("dead", 1)
     assert job.errors[-1].kind == "UnknownJobType"
 
@@ -210,13 +216,16 @@ def test_a_groups_older_job_of_an_unknown_type_still_goes_first(backend: Backend
     knows_a = backend.queue()
     knows_a.task("typed.a")(lambda: None)
     drain(knows_a)  # per-key order: typed.a waits behind the group's older typed.b
-    assert (knows_a.get_job(first).status, knows_a.get_job(second).status) == ("queued", "queued")
+    assert (_job(knows_a, first).status, _job(knows_a, second).status) == ("queued", "queued")
     knows_b = backend.queue()
     knows_b.task("typed.b")(lambda: None)
     drain(knows_b)
     drain(knows_a)
-    assert knows_a.get_job(first).status == knows_a.get_job(second).status == "succeeded"
-    assert knows_a.get_job(first).finished_at <= knows_a.get_job(second).started_at
+    assert _job(knows_a, first).status == _job(knows_a, second).status == "succeeded"
+    finished, started = _job(knows_a, first).finished_at, _job(knows_a, second).started_at
+    assert finished is not None
+    assert started is not None
+    assert finished <= started
 
 
 def test_priorities_order_the_known_types_and_skip_the_others(backend: Backend) -> None:
@@ -231,5 +240,5 @@ def test_priorities_order_the_known_types_and_skip_the_others(backend: Backend) 
     consumer.task("typed.c")(lambda: ran.append("c"))
     drain(consumer)
     assert ran == ["c", "a"]
-    assert consumer.get_job(stray).status == "queued"
-    assert {consumer.get_job(low).status, consumer.get_job(high).status} == {"succeeded"}
+    assert _job(consumer, stray).status == "queued"
+    assert {_job(consumer, low).status, _job(consumer, high).status} == {"succeeded"}
