@@ -216,7 +216,9 @@ def test_snoozed_and_cancelled_attempts_are_counted(backend: Backend) -> None:
 
 
 def test_a_worker_made_directly_takes_a_metrics_port(backend: Backend) -> None:
-    worker = sqlqueue.Worker(backend.queue(), metrics_port=0)
+    queue = backend.queue()
+    queue.task("noop")(lambda: None)
+    worker = sqlqueue.Worker(queue, metrics_port=0)
     assert worker.settings.metrics_port == 0
     worker.run(burst=True)  # serves, finds nothing due, stops serving
     assert worker.metrics_port is None
