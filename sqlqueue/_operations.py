@@ -117,7 +117,9 @@ class Operations:
         # jobs by type.
         live = self.admin.live_workers() if late else []
         served = [name for name in late if any(name in worker.queues for worker in live)]
-        overdue = self.admin.overdue_types(queues=served, older_than=max_queued_age)
+        overdue = (
+            self.admin.overdue_types(queues=served, older_than=max_queued_age) if served else []
+        )
         return check_health(
             stats,
             max_queued_age=max_queued_age,
