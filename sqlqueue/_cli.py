@@ -201,7 +201,8 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd.add_argument(
         "--burst",
         action="store_true",
-        help="exit once no job is due and none is running (at once, with status 3, if the "
+        help="exit once no job it has a task for is due and none is running (at once, with "
+        "status 3, if the "
         "database cannot be reached or is not migrated)",
     )
     add_commands(commands, _database_option)

@@ -113,7 +113,8 @@ class Worker:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def run(self, *, burst: bool = False) -> None:
-        """Run until SIGTERM/SIGINT (or, with ``burst``, until no job is due and none runs).
+        """Run until SIGTERM/SIGINT (or, with ``burst``, until no job of a type it has a task
+        for is due and none runs).
 
         The first signal stops claiming and lets in-flight jobs finish for up to
         ``shutdown_timeout`` seconds; jobs still running then are released to the queue without
