@@ -202,8 +202,7 @@ def _parser() -> argparse.ArgumentParser:
         "--burst",
         action="store_true",
         help="exit once no job it has a task for is due and none is running (at once, with "
-        "status 3, if the "
-        "database cannot be reached or is not migrated)",
+        "status 3, if the database cannot be reached or is not migrated)",
     )
     add_commands(commands, _database_option)
 
