@@ -201,8 +201,8 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd.add_argument(
         "--burst",
         action="store_true",
-        help="exit once no job is due and none is running (at once, with status 3, if the "
-        "database cannot be reached or is not migrated)",
+        help="exit once no job it has a task for is due and none is running (at once, with "
+        "status 3, if the database cannot be reached or is not migrated)",
     )
     add_commands(commands, _database_option)
 
@@ -320,6 +320,14 @@ def _default_hosts(host: str, port: int) -> list[str]:
 
 def _worker(args: argparse.Namespace) -> int:
     queue = load_queue(args.queue)
+    if not queue.tasks:
+        module_name = args.queue.partition(":")[0]
+        where = getattr(sys.modules.get(module_name), "__file__", None)
+        raise UsageError(
+            f"{args.queue} has no task: module {module_name!r}"
+            f"{f' ({where})' if where else ''} registered none, so a worker could run nothing; "
+            "import the modules that declare your tasks (@queue.task) from it"
+        )
     schema = queue.schema if args.schema is None else args.schema
     if args.database_url:
         queue = queue.rebind(open_engine(args.database_url, schema=schema), schema=schema)

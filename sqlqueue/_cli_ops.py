@@ -43,7 +43,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     stats = command("stats", _stats, "counts by status, queue and job type; top errors")
     _json_option(stats)
 
-    health = command("health", _health, "check the three alarms; exit 1 if any is raised")
+    health = command("health", _health, "check the alarms; exit 1 if any is raised")
     health.add_argument("--max-queued-age", default="5m", help="duration (default 5m)")
     health.add_argument("--max-dead-last-hour", type=int, default=10)
     health.add_argument("--max-same-error", type=int, default=20)

@@ -100,16 +100,33 @@ class Operations:
         max_dead_last_hour: int = 10,
         max_same_error: int = 20,
     ) -> Health:
-        """The three alarms: more than ``max_dead_last_hour`` unhandled deaths in the last hour,
+        """The alarms: more than ``max_dead_last_hour`` unhandled deaths in the last hour,
         more than ``max_same_error`` failed/dead jobs with one error, a due job older than
-        ``max_queued_age`` seconds in a queue that is not paused. ``.ok`` when none is raised."""
+        ``max_queued_age`` seconds in a queue that is not paused (``queued_age``) — or, where
+        live workers serve that queue but none has a task for the job's type,
+        ``unknown_type``, naming the types. ``.ok`` when none is raised."""
         if max_queued_age < 0 or max_dead_last_hour < 0 or max_same_error < 0:
             raise ConfigurationError("health thresholds must be >= 0")
+        stats = self.stats()
+        late = [
+            name
+            for name, queue in stats.queues.items()
+            if (queue.oldest_queued_age_seconds or 0.0) > max_queued_age and not queue.paused
+        ]
+        # Only a late queue costs more reads: which types its live workers know, and its late
+        # jobs by type.
+        live = self.admin.live_workers() if late else []
+        served = [name for name in late if any(name in worker.queues for worker in live)]
+        overdue = (
+            self.admin.overdue_types(queues=served, older_than=max_queued_age) if served else []
+        )
         return check_health(
-            self.stats(),
+            stats,
             max_queued_age=max_queued_age,
             max_dead_last_hour=max_dead_last_hour,
             max_same_error=max_same_error,
+            live_workers=live,
+            overdue=overdue,
         )
 
     def activity(self, *, minutes: int = 60) -> Activity:

@@ -44,8 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Queue", "UnknownJobPolicy"]
 
-#: What a worker does with a job whose type it has no handler for: ``"dead"`` claims it and
-#: moves it to dead with a clear error; ``"skip"`` leaves it for a worker that knows the type.
+#: What a worker does with a job whose type it has no handler for: ``"skip"`` (the default)
+#: never claims it, leaving it queued for a worker that knows the type (``health`` raises
+#: ``unknown_type`` when none does); ``"dead"`` claims it and moves it to dead with a clear
+#: error, for a deployment where one app alone owns its queues and a stray type is a bug.
 UnknownJobPolicy = Literal["dead", "skip"]
 
 
@@ -75,7 +77,7 @@ class Queue(Operations):
         default_queue: str = "default",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        unknown_jobs: UnknownJobPolicy = "dead",
+        unknown_jobs: UnknownJobPolicy = "skip",
         async_engine: Any = None,
         retention: Retention | None = None,
         schema: str | None = None,

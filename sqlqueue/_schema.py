@@ -49,6 +49,7 @@ __all__ = [
     "rate_limits",
     "table_options",
     "webhook_endpoints",
+    "workers",
 ]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
@@ -56,7 +57,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -421,5 +422,28 @@ batches = Table(
     Column("callback_job_id", Id, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime, nullable=True),
+    **_MYSQL_TABLE,
+)
+
+# Live workers (added by 0010; see sqlqueue/_store/workers.py): one row per worker process, written
+# by its upkeep every heartbeat interval and deleted at a clean exit. A row whose ``expires_at``
+# (three intervals after ``last_seen_at``, by the database clock) has passed is a worker gone
+# without a word. ``health`` reads which job types the live workers of each queue know.
+workers = Table(
+    "sqlqueue_workers",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(50), nullable=False),
+    # {queue: the slots of its pool}; and the job types it has tasks for (null: it claims every
+    # type, the ``unknown_jobs="dead"`` policy).
+    Column("queues", JsonDocument, nullable=False),
+    Column("job_types", JsonDocument, nullable=True),
+    Column("running", Integer, nullable=False),
+    Column("stopping", Boolean, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
     **_MYSQL_TABLE,
 )

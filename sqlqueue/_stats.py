@@ -1,16 +1,17 @@
 """What operators read: :class:`Stats` (counts, ages, recent failures, top errors),
-:class:`Health` (the three alarms of a job queue), each built from one read of the database,
+:class:`Health` (the alarms of a job queue), each built from one read of the database,
 and :class:`Activity` (jobs finished and failed per minute, for a chart)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlqueue._job import JobStatus
 from sqlqueue._store.readmodel import ActivityRows, PauseRow, StatsRows
+from sqlqueue._store.workers import LiveWorker, OverdueType
 
 __all__ = [
     "Activity",
@@ -140,13 +141,14 @@ def _queue_stats(
     )
 
 
-AlarmName = Literal["dead_jobs", "same_error", "queued_age"]
+AlarmName = Literal["dead_jobs", "same_error", "queued_age", "unknown_type"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Alarm:
-    """One signal that something is wrong: which alarm, what it concerns (a queue or an
-    error), the figure measured and the threshold it passed, and a sentence for a person."""
+    """One signal that something is wrong: which alarm, what it concerns (a queue, an error,
+    the job types no live worker knows), the figure measured and the threshold it passed, and
+    a sentence for a person."""
 
     name: AlarmName
     figure: float
@@ -154,6 +156,7 @@ class Alarm:
     message: str
     queue: str | None = None
     error: str | None = None
+    job_types: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
@@ -164,6 +167,7 @@ class Alarm:
             "message": self.message,
             "queue": self.queue,
             "error": self.error,
+            "job_types": list(self.job_types),
         }
 
 
@@ -185,11 +189,19 @@ class Health:
 
 
 def check_health(
-    stats: Stats, *, max_queued_age: float, max_dead_last_hour: int, max_same_error: int
+    stats: Stats,
+    *,
+    max_queued_age: float,
+    max_dead_last_hour: int,
+    max_same_error: int,
+    live_workers: Sequence[LiveWorker] = (),
+    overdue: Sequence[OverdueType] = (),
 ) -> Health:
-    """The article's three alarms, each raised when its figure is over its threshold: dead jobs
-    growing fast, the same error across many jobs, and due jobs nobody picks up (paused queues
-    are waiting on purpose and raise none)."""
+    """The alarms, each raised when its figure is over its threshold: dead jobs growing fast,
+    the same error across many jobs, due jobs nobody picks up (paused queues are waiting on
+    purpose and raise none) — and among those, jobs of types that no live worker serving their
+    queue has a task for (``overdue``: the late queues' jobs due longer than the threshold, by
+    type)."""
     alarms: list[Alarm] = []
     if stats.dead_last_hour > max_dead_last_hour:
         alarms.append(
@@ -216,17 +228,61 @@ def check_health(
     for name, queue in stats.queues.items():
         age = queue.oldest_queued_age_seconds
         if age is not None and age > max_queued_age and not queue.paused:
-            alarms.append(
-                Alarm(
-                    name="queued_age",
-                    figure=age,
-                    threshold=max_queued_age,
-                    queue=name,
-                    message=f"queue {name!r}: the oldest due job has waited {age:.0f} s "
-                    f"(more than {max_queued_age:g} s); is any worker serving it?",
-                )
-            )
+            late = [row for row in overdue if row.queue == name]
+            alarms += _late_queue(name, age, max_queued_age, late, live_workers)
     return Health(alarms=tuple(alarms), stats=stats)
+
+
+def _late_queue(
+    name: str,
+    age: float,
+    threshold: float,
+    late: Sequence[OverdueType],
+    live_workers: Sequence[LiveWorker],
+) -> list[Alarm]:
+    """A queue whose oldest due job waited over ``threshold``: ``unknown_type`` for its late
+    jobs of types that no live worker serving it knows, ``queued_age`` for the rest (all of
+    them when no live worker serves it: then nobody may be running workers at all)."""
+    serving = [worker for worker in live_workers if name in worker.queues]
+    known: set[str] = set()
+    for worker in serving:
+        if worker.job_types is None:  # it claims every type
+            serving = []
+            break
+        known |= worker.job_types
+    unknown = [row for row in late if row.job_type not in known] if serving else []
+    alarms: list[Alarm] = []
+    if unknown:
+        types = ", ".join(
+            f"{row.job_type!r} ({row.count} due job{'s' if row.count != 1 else ''}, "
+            f"oldest {row.age_seconds:.0f} s)"
+            for row in unknown
+        )
+        alarms.append(
+            Alarm(
+                name="unknown_type",
+                figure=max(row.age_seconds for row in unknown),
+                threshold=threshold,
+                queue=name,
+                job_types=tuple(row.job_type for row in unknown),
+                message=f"queue {name!r}: no live worker has a task for {types}, waiting "
+                f"more than {threshold:g} s; start a worker that registers these tasks",
+            )
+        )
+    runnable = [row.age_seconds for row in late if row not in unknown]
+    if runnable or not unknown:
+        figure = max(runnable) if runnable else age
+        alarms.append(
+            Alarm(
+                name="queued_age",
+                figure=figure,
+                threshold=threshold,
+                queue=name,
+                message=f"queue {name!r}: the oldest due job has waited {figure:.0f} s "
+                f"(more than {threshold:g} s); is any worker serving it?",
+            )
+        )
+    return alarms
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,7 +117,7 @@ def test_bad_options_are_refused_before_any_sql(backend):
     assert count_jobs(backend.engine) == 1
 
 
-def test_job_without_a_handler_in_the_worker_goes_dead_and_the_worker_goes_on(backend):
+def test_with_the_dead_policy_a_job_without_a_handler_goes_dead_and_the_worker_goes_on(backend):
     producer = backend.queue()
 
     @producer.task("gone")
@@ -132,7 +132,7 @@ def test_job_without_a_handler_in_the_worker_goes_dead_and_the_worker_goes_on(ba
         orphan = gone.enqueue(conn)
         fine = here_producer.enqueue(conn)
 
-    consumer = backend.queue()
+    consumer = backend.queue(unknown_jobs="dead")
     ran = []
 
     @consumer.task("here")
@@ -149,7 +149,7 @@ def test_job_without_a_handler_in_the_worker_goes_dead_and_the_worker_goes_on(ba
     assert ran == [True]
 
 
-def test_unknown_jobs_skip_policy_leaves_them_for_another_worker(backend):
+def test_by_default_unknown_jobs_are_left_for_another_worker(backend):
     producer = backend.queue()
 
     @producer.task("elsewhere")
@@ -158,7 +158,7 @@ def test_unknown_jobs_skip_policy_leaves_them_for_another_worker(backend):
 
     with backend.engine.begin() as conn:
         job_id = elsewhere.enqueue(conn)
-    consumer = backend.queue(unknown_jobs="skip")
+    consumer = backend.queue()
 
     @consumer.task("mine")
     def mine() -> None:

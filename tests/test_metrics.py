@@ -216,7 +216,9 @@ def test_snoozed_and_cancelled_attempts_are_counted(backend: Backend) -> None:
 
 
 def test_a_worker_made_directly_takes_a_metrics_port(backend: Backend) -> None:
-    worker = sqlqueue.Worker(backend.queue(), metrics_port=0)
+    queue = backend.queue()
+    queue.task("noop")(lambda: None)
+    worker = sqlqueue.Worker(queue, metrics_port=0)
     assert worker.settings.metrics_port == 0
     worker.run(burst=True)  # serves, finds nothing due, stops serving
     assert worker.metrics_port is None
@@ -226,7 +228,9 @@ def test_a_taken_port_is_a_configuration_error(backend: Backend) -> None:
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
-        worker = backend.queue().worker(metrics_port=taken.getsockname()[1])
+        queue = backend.queue()
+        queue.task("noop")(lambda: None)
+        worker = queue.worker(metrics_port=taken.getsockname()[1])
         with pytest.raises(sqlqueue.ConfigurationError, match="cannot serve metrics on port"):
             worker.run(burst=True)
 

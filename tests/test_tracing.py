@@ -379,7 +379,8 @@ def test_a_worker_that_stops_without_writing_outcomes_ends_their_spans(
 def test_a_job_no_handler_can_run_still_gets_its_attempt_span(
     backend: Backend, spans: Spans
 ) -> None:
-    queue = backend.queue(tracer_provider=spans.provider)
+    queue = backend.queue(tracer_provider=spans.provider, unknown_jobs="dead")
+    queue.task("handled")(lambda: None)
     with spans.tracer.start_as_current_span("request"), backend.engine.begin() as conn:
         queue.enqueue(conn, "nobody_handles_this", external=True)
     drain(queue)

@@ -108,6 +108,24 @@ def test_an_authorize_that_answers_neither_true_nor_false_allows_nothing(
 # -- the pages ----------------------------------------------------------------------------------
 
 
+def test_overview_shows_the_unknown_type_alarm_in_one_line(backend: Backend) -> None:
+    queue = backend.queue()
+    queue.task("billing.sync")(lambda: None)
+    with backend.engine.begin() as conn:
+        job_id = queue.enqueue(conn, "billing.sync")
+    set_times(backend.engine, [job_id], next_run_at=db_now(backend.engine) - timedelta(hours=1))
+    facts = {"host": "h", "pid": 1, "version": "0", "running": 0, "stopping": False}
+    queue.admin.announce_worker(
+        worker_id="an-older-release",
+        facts={**facts, "queues": {"default": 1}, "job_types": ["mail.send"]},
+        expires_in=60.0,
+    )
+    html = client(queue, max_queued_age=300).get("/").text
+    (alarm,) = re.findall(r'<p class="alarm">(.*?)</p>', html, re.S)
+    assert "<strong>unknown_type</strong>" in alarm
+    assert "no live worker has a task for &#39;billing.sync&#39; (1 due job, oldest 36" in alarm
+
+
 def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
     backend: Backend,
 ) -> None:

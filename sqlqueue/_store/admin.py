@@ -4,19 +4,20 @@ worker's side)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, column, select, table
 
 from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
-from sqlqueue._store import counts, deadletter, due, maintenance, readmodel
+from sqlqueue._store import counts, deadletter, due, maintenance, readmodel, workers
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
+from sqlqueue._store.workers import LiveWorker, OverdueType
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Admin"]
@@ -207,3 +208,31 @@ class Admin:
     def resume(self, *, name: str) -> bool:
         """See :func:`maintenance.resume_queue`."""
         return self._write(lambda conn: maintenance.resume_queue(conn, self.dialect, name=name))
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def announce_worker(
+        self, *, worker_id: str, facts: Mapping[str, Any], expires_in: float
+    ) -> None:
+        """See :func:`workers.announce_worker`."""
+        self._write(
+            lambda conn: workers.announce_worker(
+                conn, self.dialect, worker_id=worker_id, facts=facts, expires_in=expires_in
+            )
+        )
+
+    def remove_worker(self, *, worker_id: str) -> None:
+        """See :func:`workers.remove_worker`."""
+        self._write(lambda conn: workers.remove_worker(conn, worker_id=worker_id))
+
+    def live_workers(self) -> list[LiveWorker]:
+        """See :func:`workers.read_live_workers`."""
+        return self._read(lambda conn: workers.read_live_workers(conn, self.dialect))
+
+    def overdue_types(self, *, queues: Sequence[str], older_than: float) -> list[OverdueType]:
+        """See :func:`workers.read_overdue_types`."""
+        return self._read(
+            lambda conn: workers.read_overdue_types(
+                conn, self.dialect, queues=queues, older_than=older_than
+            )
+        )

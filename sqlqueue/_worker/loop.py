@@ -33,6 +33,7 @@ from sqlqueue._worker.listener import Listener
 from sqlqueue._worker.observe import Observers
 from sqlqueue._worker.outbox import Completer, outcome_fields
 from sqlqueue._worker.reaper import Reaper
+from sqlqueue._worker.registry import Registration
 from sqlqueue._worker.running import Contexts
 from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue._worker.settings import WorkerSettings, reconnect_delay
@@ -112,7 +113,8 @@ class Worker:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def run(self, *, burst: bool = False) -> None:
-        """Run until SIGTERM/SIGINT (or, with ``burst``, until no job is due and none runs).
+        """Run until SIGTERM/SIGINT (or, with ``burst``, until no job of a type it has a task
+        for is due and none runs).
 
         The first signal stops claiming and lets in-flight jobs finish for up to
         ``shutdown_timeout`` seconds; jobs still running then are released to the queue without
@@ -161,7 +163,14 @@ class Worker:
             self._contexts.cancel_all()
 
     async def serve(self, *, burst: bool = False) -> None:
-        """The worker as a coroutine, for running inside an existing event loop."""
+        """The worker as a coroutine, for running inside an existing event loop. Refuses to
+        start (:class:`~sqlqueue.ConfigurationError`) on a queue with no task: it could run
+        nothing, and jobs stay queued for workers that know their types."""
+        if not self._tasks:
+            raise ConfigurationError(
+                "no task is registered on this Queue, so its worker could run nothing: import "
+                "the modules that declare the tasks (@queue.task) before starting the worker"
+            )
         self._loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
@@ -215,6 +224,14 @@ class Worker:
             served=self._served,
             poll_interval=self.settings.poll_interval,
             on_resumed=self._resumed,
+            registration=Registration(
+                self.queue.admin,
+                worker_id=self.worker_id,
+                queues={name: pool.limit for pool in self._slots.pools for name in pool.queues},
+                job_types=self._job_types,
+                interval=self._heartbeat_interval,
+            ),
+            running=lambda: len(self._running),
         )
         try:
             self.metrics_port = self._observers.start(self.settings, self.queue.stats)

@@ -1,6 +1,7 @@
 """A worker's duties for the operators: follow pauses, fold finished jobs into the stats'
-counts, and prune by the queue's retention — each a periodic task beside the claim loop, its
-SQL run on the worker's database thread between claims."""
+counts, prune by the queue's retention, and keep its row in the live workers' table — each a
+periodic task beside the claim loop, its SQL run on the worker's database thread between
+claims."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from sqlqueue._errors import DatabaseError
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.pauses import Pauses
+from sqlqueue._worker.registry import Registration
 from sqlqueue._worker.retention import RetentionDuty
 
 if TYPE_CHECKING:
@@ -55,8 +57,12 @@ class Upkeep:
         served: Iterable[str],
         poll_interval: float,
         on_resumed: Callable[[frozenset[str]], None],
+        registration: Registration,
+        running: Callable[[], int],
     ) -> None:
         self._admin = queue.admin
+        self._registration = registration
+        self._running = running
         self._db = db
         self._poll_interval = poll_interval
         self._on_resumed = on_resumed
@@ -107,9 +113,22 @@ class Upkeep:
             if self._single_writer:
                 await asyncio.sleep(min(loop.time() - started, 0.2))
 
+    async def announce(self, stopping: bool) -> None:
+        """Write this worker's row in the live workers' table (see registry.py)."""
+        running = self._running()
+        await self._db.call(lambda: self._registration.announce(running=running, stopping=stopping))
+
     def start(self, stopping: Callable[[], bool]) -> list[asyncio.Task[None]]:
         """The periodic tasks; ``stopping`` ends a retention pass early."""
+
+        async def announce() -> None:
+            await self.announce(stopping())
+
         tasks = [
+            asyncio.create_task(
+                every(self._registration.interval, announce, "worker registry", at_once=True),
+                name="sqlqueue-registry",
+            ),
             asyncio.create_task(
                 every(self._poll_interval, self.read_paused, "paused-queues read"),
                 name="sqlqueue-pauses",
@@ -134,7 +153,10 @@ class Upkeep:
         return tasks
 
     async def stop(self) -> None:
-        """Give up the retention duty, so another worker takes it at its next pass."""
+        """Leave the live workers' table, and give up the retention duty, so another worker
+        takes it at its next pass."""
+        with contextlib.suppress(DatabaseError):
+            await self._db.call(self._registration.withdraw)
         if self._retention is not None:
             with contextlib.suppress(DatabaseError):
                 await self._db.call(self._retention.release)
