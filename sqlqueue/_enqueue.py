@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
@@ -117,6 +118,8 @@ def check_job(
         )
     if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
         raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
+    if task is not None and not external:
+        check_arguments(task, payload)
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)

@@ -336,8 +336,60 @@ def test_a_snoozed_job_is_counted_and_left_waiting(backend):
     with backend.engine.begin() as conn:
         job_id = queue.enqueue(conn, "later")
 
-    assert drain(queue, retry_now=True) == DrainResult(snoozed=1, waiting=1)
+    assert drain(queue) == DrainResult(snoozed=1, waiting=1)
     job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("queued", 0)
+
+
+def test_retry_now_runs_a_snoozed_job_again_until_it_is_done(backend):
+    queue = backend.queue()
+    ready = {"export": False}
+    calls: list[str] = []
+
+    @queue.task("publish")
+    def publish() -> None:  # waits for the export, as a real handler would
+        calls.append("publish")
+        if not ready["export"]:
+            raise sqlqueue.Snooze(3600, reason="the export is not ready")
+
+    @queue.task("export", priority=1)  # runs after publish's first attempt
+    def export() -> None:
+        calls.append("export")
+        ready["export"] = True
+
+    with backend.engine.begin() as conn:
+        publish_id = queue.enqueue(conn, "publish")
+        queue.enqueue(conn, "export")
+
+    assert drain(queue, retry_now=True) == DrainResult(succeeded=2, snoozed=1)
+    assert calls == ["publish", "export", "publish"]
+    job = queue.get_job(publish_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("succeeded", 1)
+
+
+def test_retry_now_gives_up_on_a_job_that_always_snoozes_and_leaves_delayed_jobs(backend):
+    queue = backend.queue()
+    attempts: list[int] = []
+
+    @queue.task("never")
+    def never() -> None:
+        attempts.append(1)
+        raise sqlqueue.Snooze(3600)
+
+    @queue.task("tomorrow")
+    def tomorrow() -> None:
+        raise AssertionError("a job enqueued with a delay is not due")
+
+    with backend.engine.begin() as conn:
+        never_id = queue.enqueue(conn, "never")
+        queue.enqueue(conn, "tomorrow", delay=86_400)
+
+    result = drain(queue, retry_now=True)
+    assert result.waiting == 2
+    assert result.snoozed == len(attempts) == 11  # the first round, then 10 of only snoozes
+    job = queue.get_job(never_id)
     assert job is not None
     assert (job.status, job.attempts) == ("queued", 0)
 

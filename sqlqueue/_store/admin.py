@@ -4,7 +4,7 @@ worker's side)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -150,9 +150,9 @@ class Admin:
 
     # -- retries -------------------------------------------------------------------------------
 
-    def retry_now(self, job_filter: JobFilter) -> int:
+    def retry_now(self, job_filter: JobFilter, statuses: Sequence[str] = ("failed",)) -> int:
         """See :func:`due.retry_now`."""
-        return self._write(lambda conn: due.retry_now(conn, self.dialect, job_filter))
+        return self._write(lambda conn: due.retry_now(conn, self.dialect, job_filter, statuses))
 
     # -- retention and pausing -----------------------------------------------------------------
 
