@@ -98,6 +98,10 @@ class Dialect(Claiming):
 
     #: The SQLAlchemy dialect names this class serves.
     names: ClassVar[tuple[str, ...]] = ()
+    #: The driver a URL naming only the database (``mysql://``) gets, and the sqlqueue extra
+    #: that installs it (``None``: the standard library's, no extra).
+    driver: ClassVar[str | None] = None
+    extra: ClassVar[str | None] = None
     #: ``SELECT … FOR UPDATE SKIP LOCKED`` is available.
     supports_skip_locked: ClassVar[bool] = False
     #: Transactions lock the rows they write, not the database: two can write at once and
