@@ -171,10 +171,12 @@ def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list
     if not rows:
         return []
     if isinstance(target, Connection):  # the common case, without a context manager
+        dialect.check_connection(target)
         return translated(dialect, lambda: insert_rows(dialect, target, rows))
 
     def write() -> list[int]:
         with to_connection(target) as conn:
+            dialect.check_connection(conn)
             return insert_rows(dialect, conn, rows)
 
     return translated(dialect, write)
@@ -252,6 +254,7 @@ def enqueue_batch(
                 if callback is not None:
                     callback["trace_context"] = sent[0]["trace_context"]
         with to_connection(target) as conn:
+            dialect.check_connection(conn)
             batch_id, ids = create_batch(
                 conn, dialect, children=children, on_complete=complete_row, on_dead=dead_row
             )

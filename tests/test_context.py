@@ -333,7 +333,10 @@ def test_a_payload_field_cannot_pose_as_the_context(backend):
         pass
 
     with backend.engine.begin() as conn:
-        job_id = queue.enqueue(conn, "t", {"ctx": 1})
+        with pytest.raises(sqlqueue.PayloadError, match="'ctx' is the handler's JobContext"):
+            queue.enqueue(conn, "t", {"ctx": 1})
+        # Written past the check (as another service's enqueue would): the worker refuses it.
+        job_id = queue.enqueue(conn, "t", {"ctx": 1}, external=True)
     drain(queue)
     job = queue.get_job(job_id)
     assert job.status == "dead"

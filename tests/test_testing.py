@@ -520,6 +520,84 @@ def test_the_plugin_serves_an_apps_tests_with_its_own_queue(pytester):
     assert not (pytester.path / "production-never-touched.db").exists()
 
 
+SERVER_APP = '''
+"""An app whose Queue is on its PostgreSQL or MariaDB database, built at import."""
+
+import os
+
+import sqlalchemy as sa
+import sqlqueue
+
+engine = sa.create_engine(os.environ["APP_DATABASE_URL"])
+queue = sqlqueue.Queue(engine)
+ran = []
+
+
+@queue.task("welcome")
+def welcome(user_id: int) -> None:
+    ran.append(user_id)
+
+
+def sign_up(conn, user_id):
+    welcome.enqueue(conn, user_id=user_id)  # through the app's task, as app code does
+'''
+
+SERVER_APP_TESTS = """
+import pytest
+import sqlqueue
+import myapp
+from sqlqueue.testing import DrainResult, assert_enqueued, drain
+
+
+@pytest.fixture
+def sqlqueue_app_queue():
+    return myapp.queue
+
+
+def test_the_apps_own_queue_serves_the_tests_database(sqlqueue_queue, sqlqueue_engine):
+    assert sqlqueue_queue is myapp.queue
+    assert sqlqueue_queue.engine is sqlqueue_engine
+    with sqlqueue_engine.begin() as conn:
+        myapp.sign_up(conn, 7)
+    assert_enqueued(sqlqueue_queue, "welcome", {"user_id": 7}, count=1)
+    assert drain(sqlqueue_queue) == DrainResult(succeeded=1)
+    assert myapp.ran == [7]
+
+
+def test_a_connection_to_the_apps_own_database_is_refused_clearly(sqlqueue_queue):
+    with myapp.engine.begin() as conn:
+        with pytest.raises(sqlqueue.ConfigurationError) as refused:
+            myapp.sign_up(conn, 8)
+    assert str(refused.value).startswith(
+        "this Queue writes sqlite SQL, but the connection it was given is to a "
+    )
+    assert "sqlqueue_engine" in str(refused.value)
+
+
+def test_the_app_has_its_queue_back_after_each_test():
+    assert myapp.queue.engine is myapp.engine
+    assert myapp.queue.get_job(1) is None  # reads its own database again
+"""
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mysql_url"])
+def test_the_plugin_serves_an_app_whose_queue_is_on_a_database_server(
+    pytester, request, monkeypatch, server
+):
+    url = request.getfixturevalue(server)
+    sqlqueue.migrate(url)
+    server_queue = sqlqueue.Queue(url)
+    before = server_queue.jobs(limit=1)
+    pytester.makepyfile(myapp=SERVER_APP, test_myapp=SERVER_APP_TESTS)
+    monkeypatch.setenv("APP_DATABASE_URL", url)
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+
+    result.assert_outcomes(passed=3)
+    assert server_queue.jobs(limit=1) == before  # the app's own database was never written to
+    server_queue.engine.dispose()
+
+
 def test_the_plugin_gives_a_fresh_queue_by_default(pytester):
     pytester.makepyfile(test_fresh=FRESH_QUEUE_TESTS)
 
