@@ -196,7 +196,7 @@ def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(b
     metadata.create_all(backend.engine)
     env = {**os.environ, "SQLQUEUE_DATABASE_URL": backend.url, "CONTEXT_LEASE_SECONDS": "1.5"}
     producer: Any = sqlqueue.Queue(backend.engine)
-    producer.task("write_then_die")(lambda ctx: None)
+    producer.task("write_then_die")(lambda **payload: None)  # the workers have the handler
     with backend.engine.begin() as conn:
         job_id = producer.enqueue(conn, "write_then_die", {})
     command = [
