@@ -39,9 +39,7 @@ def sqlqueue_engine(tmp_path: Path) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture
-def sqlqueue_queue(
-    sqlqueue_engine: sa.Engine, sqlqueue_app_queue: Queue | None
-) -> Iterator[Queue]:
+def sqlqueue_queue(sqlqueue_engine: sa.Engine, sqlqueue_app_queue: Queue | None) -> Iterator[Queue]:
     """A Queue on ``sqlqueue_engine``: a fresh one, or ``sqlqueue_app_queue`` itself serving it
     for the test, whatever database it was built on.
 
