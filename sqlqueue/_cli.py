@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import re
+import socket
 import sys
 from collections.abc import Sequence
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from sqlqueue import __version__
+from sqlqueue._cli_act import add_acting_commands
 from sqlqueue._cli_ops import add_commands
 from sqlqueue._errors import (
     ConfigurationError,
@@ -36,7 +40,7 @@ from sqlqueue._logs import configure_logging
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._schema import SCHEMA_REVISION
-from sqlqueue.dialects import dialect_for
+from sqlqueue.dialects import dialect_for, driver_hint, with_driver
 
 __all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
 
@@ -61,16 +65,16 @@ def open_engine(url: str | None, *, existing: bool = False, schema: str | None =
         raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
     shown = hide_password(url)
     try:
-        engine = create_engine(url)
+        engine = create_engine(with_driver(url))
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
         raise UsageError(
             f"--database-url: cannot use {shown!r}: {hide_password(str(error))} (expected e.g. "
-            "sqlite:///jobs.db or postgresql+psycopg://user@host/db)"
+            "sqlite:///jobs.db, postgresql://user@host/db or mysql://user@host/db)"
         ) from None
     except ImportError as error:
         raise UsageError(
-            f"--database-url: the driver for {shown!r} is not installed ({error}); for "
-            'PostgreSQL: pip install "sqlqueue[postgres]"'
+            f"--database-url: the driver for {shown!r} is not installed ({error}): "
+            f"{driver_hint(with_driver(url))}"
         ) from None
     try:
         dialect = dialect_for(engine)
@@ -89,6 +93,26 @@ def open_engine(url: str | None, *, existing: bool = False, schema: str | None =
             f"{missing}; create it with `sqlqueue migrate --database-url {shown}`"
         )
     return engine
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A usage error, in one line, if ``host:port`` cannot be listened on (taken by another
+    process, or an address not of this machine); checked before the server starts, whose own
+    error would be a log record and a traceback."""
+    if port == 0:
+        return  # any free port
+    try:
+        family, *_, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.create_server(address[:2], family=family):
+            pass
+    except OSError as error:  # socket.gaierror included
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise UsageError(
+            f"--port: cannot listen on {host}:{port} ({reason}): stop what uses it or "
+            "pick another --port"
+        ) from None
 
 
 def check_schema(engine: Engine, schema: str | None) -> None:
@@ -146,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sqlqueue", description="Background jobs on your SQLAlchemy database."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -153,6 +178,9 @@ def _parser() -> argparse.ArgumentParser:
 
     migrate_cmd = commands.add_parser("migrate", help="create or upgrade sqlqueue's tables")
     _database_option(migrate_cmd)
+    migrate_cmd.add_argument(
+        "--verbose", action="store_true", help="also print alembic's log of each revision"
+    )
 
     worker_cmd = commands.add_parser("worker", help="run a worker until SIGTERM/SIGINT")
     worker_cmd.add_argument("queue", help="the Queue to serve, as module:attribute")
@@ -205,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         "status 3, if the database cannot be reached or is not migrated)",
     )
     add_commands(commands, _database_option)
+    add_acting_commands(commands, _database_option)
 
     web_cmd = commands.add_parser(
         "web",
@@ -252,7 +281,21 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``sqlqueue`` command; returns the exit status."""
+    """Entry point of the ``sqlqueue`` command; returns the exit status.
+
+    Output cut short by its reader (``sqlqueue stats | head -1``) ends quietly with 0: the
+    reader had what it wanted."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        return 0
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     args.log_filter = configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
@@ -272,14 +315,7 @@ def _fail(error: SqlqueueError, status: int) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "migrate":
-        engine = open_engine(args.database_url, schema=args.schema)
-        try:
-            migrate(engine, schema=args.schema)
-        finally:
-            engine.dispose()
-        where = "" if args.schema is None else f" in schema {args.schema!r}"
-        print(f"sqlqueue: schema is up to date{where}")
-        return 0
+        return _migrate(args)
     if args.command == "worker":
         return _worker(args)
     engine = open_engine(args.database_url, existing=True, schema=args.schema)
@@ -292,9 +328,31 @@ def _run(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    """Migrate, and say so in one line: from which revision to which, or that there was
+    nothing to do (alembic's own log of each revision only with ``--verbose``)."""
+    if not args.verbose:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+    engine = open_engine(args.database_url, schema=args.schema)
+    try:
+        admin = Queue(engine, schema=args.schema).admin
+        before = admin.schema_revision()
+        migrate(engine, schema=args.schema)
+        after = admin.schema_revision()
+    finally:
+        engine.dispose()
+    where = "" if args.schema is None else f" (schema {args.schema!r})"
+    if before == after:
+        print(f"sqlqueue: already up to date at revision {after}{where}")
+    else:
+        print(f"sqlqueue: migrated from {before or 'an empty database'} to {after}{where}")
+    return 0
+
+
 def _web(queue: Queue, args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    check_port_free(args.host, args.port)
     try:  # Starlette, Jinja2 and uvicorn load only for this command
         from sqlqueue.web._serve import serve
     except ImportError as error:
@@ -329,8 +387,9 @@ def _worker(args: argparse.Namespace) -> int:
             "import the modules that declare your tasks (@queue.task) from it"
         )
     schema = queue.schema if args.schema is None else args.schema
-    if args.database_url:
-        queue = queue.rebind(open_engine(args.database_url, schema=schema), schema=schema)
+    if args.database_url:  # a SQLite file must be there: a typo must not serve an empty one
+        engine = open_engine(args.database_url, existing=True, schema=schema)
+        queue = queue.rebind(engine, schema=schema)
     elif schema != queue.schema:
         check_schema(queue.engine, schema)
         queue = queue.rebind(queue.engine, schema=schema)

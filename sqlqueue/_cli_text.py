@@ -17,6 +17,7 @@ __all__ = [
     "json_text",
     "parse_duration",
     "parse_moment",
+    "spoken_duration",
     "table",
 ]
 
@@ -53,6 +54,23 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.1f}"
     return str(value)
+
+
+def spoken_duration(seconds: float) -> str:
+    """``seconds`` as a person says it: ``90 seconds``, ``1 hour 30 minutes``, ``7 days``
+    (the two largest units; what is below them is left out)."""
+    units = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+    left = round(seconds)
+    if left < 120 and seconds == left:
+        return f"{left} second{'s' if left != 1 else ''}"
+    parts: list[str] = []
+    for name, size in units:
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count} {name}{'s' if count != 1 else ''}")
+        if len(parts) == 2 or (parts and not count):
+            break
+    return " ".join(parts) or f"{seconds:g} seconds"
 
 
 def short(text: str | None, width: int = 80) -> str:

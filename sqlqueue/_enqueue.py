@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
@@ -117,6 +118,8 @@ def check_job(
         )
     if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
         raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
+    if task is not None and not external:
+        check_arguments(task, payload)
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
@@ -168,10 +171,12 @@ def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list
     if not rows:
         return []
     if isinstance(target, Connection):  # the common case, without a context manager
+        dialect.check_connection(target)
         return translated(dialect, lambda: insert_rows(dialect, target, rows))
 
     def write() -> list[int]:
         with to_connection(target) as conn:
+            dialect.check_connection(conn)
             return insert_rows(dialect, conn, rows)
 
     return translated(dialect, write)
@@ -249,6 +254,7 @@ def enqueue_batch(
                 if callback is not None:
                     callback["trace_context"] = sent[0]["trace_context"]
         with to_connection(target) as conn:
+            dialect.check_connection(conn)
             batch_id, ids = create_batch(
                 conn, dialect, children=children, on_complete=complete_row, on_dead=dead_row
             )

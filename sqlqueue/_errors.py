@@ -5,7 +5,7 @@ Everything sqlqueue raises derives from :class:`SqlqueueError`::
     SqlqueueError
     ├── ConfigurationError        a setting is wrong (raised at construction, names the field)
     ├── EnqueueError              nothing was written; the caller's transaction is still usable
-    │   ├── PayloadError          not JSON-serialisable, or over the size cap
+    │   ├── PayloadError          not plain JSON, over the size cap, or not the handler's arguments
     │   └── UnknownJobType        no task of that name on this queue
     ├── JobStateError             the job is not in a state that allows the operation
     │   └── JobNotFound           there is no job with that id
@@ -58,7 +58,8 @@ class EnqueueError(SqlqueueError):
 
 
 class PayloadError(EnqueueError, ValueError):
-    """The payload is not a JSON object of plain values, or is larger than the cap."""
+    """The payload is not a JSON object of plain values, is larger than the cap, or does not
+    bind to its task's handler (a missing argument, an unknown keyword)."""
 
 
 class UnknownJobType(EnqueueError, LookupError):

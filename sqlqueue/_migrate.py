@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, create_engine
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._store.transactions import translated
-from sqlqueue.dialects import dialect_for
+from sqlqueue.dialects import dialect_for, with_driver
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -84,7 +84,7 @@ def migrate(
     from alembic import command
 
     if isinstance(target, str):
-        target = create_engine(target)
+        target = create_engine(with_driver(target))
     engine = target if isinstance(target, Engine) else target.engine
     dialect = dialect_for(engine, schema)
     dialect.prepare_engine(engine)

@@ -252,6 +252,16 @@ class Operations:
             )
         )
 
+    def run_now(self, job_ids: Iterable[int]) -> int:
+        """Make the jobs ``job_ids`` that wait for a later time due now, whatever they wait
+        for: a retry's backoff, a snooze, or the ``delay``/``run_at`` they were enqueued with
+        (queued and failed jobs; others are left alone); return how many were waiting.
+        Attempt counts are kept. :func:`sqlqueue.testing.drain` uses it for snoozed jobs."""
+        ids = [int(job_id) for job_id in job_ids]
+        if not ids:
+            return 0
+        return self.admin.retry_now(JobFilter(job_ids=ids), statuses=("queued", "failed"))
+
     @staticmethod
     def _dead_filter(
         job_type: str | None,

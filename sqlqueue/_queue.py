@@ -37,7 +37,7 @@ from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue._tracing import Tracing, tracing_for
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker.settings import WorkerSettings
-from sqlqueue.dialects import Dialect, dialect_for
+from sqlqueue.dialects import Dialect, dialect_for, with_driver
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -86,7 +86,7 @@ class Queue(Operations):
     ) -> None:
         built_here = isinstance(engine, str)
         if isinstance(engine, str):
-            engine = create_engine(engine)
+            engine = create_engine(with_driver(engine))
         if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
             raise ConfigurationError(
                 "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "

@@ -23,6 +23,9 @@ __all__ = ["DrainResult", "assert_enqueued", "drain", "drain_async", "enqueued_j
 _PAGE = 10_000
 #: Statuses a job can still leave by itself: the ones a drain looks at.
 _UNFINISHED = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)
+#: With ``retry_now``, rounds in a row in which jobs only snoozed before a drain gives up on
+#: them (a handler that always snoozes would keep it going for ever).
+_SNOOZING_ROUNDS = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,9 +143,10 @@ def drain(
     by one, in the order a worker claims them), until none is due and none runs.
 
     A failed attempt is retried after its backoff, as in production, so by default it waits and
-    the drain returns; with ``retry_now=True`` failed jobs are made due at once
-    (:meth:`Queue.retry_now`) and the drain goes on until every job is finished or waits for
-    something else (a snooze). Jobs the handlers enqueue run too. Call :func:`drain_async`
+    the drain returns (a snoozed job too); with ``retry_now=True`` failed and snoozed jobs are
+    made due at once (:meth:`Queue.retry_now`, :meth:`Queue.run_now`) and the drain goes on
+    until every job is finished (or has only snoozed for 10 rounds in a row; jobs enqueued
+    with a ``delay`` still wait for it). Jobs the handlers enqueue run too. Call :func:`drain_async`
     from a running event loop.
     """
     return asyncio.run(
@@ -201,19 +205,28 @@ class _Rounds:
         self.retry_now = retry_now
         self.concurrency = concurrency
         self.result = DrainResult()
+        #: The jobs that snoozed in the latest round (``retry_now`` makes them due again).
+        self.snoozed: list[int] = []
 
     def __iter__(self) -> Iterator[Worker]:
+        snoozing_rounds = 0
         while True:
             if self.retry_now:
                 for name in self.queues:
                     self.queue.retry_now(queue=name)
+                self.queue.run_now(self.snoozed)
             before, newest = self._unfinished(), self._newest_id()
             yield self.queue.worker(
                 queues=self.queues, concurrency=self.concurrency, poll_interval=0.05
             )
             outcome = self._compare(before, newest)
             self.result += outcome
-            if not self.retry_now or outcome.ran == 0 or not self._failed():
+            if not self.retry_now or outcome.ran == 0:
+                return
+            # A round in which jobs only snoozed: a job that snoozes whatever happens would
+            # keep the drain going for ever, so a few such rounds in a row end it (waiting).
+            snoozing_rounds = snoozing_rounds + 1 if outcome.ran == outcome.snoozed else 0
+            if snoozing_rounds > _SNOOZING_ROUNDS or not (self.snoozed or self._failed()):
                 return
 
     def _unfinished(self) -> dict[int, _Seen]:
@@ -258,6 +271,7 @@ class _Rounds:
         after = {job.id: job for job in self._all(job_ids=before)} if before else {}
         after.update((job.id, job) for job in self._added_since(newest))
         start = _Seen(JobStatus.QUEUED, 0, 0, None)
+        snoozed: list[int] = []
         counts = dict.fromkeys(
             ("succeeded", "failed", "dead", "snoozed", "cancelled", "waiting"), 0
         )
@@ -276,7 +290,9 @@ class _Rounds:
                 and job.next_run_at > was.next_run_at
             ):
                 counts["snoozed"] += 1
+                snoozed.append(job_id)
             if job.status in _UNFINISHED:
                 counts["waiting"] += 1
             counts["failed"] += max(failures, 0)
+        self.snoozed = snoozed
         return DrainResult(**counts)

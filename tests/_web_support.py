@@ -40,7 +40,7 @@ def make_queue(backend: Backend) -> sqlqueue.Queue:
     queue = backend.queue(encryption_keys=[KEY])
 
     @queue.task("mail.send", queue="mail")
-    def send(n: int = 0) -> None:
+    def send(n: int = 0, **details: Any) -> None:  # details: ``later``, ``note`` …
         return None
 
     @queue.task("crm.sync", queue="hooks", max_attempts=1)

@@ -273,6 +273,38 @@ def test_a_sqlite_without_json_functions_is_refused_with_the_reason():
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite+pysqlite:///:memory:",
+        "sqlite:///file::memory:?uri=true",
+        "sqlite:///file:jobs?mode=memory&cache=shared&uri=true",
+    ],
+)
+def test_an_in_memory_sqlite_database_is_refused_where_the_queue_is_made(url):
+    """Each connection to it has a private database: enqueue and migrate would seem to work,
+    and a worker would find no tables. Refused for a URL and for an engine alike."""
+    for target in (url, sa.create_engine(url)):
+        with pytest.raises(sqlqueue.ConfigurationError) as refused:
+            sqlqueue.Queue(target)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert "is an in-memory SQLite database: each connection gets a private one" in message
+        assert "use a file, e.g. sqlite:///jobs.db" in message
+        assert "pytest fixtures use a temporary one" in message
+
+
+def test_a_sqlite_file_and_a_file_uri_are_accepted(tmp_path):
+    for url in (f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///file:{tmp_path / 'b.db'}?uri=true"):
+        engine = sa.create_engine(url)
+        sqlqueue.migrate(engine)
+        queue = sqlqueue.Queue(engine)
+        assert queue.stats().by_status["queued"] == 0
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
     ("options", "field"),
     [
         ({"lease_seconds": 0}, "lease_seconds"),

@@ -115,7 +115,7 @@ def test_the_dead_letter_routine_list_dry_run_requeue_discard(backend: Backend) 
 
     refused = cli("dead", "requeue", "--by", "alice", "--reason", "CRM is back", url=backend.url)
     assert refused.returncode == 2
-    assert "give a filter" in refused.stderr
+    assert "give job ids or a filter" in refused.stderr
     assert "--all" in refused.stderr
 
     dry = cli(

@@ -196,7 +196,7 @@ def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(b
     metadata.create_all(backend.engine)
     env = {**os.environ, "SQLQUEUE_DATABASE_URL": backend.url, "CONTEXT_LEASE_SECONDS": "1.5"}
     producer: Any = sqlqueue.Queue(backend.engine)
-    producer.task("write_then_die")(lambda ctx: None)
+    producer.task("write_then_die")(lambda **payload: None)  # the workers have the handler
     with backend.engine.begin() as conn:
         job_id = producer.enqueue(conn, "write_then_die", {})
     command = [
@@ -333,7 +333,10 @@ def test_a_payload_field_cannot_pose_as_the_context(backend):
         pass
 
     with backend.engine.begin() as conn:
-        job_id = queue.enqueue(conn, "t", {"ctx": 1})
+        with pytest.raises(sqlqueue.PayloadError, match="'ctx' is the handler's JobContext"):
+            queue.enqueue(conn, "t", {"ctx": 1})
+        # Written past the check (as another service's enqueue would): the worker refuses it.
+        job_id = queue.enqueue(conn, "t", {"ctx": 1}, external=True)
     drain(queue)
     job = queue.get_job(job_id)
     assert job.status == "dead"

@@ -33,7 +33,7 @@ def _queue(backend):
     queue = backend.queue()
 
     @queue.task("work", queue="main", priority=3, max_attempts=4)
-    def work(n: int) -> None:
+    def work(n: int, text: str = "") -> None:
         pass
 
     return queue

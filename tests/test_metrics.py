@@ -236,9 +236,10 @@ def test_a_taken_port_is_a_configuration_error(backend: Backend) -> None:
 
 
 @pytest.mark.parametrize("port", [-1, 65536, True, "9108"])
-def test_a_bad_metrics_port_is_refused(port: object) -> None:
+def test_a_bad_metrics_port_is_refused(port: object, tmp_path: Path) -> None:
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     with pytest.raises(sqlqueue.ConfigurationError, match="metrics_port"):
-        sqlqueue.Queue("sqlite://").worker(metrics_port=port)  # type: ignore[arg-type]
+        queue.worker(metrics_port=port)  # type: ignore[arg-type]
 
 
 def test_without_metrics_port_prometheus_client_is_never_imported(tmp_path: Path) -> None:

@@ -381,6 +381,37 @@ def test_retry_now_makes_waiting_failed_jobs_due_keeping_their_attempts(backend:
     assert queue.retry_now() == 3, "no filter: every failed job"
 
 
+def test_run_now_makes_the_given_waiting_jobs_due_whatever_they_wait_for(backend: Backend) -> None:
+    queue = backend.queue()
+
+    @queue.task("later")
+    def later(n: int) -> None:
+        if n == 1:
+            raise sqlqueue.Snooze(3600)
+        if n == 2:
+            raise ConnectionError("down")
+
+    with backend.engine.begin() as conn:
+        snoozed, failed, done = (queue.enqueue(conn, "later", {"n": n}) for n in (1, 2, 3))
+        delayed = queue.enqueue(conn, "later", {"n": 4}, delay=3600)
+        untouched = queue.enqueue(conn, "later", {"n": 5}, delay=3600)
+    drain(queue)
+    statuses = [queue.get_job(i).status for i in (snoozed, failed, done)]  # type: ignore[union-attr]
+    assert statuses == ["queued", "failed", "succeeded"]
+
+    assert queue.run_now([snoozed, failed, done, delayed]) == 3  # not the finished one
+    now = db_now(backend.engine)
+    for job_id in (snoozed, failed, delayed):
+        job = queue.get_job(job_id)
+        assert job is not None
+        assert job.next_run_at <= now
+    assert queue.get_job(untouched).next_run_at > now  # type: ignore[union-attr]
+    assert queue.get_job(snoozed).attempts == 0  # type: ignore[union-attr]
+    assert queue.get_job(failed).attempts == 1  # type: ignore[union-attr]
+    assert queue.run_now([snoozed]) == 0, "already due"
+    assert queue.run_now([]) == 0
+
+
 # -- pausing ----------------------------------------------------------------------------------
 
 

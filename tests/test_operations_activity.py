@@ -61,7 +61,7 @@ def test_activity_over_fewer_minutes_leaves_older_jobs_out(backend: Backend) -> 
 
 
 @pytest.mark.parametrize("minutes", [0, -1, 1441])
-def test_activity_refuses_a_window_out_of_range(minutes: int) -> None:
-    queue = sqlqueue.Queue("sqlite://")
+def test_activity_refuses_a_window_out_of_range(minutes: int, tmp_path) -> None:
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     with pytest.raises(sqlqueue.ConfigurationError, match="minutes must be between 1 and 1440"):
         queue.activity(minutes=minutes)

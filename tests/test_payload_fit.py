@@ -27,8 +27,8 @@ PAYLOADS = [dict.fromkeys(combo, 1) for n in range(4) for combo in itertools.com
 
 
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda h: h.__name__)
-def test_the_quick_check_never_accepts_what_binding_refuses(handler: Any) -> None:
-    queue = sqlqueue.Queue("sqlite://")
+def test_the_quick_check_never_accepts_what_binding_refuses(handler: Any, tmp_path) -> None:
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     task = queue.task("t")(handler)
     context = task.context_parameter
     quick = 0

@@ -336,8 +336,60 @@ def test_a_snoozed_job_is_counted_and_left_waiting(backend):
     with backend.engine.begin() as conn:
         job_id = queue.enqueue(conn, "later")
 
-    assert drain(queue, retry_now=True) == DrainResult(snoozed=1, waiting=1)
+    assert drain(queue) == DrainResult(snoozed=1, waiting=1)
     job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("queued", 0)
+
+
+def test_retry_now_runs_a_snoozed_job_again_until_it_is_done(backend):
+    queue = backend.queue()
+    ready = {"export": False}
+    calls: list[str] = []
+
+    @queue.task("publish")
+    def publish() -> None:  # waits for the export, as a real handler would
+        calls.append("publish")
+        if not ready["export"]:
+            raise sqlqueue.Snooze(3600, reason="the export is not ready")
+
+    @queue.task("export", priority=1)  # runs after publish's first attempt
+    def export() -> None:
+        calls.append("export")
+        ready["export"] = True
+
+    with backend.engine.begin() as conn:
+        publish_id = queue.enqueue(conn, "publish")
+        queue.enqueue(conn, "export")
+
+    assert drain(queue, retry_now=True) == DrainResult(succeeded=2, snoozed=1)
+    assert calls == ["publish", "export", "publish"]
+    job = queue.get_job(publish_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("succeeded", 1)
+
+
+def test_retry_now_gives_up_on_a_job_that_always_snoozes_and_leaves_delayed_jobs(backend):
+    queue = backend.queue()
+    attempts: list[int] = []
+
+    @queue.task("never")
+    def never() -> None:
+        attempts.append(1)
+        raise sqlqueue.Snooze(3600)
+
+    @queue.task("tomorrow")
+    def tomorrow() -> None:
+        raise AssertionError("a job enqueued with a delay is not due")
+
+    with backend.engine.begin() as conn:
+        never_id = queue.enqueue(conn, "never")
+        queue.enqueue(conn, "tomorrow", delay=86_400)
+
+    result = drain(queue, retry_now=True)
+    assert result.waiting == 2
+    assert result.snoozed == len(attempts) == 11  # the first round, then 10 of only snoozes
+    job = queue.get_job(never_id)
     assert job is not None
     assert (job.status, job.attempts) == ("queued", 0)
 
@@ -466,6 +518,84 @@ def test_the_plugin_serves_an_apps_tests_with_its_own_queue(pytester):
         ]
     )
     assert not (pytester.path / "production-never-touched.db").exists()
+
+
+SERVER_APP = '''
+"""An app whose Queue is on its PostgreSQL or MariaDB database, built at import."""
+
+import os
+
+import sqlalchemy as sa
+import sqlqueue
+
+engine = sa.create_engine(os.environ["APP_DATABASE_URL"])
+queue = sqlqueue.Queue(engine)
+ran = []
+
+
+@queue.task("welcome")
+def welcome(user_id: int) -> None:
+    ran.append(user_id)
+
+
+def sign_up(conn, user_id):
+    welcome.enqueue(conn, user_id=user_id)  # through the app's task, as app code does
+'''
+
+SERVER_APP_TESTS = """
+import pytest
+import sqlqueue
+import myapp
+from sqlqueue.testing import DrainResult, assert_enqueued, drain
+
+
+@pytest.fixture
+def sqlqueue_app_queue():
+    return myapp.queue
+
+
+def test_the_apps_own_queue_serves_the_tests_database(sqlqueue_queue, sqlqueue_engine):
+    assert sqlqueue_queue is myapp.queue
+    assert sqlqueue_queue.engine is sqlqueue_engine
+    with sqlqueue_engine.begin() as conn:
+        myapp.sign_up(conn, 7)
+    assert_enqueued(sqlqueue_queue, "welcome", {"user_id": 7}, count=1)
+    assert drain(sqlqueue_queue) == DrainResult(succeeded=1)
+    assert myapp.ran == [7]
+
+
+def test_a_connection_to_the_apps_own_database_is_refused_clearly(sqlqueue_queue):
+    with myapp.engine.begin() as conn:
+        with pytest.raises(sqlqueue.ConfigurationError) as refused:
+            myapp.sign_up(conn, 8)
+    assert str(refused.value).startswith(
+        "this Queue writes sqlite SQL, but the connection it was given is to a "
+    )
+    assert "sqlqueue_engine" in str(refused.value)
+
+
+def test_the_app_has_its_queue_back_after_each_test():
+    assert myapp.queue.engine is myapp.engine
+    assert myapp.queue.get_job(1) is None  # reads its own database again
+"""
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mysql_url"])
+def test_the_plugin_serves_an_app_whose_queue_is_on_a_database_server(
+    pytester, request, monkeypatch, server
+):
+    url = request.getfixturevalue(server)
+    sqlqueue.migrate(url)
+    server_queue = sqlqueue.Queue(url)
+    before = server_queue.jobs(limit=1)
+    pytester.makepyfile(myapp=SERVER_APP, test_myapp=SERVER_APP_TESTS)
+    monkeypatch.setenv("APP_DATABASE_URL", url)
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+
+    result.assert_outcomes(passed=3)
+    assert server_queue.jobs(limit=1) == before  # the app's own database was never written to
+    server_queue.engine.dispose()
 
 
 def test_the_plugin_gives_a_fresh_queue_by_default(pytester):

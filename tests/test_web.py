@@ -67,8 +67,8 @@ def test_the_web_package_names_exactly_its_public_api() -> None:
     assert set(sqlqueue.web.__all__) == {"Authorize", "CurrentUser", "create_app"}
 
 
-def test_create_app_refuses_what_is_not_a_queue_or_a_function() -> None:
-    queue = sqlqueue.Queue("sqlite://")
+def test_create_app_refuses_what_is_not_a_queue_or_a_function(tmp_path) -> None:
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     with pytest.raises(sqlqueue.ConfigurationError, match=r"expected a sqlqueue\.Queue"):
         create_app("sqlite://")  # type: ignore[arg-type]
     with pytest.raises(sqlqueue.ConfigurationError, match="authorize: expected a function"):

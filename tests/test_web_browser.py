@@ -303,3 +303,85 @@ def test_a_name_rebound_to_this_machine_reads_nothing(backend: Backend, chromium
         assert served.status == 200
         expect(page.locator("#jobs")).to_contain_text("crm.sync")
     context.close()
+
+
+#: Names as real apps spell them: dotted job types and hyphenated queue names, long enough
+#: that a careless table breaks them mid-word at a laptop's 1280 px.
+LONG_TYPES = {
+    "billing.invoices.render_monthly_statement_pdf": "billing-statements-eu-west-1",
+    "notifications.email.send_password_reset_link": "transactional-mail-high-priority",
+    "analytics.warehouse.export_daily_signup_cohorts": "analytics-batch-nightly",
+    "crm.salesforce.sync_contact_with_custom_fields": "partner-webhooks-salesforce",
+}
+
+
+def long_names(backend: Backend) -> sqlqueue.Queue:
+    """Jobs of the long-named types: some succeeded, some dead with a long error, some queued."""
+    queue = backend.queue()
+    for job_type, queue_name in LONG_TYPES.items():
+
+        def fail(account_id: int, job_type: str = job_type) -> None:
+            if account_id % 2:
+                raise ConnectionError(
+                    f"HTTPSConnectionPool(host='eu.api.example.com', port=443): max retries "
+                    f"exceeded with url /v59.0/accounts/{account_id}/{job_type} (503 Service "
+                    "Unavailable)"
+                )
+
+        queue.task(job_type, queue=queue_name, max_attempts=1)(fail)
+    with queue.engine.begin() as conn:
+        for account_id in range(3):
+            for job_type in LONG_TYPES:
+                queue.enqueue(conn, job_type, {"account_id": 1_048_570 + account_id})
+    drain(queue)
+    with queue.engine.begin() as conn:
+        for job_type in LONG_TYPES:
+            queue.enqueue(conn, job_type, {"account_id": 7}, delay=3600)
+    return queue
+
+
+#: For each id, type and queue cell of the job list: its text, its box's height and line height,
+#: whether the text is clipped (scrollWidth > clientWidth), its text-overflow and title.
+CELL_GEOMETRY = """() => [...document.querySelectorAll('#jobs tbody tr')].flatMap(row =>
+  ['id', 'type', 'queue'].map(column => {
+    const cell = row.querySelector(`td.${column}`);
+    const text = cell.querySelector('.one-line') || cell;
+    const style = getComputedStyle(text);
+    return {
+      column, text: text.textContent.trim(), height: text.getBoundingClientRect().height,
+      lineHeight: parseFloat(style.lineHeight), clipped: text.scrollWidth > text.clientWidth,
+      overflow: style.textOverflow, title: text.getAttribute('title'),
+    };
+  }))"""
+
+
+def test_the_job_list_keeps_ids_types_and_queues_on_one_line_at_1280_px(
+    backend: Backend, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    queue = outside_the_browser_loop(long_names, backend)
+    with serving(create_app(queue)) as base:
+        page.goto(base + "/jobs")
+        expect(page.locator("#jobs tbody tr")).to_have_count(16)
+        assert page.viewport_size == {"width": 1280, "height": 900}
+        if WANT_SCREENSHOTS or os.environ.get("SQLQUEUE_SCREENSHOT_DIR"):
+            where = Path(os.environ.get("SQLQUEUE_SCREENSHOT_DIR") or SCREENSHOTS)
+            where.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(where / "jobs_1280.png"), full_page=True)
+        cells = page.evaluate(CELL_GEOMETRY)
+        assert len(cells) == 48
+        for cell in cells:
+            assert cell["height"] <= cell["lineHeight"] * 1.2, cell  # one line, not wrapped
+            if cell["clipped"]:  # cut short, it says so and shows the whole name on hover
+                assert (cell["overflow"], cell["title"]) == ("ellipsis", cell["text"]), cell
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= 1280, "the page scrolls sideways"
+        table, card = (
+            page.locator(selector).evaluate("e => e.getBoundingClientRect().right")
+            for selector in ("#jobs", "#jobs >> xpath=..")
+        )
+        assert table <= card, "the table sticks out of its card"
+        shown = {cell["text"] for cell in cells if not cell["clipped"]}
+        assert set(LONG_TYPES) <= shown, "the types fit whole at 1280 px"
+        page.goto("about:blank")

@@ -137,13 +137,14 @@ def test_the_subpackage_exports_exactly_its_public_names():
         ({"max_in_flight_per_endpoint": "2"}, "max_in_flight_per_endpoint"),
     ],
 )
-def test_bad_settings_are_refused_at_construction_naming_the_field(options, field):
+def test_bad_settings_are_refused_at_construction_naming_the_field(options, field, tmp_path):
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     with pytest.raises(sqlqueue.ConfigurationError, match=field):
-        Webhooks(sqlqueue.Queue("sqlite://"), **options)
+        Webhooks(queue, **options)
 
 
-def test_the_kind_is_an_ordinary_task_gated_per_endpoint():
-    queue = sqlqueue.Queue("sqlite://")
+def test_the_kind_is_an_ordinary_task_gated_per_endpoint(tmp_path):
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     hooks = Webhooks(queue, queue="partners")
     task = queue.tasks[sqlqueue.webhooks.TASK_NAME]
     assert task is hooks.task
@@ -155,7 +156,7 @@ def test_the_kind_is_an_ordinary_task_gated_per_endpoint():
         assert gate.key({"endpoint": "crm"}) == "webhook:crm"
     assert hooks.max_in_flight_per_endpoint == 2
     unguarded = Webhooks(
-        sqlqueue.Queue("sqlite://"),
+        sqlqueue.Queue(f"sqlite:///{tmp_path / 'other.db'}"),
         rate_limit=None,
         circuit_breaker=None,
         max_in_flight_per_endpoint=None,

@@ -151,9 +151,9 @@ class Admin:
 
     # -- retries -------------------------------------------------------------------------------
 
-    def retry_now(self, job_filter: JobFilter) -> int:
+    def retry_now(self, job_filter: JobFilter, statuses: Sequence[str] = ("failed",)) -> int:
         """See :func:`due.retry_now`."""
-        return self._write(lambda conn: due.retry_now(conn, self.dialect, job_filter))
+        return self._write(lambda conn: due.retry_now(conn, self.dialect, job_filter, statuses))
 
     # -- retention and pausing -----------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine, make_url
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue.dialects._base import BulkPath, Dialect
@@ -10,7 +10,7 @@ from sqlqueue.dialects.mysql import MySQLDialect
 from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
-__all__ = ["BulkPath", "Dialect", "dialect_for"]
+__all__ = ["BulkPath", "Dialect", "dialect_for", "driver_hint", "with_driver"]
 
 _DIALECTS: dict[str, type[Dialect]] = {
     name: cls for cls in (SQLiteDialect, PostgresDialect, MySQLDialect) for name in cls.names
@@ -28,3 +28,27 @@ def dialect_for(engine: Engine, schema: str | None = None) -> Dialect:
             f"(supported: {supported})"
         )
     return cls(schema)
+
+
+def with_driver(url: str | URL) -> URL:
+    """``url`` with sqlqueue's driver when it names only the database: ``mysql://`` and
+    ``mariadb://`` use PyMySQL (SQLAlchemy's default, mysqlclient, needs a C client library),
+    ``postgresql://`` psycopg 3, as SQLAlchemy 2.1 already does."""
+    parsed = make_url(url)
+    cls = _DIALECTS.get(parsed.get_backend_name())
+    if cls is None or cls.driver is None or "+" in parsed.drivername:
+        return parsed
+    return parsed.set(drivername=f"{parsed.drivername}+{cls.driver}")
+
+
+def driver_hint(url: str | URL) -> str:
+    """What to install for ``url``'s driver: the sqlqueue extra of its database, and the URL
+    form that uses it when ``url`` names a driver sqlqueue does not install."""
+    parsed = make_url(url)
+    cls = _DIALECTS.get(parsed.get_backend_name())
+    if cls is None or cls.extra is None:
+        return "install the driver its URL names"
+    hint = f'pip install "sqlqueue[{cls.extra}]"'
+    if parsed.get_driver_name() != cls.driver:
+        hint += f" and use {parsed.get_backend_name()}+{cls.driver}://…"
+    return hint

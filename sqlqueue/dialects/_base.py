@@ -98,6 +98,10 @@ class Dialect(Claiming):
 
     #: The SQLAlchemy dialect names this class serves.
     names: ClassVar[tuple[str, ...]] = ()
+    #: The driver a URL naming only the database (``mysql://``) gets, and the sqlqueue extra
+    #: that installs it (``None``: the standard library's, no extra).
+    driver: ClassVar[str | None] = None
+    extra: ClassVar[str | None] = None
     #: ``SELECT … FOR UPDATE SKIP LOCKED`` is available.
     supports_skip_locked: ClassVar[bool] = False
     #: Transactions lock the rows they write, not the database: two can write at once and
@@ -249,6 +253,19 @@ class Dialect(Claiming):
         if execution_options:
             return conn.execute(stmt, params, execution_options=execution_options)
         return conn.execute(stmt, params)
+
+    def check_connection(self, conn: Connection) -> None:
+        """Refuse a connection to another kind of database than this dialect writes for (a
+        Queue on PostgreSQL handed a SQLite test connection): its statements would fail there
+        with errors that point elsewhere."""
+        found = conn.dialect.name
+        if found not in self.names:
+            raise ConfigurationError(
+                f"this Queue writes {self.names[0]} SQL, but the connection it was given is "
+                f"to a {found} database: enqueue through a connection of the Queue's database, "
+                "or build the Queue on this one (in tests: the sqlqueue_queue fixture's Queue "
+                "and sqlqueue_engine)"
+            )
 
     def missing_database(self, url: URL) -> str | None:
         """Where ``url`` names a database that does not exist and opening it would create it

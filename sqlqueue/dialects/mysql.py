@@ -147,6 +147,8 @@ class MySQLDialect(Dialect):
     """MariaDB ≥ 10.6 and MySQL ≥ 8.0.1 through PyMySQL."""
 
     names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+    driver: ClassVar[str | None] = "pymysql"
+    extra: ClassVar[str | None] = "mysql"
     supports_skip_locked: ClassVar[bool] = True
     supports_row_locks: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = False

@@ -62,6 +62,8 @@ class PostgresDialect(Dialect):
     """PostgreSQL ≥ 12 through psycopg 3."""
 
     names: ClassVar[tuple[str, ...]] = ("postgresql",)
+    driver: ClassVar[str | None] = "psycopg"
+    extra: ClassVar[str | None] = "postgres"
     supports_skip_locked: ClassVar[bool] = True
     supports_row_locks: ClassVar[bool] = True
     supports_transaction_settings: ClassVar[bool] = True

@@ -36,13 +36,19 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import ColumnElement
 
-from sqlqueue._errors import UnsupportedDatabase
+from sqlqueue._errors import ConfigurationError, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
 from sqlqueue.dialects._base import BulkPath, Dialect
 from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS
 
-__all__ = ["MIN_SQLITE_VERSION", "SQLiteDialect", "check_sqlite_json", "check_sqlite_version"]
+__all__ = [
+    "MIN_SQLITE_VERSION",
+    "SQLiteDialect",
+    "check_not_in_memory",
+    "check_sqlite_json",
+    "check_sqlite_version",
+]
 
 MIN_SQLITE_VERSION = (3, 35, 0)
 #: Same text layout SQLAlchemy stores datetimes in, so the clock compares with stored values.
@@ -88,6 +94,26 @@ def check_sqlite_json(driver: Any = sqlite3, connect: Any = None) -> None:
         ) from None
     finally:
         probe.close()
+
+
+def check_not_in_memory(url: URL) -> None:
+    """Refuse an in-memory database (``sqlite://``, ``sqlite:///:memory:``, a ``file:`` URI
+    with ``:memory:`` or ``mode=memory``): each connection, and so each worker, would get a
+    private database of its own, where the jobs and even the tables are not."""
+    database = url.database or ""
+    query = " ".join(f"{key}={value}" for key, value in url.query.items())
+    in_memory = database in ("", ":memory:") or (
+        database.startswith("file:")
+        and (database.startswith("file::memory:") or "mode=memory" in f"{database} {query}")
+    )
+    if in_memory:
+        shown = f"{url.drivername}:///{database}" if database else f"{url.drivername}://"
+        shown += f"?{query.replace(' ', '&')}" if query else ""
+        raise ConfigurationError(
+            f"{shown} is an in-memory SQLite database: each connection gets a "
+            "private one of its own, so workers would not see the jobs (or the tables); use a "
+            "file, e.g. sqlite:///jobs.db (sqlqueue's pytest fixtures use a temporary one)"
+        )
 
 
 def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
@@ -164,19 +190,19 @@ class SQLiteDialect(Dialect):
     bulk_path: ClassVar[BulkPath] = BulkPath.JSON_ARRAY
 
     def prepare_engine(self, engine: Engine) -> None:
-        """Check the library version and put every new connection in WAL with a busy timeout."""
+        """Refuse an in-memory database, check the library version and put every new
+        connection in WAL with a busy timeout."""
+        check_not_in_memory(engine.url)
         driver = _driver_module(engine)
         check_sqlite_version(driver.sqlite_version_info)
         check_sqlite_json(driver)
         if not event.contains(engine, "connect", _configure_connection):
             event.listen(engine, "connect", _configure_connection)
-            if engine.url.database not in (None, "", ":memory:"):
-                # Connections the app opened before (create_all, a first query) sit in the pool
-                # without the busy timeout and would fail with "database is locked" under load:
-                # close the idle ones, so every connection from now on is configured. (Checked-out
-                # ones stay valid and are discarded when returned; a memory database would be
-                # lost with its connection, so it keeps its pool.)
-                engine.dispose()
+            # Connections the app opened before (create_all, a first query) sit in the pool
+            # without the busy timeout and would fail with "database is locked" under load:
+            # close the idle ones, so every connection from now on is configured. (Checked-out
+            # ones stay valid and are discarded when returned.)
+            engine.dispose()
 
     def missing_database(self, url: URL) -> str | None:
         """A file path that is not there: reading it must not create it empty."""

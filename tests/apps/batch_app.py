@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 
 __all__ = ["CALLBACKS", "RUNS", "create_tables", "queue", "register_batch_tasks"]
 
@@ -125,7 +126,7 @@ def register_batch_tasks(queue: sqlqueue.Queue) -> None:
 
 
 queue = sqlqueue.Queue(
-    os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"),
+    os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE),
     lease_seconds=float(os.environ.get("LEDGER_LEASE_SECONDS", "30")),
 )
 register_batch_tasks(queue)

@@ -9,6 +9,7 @@ import signal
 import sqlalchemy as sa
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 
 metadata = sa.MetaData()
 ledger = sa.Table(
@@ -20,7 +21,7 @@ ledger = sa.Table(
 )
 
 queue = sqlqueue.Queue(
-    os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"),  # importable by the test itself
+    os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE),  # importable by the test itself
     lease_seconds=float(os.environ.get("CONTEXT_LEASE_SECONDS", "1.5")),
 )
 

@@ -18,9 +18,10 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue.email import SMTP, Content, Mailer
+from tests.apps import UNOPENED_DATABASE
 
 queue = sqlqueue.Queue(
-    os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"),  # importable by the test itself
+    os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE),  # importable by the test itself
     lease_seconds=float(os.environ.get("EMAIL_LEASE_SECONDS", "1.5")),
 )
 mailer = Mailer(

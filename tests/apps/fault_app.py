@@ -12,11 +12,12 @@ import os
 import sqlalchemy as sa
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 from tests.apps.fault_tasks import register_fault_tasks
 
 
 def _queue_url() -> str:
-    url = os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://")
+    url = os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE)
     name = os.environ.get("FAULT_APPLICATION_NAME")
     if not name:
         return url

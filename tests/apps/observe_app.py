@@ -10,8 +10,9 @@ import logging
 import os
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 
-queue = sqlqueue.Queue(os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"))
+queue = sqlqueue.Queue(os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE))
 
 log = logging.getLogger("tests.observe_app")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 
-queue = sqlqueue.Queue(os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"))
+queue = sqlqueue.Queue(os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE))
 
 
 @queue.periodic("* * * * * *", "tick")

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import sqlqueue
+from tests.apps import UNOPENED_DATABASE
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "activity_report.py"
 
@@ -37,7 +38,7 @@ def load_example() -> ModuleType:
 
 example = load_example()
 queue: sqlqueue.Queue = example.build_queue(
-    os.environ.get("SQLQUEUE_DATABASE_URL", "sqlite://"),
+    os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE),
     schedule=os.environ.get("REPORT_SCHEDULE") == "1",
     lease_seconds=float(os.environ.get("REPORT_LEASE_SECONDS", "60")),
     throttle_seconds=float(os.environ.get("REPORT_THROTTLE_SECONDS", "0")),
