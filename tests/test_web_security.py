@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -393,9 +394,9 @@ def test_mounted_in_a_host_app_the_page_keeps_its_checks_and_the_host_its_routes
 
 
 def test_create_app_refuses_a_short_key_and_hosts_that_are_not_hosts(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    queue = sqlqueue.Queue("sqlite://")
+    queue = sqlqueue.Queue(f"sqlite:///{tmp_path / 'unopened.db'}")
     with pytest.raises(sqlqueue.ConfigurationError, match="secret_key must be at least 32 bytes"):
         create_app(queue, secret_key="hunter2-too-short")
     with pytest.raises(sqlqueue.ConfigurationError, match="secret_key: expected str or bytes"):
