@@ -121,6 +121,13 @@ def test_a_burst_worker_whose_claims_keep_failing_stops_with_the_error(
     assert queue.get_job(job_id).status == "queued"  # never claimed: nothing to recover
 
 
+def job_of(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    """The job, which must exist."""
+    job = queue.get_job(job_id)
+    assert job is not None
+    return job
+
+
 def _endless_job(backend) -> tuple[sqlqueue.Queue, int, threading.Event]:
     queue = backend.queue(lease_seconds=1.0)
     started = threading.Event()
@@ -146,7 +153,7 @@ def test_a_release_at_shutdown_that_fails_once_is_retried_without_burning_an_att
         with FailStatements(backend.engine, RELEASE) as failing:
             running.stop()
     assert failing.failed == 1
-    job = queue.get_job(job_id)
+    job = job_of(queue, job_id)
     assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
     assert retry_delays(caplog)[-1] < 0.05
 
@@ -162,9 +169,9 @@ def test_jobs_whose_release_at_shutdown_never_lands_are_not_lost_the_reaper_retu
         with FailStatements(backend.engine, RELEASE, times=10**6):
             running.stop()
     assert any("their leases will expire" in r.getMessage() for r in caplog.records)
-    assert queue.get_job(job_id).status == "running"  # still leased by the stopped worker
+    assert job_of(queue, job_id).status == "running"  # still leased by the stopped worker
     wait_until(lambda: job_id in queue.store.reap_expired()[0], timeout=10)  # lease of 1 s
-    job = queue.get_job(job_id)
+    job = job_of(queue, job_id)
     # Back in the queue, due at once; the reaper counts the attempt as a crashed worker's.
     assert (job.status, job.attempts) == ("failed", 1)
     assert job.errors[-1].kind == "LeaseExpired"
@@ -246,15 +253,16 @@ def test_a_dropped_connection_becomes_database_unavailable(backend):
     assert _a_statement(backend.engine) == 41  # the pool replaced the dropped connection
 
 
-def _disconnect(name: str) -> BaseException:
+def _disconnect(name: str) -> Exception:
     if name == "postgresql":
         import psycopg
 
         return psycopg.OperationalError("server closed the connection unexpectedly")
     if name == "mysql":
-        import pymysql
+        import pymysql  # type: ignore[import-untyped]
 
-        return pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+        lost: Exception = pymysql.err.OperationalError(2013, "Lost connection to MySQL server")
+        return lost
     import sqlite3
 
     return sqlite3.OperationalError("unable to open database file")

@@ -34,9 +34,10 @@ def transient_error(dialect_name: str) -> BaseException:
         return psycopg.errors.SerializationFailure(
             "could not serialize access due to concurrent update"
         )
-    import pymysql
+    import pymysql  # type: ignore[import-untyped]
 
-    return pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    lost: BaseException = pymysql.err.OperationalError(2013, "Lost connection to MySQL server")
+    return lost
 
 
 class FailStatements:
