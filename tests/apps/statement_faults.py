@@ -3,7 +3,7 @@
 
 :class:`FailStatements` fails the Nth (and following ``times - 1``) statements whose SQL matches
 a pattern: deterministic, for in-process tests. :func:`fail_at_random` fails a seeded random
-share of every statement, for worker processes (``FAULT_STATEMENT_FAILURE_RATE``). An exception
+share of an engine's statements, for worker processes (tests/apps/flaky_app.py). An exception
 raised there goes through SQLAlchemy's error handling exactly like one the driver raised
 (wrapped in ``sqlalchemy.exc.OperationalError``; a disconnect invalidates the connection).
 """
@@ -85,9 +85,9 @@ class FailStatements:
         sa.event.remove(self.engine, "before_cursor_execute", self._before)
 
 
-def fail_at_random(rate: float, seed: int) -> Callable[[], int]:
-    """Make a ``rate`` share of every statement of every engine in this process raise
-    :func:`transient_error`, drawn by ``random.Random(seed)``; returns a counter of failures."""
+def fail_at_random(engine: sa.Engine, rate: float, seed: int) -> Callable[[], int]:
+    """Make a ``rate`` share of the statements on ``engine`` raise :func:`transient_error`,
+    drawn by ``random.Random(seed)``; returns a counter of the failures so far."""
     draw = random.Random(seed)
     lock = threading.Lock()
     failed = 0
@@ -100,5 +100,5 @@ def fail_at_random(rate: float, seed: int) -> Callable[[], int]:
             failed += 1
         raise transient_error(conn.dialect.name)
 
-    sa.event.listen(sa.Engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "before_cursor_execute", before)
     return lambda: failed
