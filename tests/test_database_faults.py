@@ -21,7 +21,13 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue._worker import loop
-from sqlqueue._worker.retries import QUICK_CAP_SECONDS
+from sqlqueue._worker.retries import (
+    OUTAGE_AFTER_SECONDS,
+    OUTAGE_CAP_SECONDS,
+    QUICK_CAP_SECONDS,
+    Answers,
+    Backoff,
+)
 from sqlqueue.dialects import dialect_for
 from tests._support import WorkerThread, db_now, drain, wait_until
 from tests.apps.statement_faults import FailStatements
@@ -294,3 +300,23 @@ def test_a_non_transient_database_error_is_a_database_error_not_unavailable(back
             ),
         )
     assert not isinstance(raised.value, sqlqueue.DatabaseUnavailable)
+
+
+# -- the waits themselves ------------------------------------------------------------------------
+
+
+def test_retries_start_within_tens_of_ms_cap_while_the_database_answers_and_grow_in_an_outage():
+    now = [0.0]
+    answers = Answers(clock=lambda: now[0])
+    backoff = Backoff(answers)
+    waits = [backoff.failed() for _ in range(12)]
+    assert 0.016 <= waits[0] <= 0.024  # 20 ms ± the jitter
+    assert all(wait <= QUICK_CAP_SECONDS * 1.2 for wait in waits)
+    assert waits[-1] >= QUICK_CAP_SECONDS * 0.8  # reached the cap, never past it
+    backoff.succeeded()
+    assert backoff.failed() <= 0.024  # its own success starts it over
+    now[0] = OUTAGE_AFTER_SECONDS * 3.5  # nothing answered for 35 s: an outage
+    outage = [backoff.failed() for _ in range(12)]
+    assert QUICK_CAP_SECONDS * 1.2 < max(outage) <= OUTAGE_CAP_SECONDS * 1.2
+    answers.answered()  # another call got through: the quick cap again
+    assert backoff.failed() <= QUICK_CAP_SECONDS * 1.2
