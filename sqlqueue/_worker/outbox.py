@@ -133,11 +133,6 @@ class Completer:
             self._alone = True
             self._ready.set()
 
-    @property
-    def writing_alone(self) -> bool:
-        """Whether :meth:`run` writes the outcomes now (not the claim loop's rounds)."""
-        return self._alone
-
     async def run(self) -> None:
         """While writing alone, write batches (see the module docstring); until cancelled."""
         while True:

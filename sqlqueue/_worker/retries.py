@@ -66,8 +66,6 @@ class Backoff:
     def __init__(self, answers: Answers) -> None:
         self._answers = answers
         self.failures = 0
-        #: The waits chosen since the worker started, for the logs and the tests.
-        self.delays: list[float] = []
 
     def failed(self) -> float:
         """The duty's call failed again: seconds to wait before the next try."""
@@ -79,10 +77,7 @@ class Backoff:
             steps = min(int(silent // OUTAGE_AFTER_SECONDS), 10)
             cap = min(OUTAGE_CAP_SECONDS, QUICK_CAP_SECONDS * 2.0**steps)
         delay = min(cap, FIRST_RETRY_SECONDS * 2.0 ** min(self.failures - 1, 20))
-        delay *= random.uniform(0.8, 1.2)
-        self.delays.append(delay)
-        del self.delays[:-100]
-        return delay
+        return delay * random.uniform(0.8, 1.2)
 
     def succeeded(self) -> None:
         """The duty's call succeeded: its next failure starts from the first wait again."""
