@@ -8,6 +8,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --show new.json --compare old.json   # print saved runs, measure nothing
     python -m bench --memory 1000000 --backends postgresql  # worker RSS over a long drain
     python -m bench --peers                  # next to pgqueuer and procrastinate (PostgreSQL)
+    python -m bench --faults                 # drains while statements fail (bench/faults.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -27,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import memory, peers, report, side_by_side
+from bench import faults, memory, peers, report, side_by_side
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -117,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="instead: sqlqueue next to pgqueuer, procrastinate and raw SQL on PostgreSQL "
         "(pip install -e '.[bench]')",
+    )
+    add(
+        "--faults",
+        action="store_true",
+        help="instead: drains while 2 %% and 5 %% of the workers' statements fail "
+        "(bench/faults.py; "
+        "--runs, --backends, --drain-jobs (800))",
     )
     add("--in-flight", default="10,100", help="--peers: jobs held by one worker (10,100)")
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
@@ -268,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _memory(args.memory, settings, facts, args.json)
     if args.peers:
         return _peers(settings, facts, args.json)
+    if args.faults:
+        return _faults(settings, args.drain_jobs)
 
     runner = Runner(settings)
     loads = []
@@ -336,6 +346,15 @@ def _peers(settings: Settings, facts: dict[str, Any], path: Path | None) -> int:
     if path:
         side_by_side.save(path, results, facts)
         print(f"wrote {path}")
+    return 0
+
+
+def _faults(settings: Settings, drain_jobs: int | None) -> int:
+    found = faults.measure(
+        settings, rates=sorted(faults.TARGETS), jobs=drain_jobs or 800, processes=2, concurrency=10
+    )
+    print()
+    print(faults.table(found))
     return 0
 
 

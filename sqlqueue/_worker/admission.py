@@ -4,11 +4,14 @@ rate limit — and the breaker's bookkeeping once the attempt is over.
 A refused attempt raises :class:`~sqlqueue.Snooze`, so the executor's one outcome function puts
 the job back to ``queued`` for later without counting the attempt: deferred, not failed. The
 gates' state lives in the database (one transaction on the worker's database thread), so every
-worker on every host sees the same buckets and breakers.
+worker on every host sees the same buckets and breakers. A gate check or a breaker write that
+fails is tried again at once, a few times (sqlqueue/_worker/retries.py): a passing database
+fault neither defers the job for seconds nor loses what the breaker should learn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from sqlqueue._gatekey import GateKey, resolve_key
 from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
+from sqlqueue._worker.retries import Backoff, retry_quickly
 
 if TYPE_CHECKING:
     from sqlqueue._worker.attempt import Runtime
@@ -32,6 +36,8 @@ log = logging.getLogger("sqlqueue.worker")
 
 #: How long an attempt waits when the gates cannot be checked because the database is away.
 OUTAGE_DELAY_SECONDS = 2.0
+#: Tries of a gate check or a breaker write before giving up on it.
+GATE_TRIES = 3
 
 
 class BadGateKey(PermanentError):
@@ -69,14 +75,19 @@ async def admit(task: Task, job: ClaimedJob, runtime: Runtime) -> Admission | No
         else None
     )
     store = runtime.store
+    check = partial(
+        store.pass_gates,
+        fence=job.fence,
+        breaker=BreakerCheck(key=breaker_key) if breaker_key is not None else None,
+        rate=rate,
+    )
     try:
-        verdict = await runtime.db.call(
-            partial(
-                store.pass_gates,
-                fence=job.fence,
-                breaker=BreakerCheck(key=breaker_key) if breaker_key is not None else None,
-                rate=rate,
-            )
+        verdict = await retry_quickly(
+            lambda: runtime.db.call(check),
+            Backoff(runtime.db.answers),
+            tries=GATE_TRIES,
+            what=f"checking the gates of job {job.id}",
+            sleep=asyncio.sleep,
         )
     except DatabaseUnavailable as error:
         raise Snooze(_jittered(OUTAGE_DELAY_SECONDS), reason=f"gates unchecked: {error}") from None
@@ -157,7 +168,13 @@ async def report(
     else:
         return
     try:
-        changed = await runtime.db.call(operation)
+        changed = await retry_quickly(
+            lambda: runtime.db.call(operation),
+            Backoff(runtime.db.answers),
+            tries=GATE_TRIES,
+            what=f"recording job {admission.job.id}'s outcome on circuit breaker {key!r}",
+            sleep=asyncio.sleep,
+        )
     except DatabaseError as failure:
         log.warning(
             "could not record job %d's outcome on circuit breaker %r: %s",

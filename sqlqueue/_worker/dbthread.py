@@ -2,6 +2,8 @@
 
 A single thread keeps a worker at one pooled connection and serialises its statements; the
 statements are batched (claims, completions, heartbeats), so one thread is not the bottleneck.
+Every call that returns counts as an answer of the database (:class:`Answers`), which tells
+the duties' retries a passing fault from an outage (see sqlqueue/_worker/retries.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sqlqueue._logs import current_worker
+from sqlqueue._worker.retries import Answers
 
 __all__ = ["DatabaseThread"]
 
@@ -28,10 +31,14 @@ class DatabaseThread:
             initializer=current_worker.set,  # the records logged there carry the worker's id
             initargs=(worker_id,),
         )
+        #: When the database last answered a call of this thread.
+        self.answers = Answers()
 
     async def call(self, operation: Callable[[], T]) -> T:
         """Run ``operation`` on the database thread and await its result."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, operation)
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, operation)
+        self.answers.answered()
+        return result
 
     def close(self) -> None:
         """Finish queued calls and stop the thread."""

@@ -34,9 +34,10 @@ from sqlqueue._worker.observe import Observers
 from sqlqueue._worker.outbox import Completer, outcome_fields
 from sqlqueue._worker.reaper import Reaper
 from sqlqueue._worker.registry import Registration
+from sqlqueue._worker.retries import Backoff, retry_quickly
 from sqlqueue._worker.running import Contexts
 from sqlqueue._worker.scheduler import Scheduler
-from sqlqueue._worker.settings import WorkerSettings, reconnect_delay
+from sqlqueue._worker.settings import WorkerSettings
 from sqlqueue._worker.slots import Pool, Slots
 from sqlqueue._worker.threads import HandlerThreads
 from sqlqueue._worker.upkeep import Upkeep, every
@@ -50,6 +51,10 @@ log = logging.getLogger("sqlqueue.worker")
 
 #: How long the claim loop waits for more jobs to finish when only a few slots are free.
 _GATHER_SECONDS = 0.001
+#: A burst worker whose claim rounds have failed for this long in a row gives up (exit 3).
+BURST_PATIENCE_SECONDS = 10.0
+#: Tries of a release (at shutdown, or of held jobs) before their leases are left to expire.
+_RELEASE_TRIES = 6
 
 
 class Worker:
@@ -105,6 +110,10 @@ class Worker:
         self._served = frozenset(self._slots.queues)
         self._completer: Completer | None = None
         self._upkeep: Upkeep | None = None
+        #: The claim round's retries (sqlqueue/_worker/retries.py), and the error a burst
+        #: worker gave up on.
+        self._claim_backoff = Backoff(self._db.answers)
+        self._gave_up: DatabaseError | None = None
         #: The log and the metrics: what this worker tells of each outcome (see observe.py).
         self._observers = Observers(self.worker_id, queue.tracing)
         #: The port metrics are served on, once serving (``metrics_port=0`` picks one).
@@ -182,6 +191,8 @@ class Worker:
         self._leased = {}
         self._capped = False
         self._db = DatabaseThread(self.worker_id)
+        self._claim_backoff = Backoff(self._db.answers)
+        self._gave_up = None
         threads = HandlerThreads(self._slots.total, worker_id=self.worker_id)
         scope = current_worker.set(self.worker_id)  # the loop's records carry the worker's id
         contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
@@ -201,7 +212,7 @@ class Worker:
             self.worker_id,
             on_written=self._on_written,
             on_added=self._wake.set,
-            retry_delay=reconnect_delay,
+            backoff=Backoff(self._db.answers),
         )
         self._launcher = Launcher(self._tasks, runtime, completer, ended=self._finished)
         log.info(
@@ -251,15 +262,22 @@ class Worker:
             asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
             asyncio.create_task(
-                every(self._heartbeat_interval, self._beat, "heartbeat"),
+                every(self._heartbeat_interval, self._beat, "heartbeat", answers=self._db.answers),
                 name="sqlqueue-heartbeat",
             ),
             asyncio.create_task(
-                every(self._reaper_interval, self._reap_once, "reaper pass"),
+                every(
+                    self._reaper_interval, self._reap_once, "reaper pass", answers=self._db.answers
+                ),
                 name="sqlqueue-reaper",
             ),
             asyncio.create_task(
-                every(self._scheduler_interval, self._schedule_once, "scheduler pass"),
+                every(
+                    self._scheduler_interval,
+                    self._schedule_once,
+                    "scheduler pass",
+                    answers=self._db.answers,
+                ),
                 name="sqlqueue-scheduler",
             ),
         ]
@@ -279,6 +297,8 @@ class Worker:
             self._stop_observers()
             log.info("worker %s stopped", self.worker_id)
             current_worker.reset(scope)
+        if self._gave_up is not None:
+            raise self._gave_up
 
     def _stop_observers(self) -> None:
         self._observers.stop()
@@ -303,9 +323,15 @@ class Worker:
     async def _claim_loop(self, burst: bool) -> None:
         """Each round: write the outcomes finished since the last round and claim jobs for the
         free slots, in one transaction; sleep when there is neither (until a job finishes, a
-        wake-up arrives or a resting pool's poll interval is over)."""
+        wake-up arrives or a resting pool's poll interval is over).
+
+        A failed round is tried again within tens of milliseconds (sqlqueue/_worker/retries.py)
+        and its outcomes go to the completer to write on their own meanwhile, so a failing claim
+        does not hold them back, nor they the claim. A burst worker whose rounds keep failing for
+        ``BURST_PATIENCE_SECONDS`` stops and :meth:`serve` raises the error."""
         completer = self._require_completer()
-        failures = 0
+        backoff = self._claim_backoff
+        failing_since = 0.0
         while not self._stop_requested.is_set():
             await self._gather()
             batch = completer.take()
@@ -318,7 +344,7 @@ class Worker:
             wanted = self._wanted_claims()
             if not batch and not wanted:
                 idle = not self._running and not self._slots.held
-                if burst and idle and completer.idle and failures == 0:
+                if burst and idle and completer.idle and backoff.failures == 0:
                     if not await self._anything_due():
                         return
                     continue
@@ -328,18 +354,30 @@ class Worker:
             claims = [(self._active(pool), count) for pool, count in wanted]
             try:
                 landed, claimed = await self._db.call(partial(self._cycle, batch, claims))
-                failures = 0
             except DatabaseError as error:
                 completer.put_back(batch)
-                failures += 1
-                delay = reconnect_delay(failures)
-                log.error("cannot claim jobs: %s; retrying in %.1f s", error, delay)
+                completer.write_alone()
+                now = asyncio.get_running_loop().time()
+                failing_since = now if backoff.failures == 0 else failing_since
+                delay = backoff.failed()
+                what = "claim jobs" if claims else f"record {len(batch)} job outcome(s)"
+                if burst and now - failing_since >= BURST_PATIENCE_SECONDS:
+                    log.error(
+                        "cannot %s for %.0f s: %s; a burst worker stops",
+                        what,
+                        now - failing_since,
+                        error,
+                    )
+                    self._gave_up = error
+                    return
+                log.error("cannot %s: %s; retrying in %.3f s", what, error, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), delay)
                 continue
             except BaseException:
                 completer.put_back(batch)  # kept for the completer's own writes at shutdown
                 raise
+            backoff.succeeded()
             completer.settle(batch, landed)
             if self._stop_requested.is_set():
                 await self._release([job for jobs in claimed for job in jobs])
@@ -539,11 +577,16 @@ class Worker:
         at shutdown, or (``shutdown=False``) held jobs a pool of slow jobs could not start."""
         if not jobs:
             return
+        fences = [job.fence for job in jobs]
         try:
-            released = await self._db.call(
-                lambda: self._store.release(
-                    worker_id=self.worker_id, fences=[job.fence for job in jobs]
-                )
+            released = await retry_quickly(
+                lambda: self._db.call(
+                    lambda: self._store.release(worker_id=self.worker_id, fences=fences)
+                ),
+                Backoff(self._db.answers),
+                tries=_RELEASE_TRIES,
+                what=f"releasing {len(jobs)} job(s)",
+                sleep=asyncio.sleep,
             )
         except DatabaseError as error:
             log.error("could not release %d job(s): %s; their leases will expire", len(jobs), error)

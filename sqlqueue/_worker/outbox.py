@@ -6,6 +6,12 @@ commit for a batch of outcomes and the next batch of jobs. Once the worker stops
 (shutdown), :meth:`Completer.run` writes them on its own. Outcomes survive a database outage:
 they stay queued and are written when the database answers again (their fence makes a late
 write harmless).
+
+When a round's transaction fails, its outcomes are not held hostage by the claim (nor the
+claim by them): :meth:`Completer.write_alone` has :meth:`Completer.run` write them in their own
+transactions, retried within tens of milliseconds (sqlqueue/_worker/retries.py) and in halves
+after each failure (so one failing statement throws away less), while the claim loop claims
+on; once they are written the claim loop carries the outcomes again.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from sqlqueue._store.rows import Failure
 from sqlqueue._store.store import Store
 from sqlqueue._worker.classify import Outcome
 from sqlqueue._worker.dbthread import DatabaseThread
+from sqlqueue._worker.retries import Backoff
 
 __all__ = ["Completer", "outcome_fields"]
 
@@ -38,17 +45,21 @@ class Completer:
         *,
         on_written: Callable[[Outcome, bool], None],
         on_added: Callable[[], None],
-        retry_delay: Callable[[int], float],
+        backoff: Backoff,
     ) -> None:
         self._store = store
         self._db = db
         self._worker_id = worker_id
         self._on_written = on_written
         self._on_added = on_added
-        self._retry_delay = retry_delay
+        self._backoff = backoff
         self._pending: list[Outcome] = []
         self._in_flight = 0
+        #: Whether :meth:`run` writes the outcomes: for good (shutdown) or until caught up.
         self._alone = False
+        self._for_good = False
+        #: The most outcomes a batch of :meth:`run` takes (halved after each failure).
+        self._limit: int | None = None
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -65,9 +76,15 @@ class Completer:
         self._on_added()
 
     def take(self) -> list[Outcome]:
-        """The next batch to write (at most one outcome per job); report it with
-        :meth:`settle`, or hand it back with :meth:`put_back` if the write failed."""
-        batch, self._pending = _one_attempt_per_job(self._pending)
+        """The next batch to write (at most one outcome per job) in the claim loop's round,
+        or nothing while :meth:`run` writes them; report it with :meth:`settle`, or hand it
+        back with :meth:`put_back` if the write failed."""
+        if self._alone:
+            return []
+        return self._take(None)
+
+    def _take(self, limit: int | None) -> list[Outcome]:
+        batch, self._pending = _one_attempt_per_job(self._pending, limit)
         if batch:
             self._in_flight += 1
         return batch
@@ -106,37 +123,48 @@ class Completer:
 
     def take_over(self) -> None:
         """From now on :meth:`run` writes the outcomes: the claim loop has stopped."""
-        self._alone = True
+        self._alone = self._for_good = True
         self._ready.set()
 
+    def write_alone(self) -> None:
+        """Writing the pending outcomes with a claim failed: :meth:`run` writes them in their
+        own transactions until none is left, while the claim loop claims without them."""
+        if self._pending:
+            self._alone = True
+            self._ready.set()
+
     async def run(self) -> None:
-        """Once taken over, write batches until cancelled."""
-        failures_in_a_row = 0
+        """While writing alone, write batches (see the module docstring); until cancelled."""
         while True:
             await self._ready.wait()
             self._ready.clear()
             if not self._alone:
                 continue
-            batch = self.take()
+            batch = self._take(self._limit)
             if not batch:
+                if not self._for_good and self._in_flight == 0:
+                    self._alone = False  # caught up: the claim loop's rounds carry them again
+                    self._limit = None
                 continue
             try:
                 landed = await self._db.call(partial(self._write, batch))
             except DatabaseError as error:
-                failures_in_a_row += 1
-                delay = self._retry_delay(failures_in_a_row)
+                delay = self._backoff.failed()
                 log.warning(
-                    "could not record %d job outcome(s): %s; retrying in %.1f s",
+                    "could not record %d job outcome(s): %s; retrying in %.3f s",
                     len(batch),
                     error,
                     delay,
                 )
+                self._limit = max(1, len(batch) // 2)
                 self.put_back(batch)
                 await asyncio.sleep(delay)
                 self._ready.set()
                 continue
-            failures_in_a_row = 0
+            self._backoff.succeeded()
+            self._limit = None if self._limit is None else self._limit * 2
             self.settle(batch, landed)
+            self._ready.set()  # the rest, or the hand-back to the claim loop
 
     def _write(self, batch: list[Outcome]) -> set[int]:
         succeeded, failures, results = outcome_fields(batch)
@@ -156,8 +184,11 @@ def outcome_fields(
     )
 
 
-def _one_attempt_per_job(pending: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
-    """Split ``pending`` into a batch with at most one outcome per job, and the rest.
+def _one_attempt_per_job(
+    pending: list[Outcome], limit: int | None = None
+) -> tuple[list[Outcome], list[Outcome]]:
+    """Split ``pending`` into a batch with at most one outcome per job (and at most ``limit``
+    outcomes), and the rest.
 
     A worker can hold two attempts of one job: its stalled attempt, whose lease the reaper took,
     and its own re-claim of the job. A batch matches outcomes to rows (and results) by job id,
@@ -167,6 +198,7 @@ def _one_attempt_per_job(pending: list[Outcome]) -> tuple[list[Outcome], list[Ou
     later: list[Outcome] = []
     seen: set[int] = set()
     for outcome in pending:
-        (later if outcome.job.id in seen else batch).append(outcome)
+        full = limit is not None and len(batch) >= limit
+        (later if full or outcome.job.id in seen else batch).append(outcome)
         seen.add(outcome.job.id)
     return batch, later

@@ -1,15 +1,14 @@
-"""How a worker runs: its settings (checked at construction) and its reconnect back-off."""
+"""How a worker runs: its settings, checked at construction (its retries: retries.py)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
 
 from sqlqueue._errors import ConfigurationError
 
-__all__ = ["WorkerSettings", "reconnect_delay"]
+__all__ = ["WorkerSettings"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,9 +60,3 @@ class WorkerSettings:
             raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
         if self.queues is not None and isinstance(self.queues, str):
             raise ConfigurationError(f"queues must be a list of names, not {self.queues!r}")
-
-
-def reconnect_delay(failures: int) -> float:
-    """Seconds to wait after ``failures`` database errors in a row: 0.5 s doubling to 30 s."""
-    base: float = min(30.0, 0.5 * 2.0 ** min(failures - 1, 10))
-    return base * random.uniform(0.8, 1.2)

@@ -17,6 +17,7 @@ from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.pauses import Pauses
 from sqlqueue._worker.registry import Registration
 from sqlqueue._worker.retention import RetentionDuty
+from sqlqueue._worker.retries import Answers, Backoff
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue
@@ -30,19 +31,30 @@ FOLD_SECONDS = 60.0
 
 
 async def every(
-    interval: float, duty: Callable[[], Awaitable[object]], name: str, *, at_once: bool = False
+    interval: float,
+    duty: Callable[[], Awaitable[object]],
+    name: str,
+    *,
+    answers: Answers,
+    at_once: bool = False,
 ) -> None:
     """Run ``duty`` every ``interval`` seconds (±10 %), for ever (``at_once``: first right
-    away); database errors are logged."""
-    first = at_once
+    away). A database error is logged and the duty tried again soon (sqlqueue/_worker/
+    retries.py: tens of milliseconds, doubling, never later than its next turn), so a
+    passing fault never costs a heartbeat its turn."""
+    backoff = Backoff(answers)
+    wait = 0.0 if at_once else interval * random.uniform(0.9, 1.1)
     while True:
-        if not first:
-            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
-        first = False
+        if wait > 0:
+            await asyncio.sleep(wait)
         try:
             await duty()
         except DatabaseError as error:
-            log.warning("%s failed: %s", name, error)
+            wait = min(backoff.failed(), interval)
+            log.warning("%s failed: %s; retrying in %.3f s", name, error, wait)
+            continue
+        backoff.succeeded()
+        wait = interval * random.uniform(0.9, 1.1)
 
 
 class Upkeep:
@@ -126,15 +138,32 @@ class Upkeep:
 
         tasks = [
             asyncio.create_task(
-                every(self._registration.interval, announce, "worker registry", at_once=True),
+                every(
+                    self._registration.interval,
+                    announce,
+                    "worker registry",
+                    answers=self._db.answers,
+                    at_once=True,
+                ),
                 name="sqlqueue-registry",
             ),
             asyncio.create_task(
-                every(self._poll_interval, self.read_paused, "paused-queues read"),
+                every(
+                    self._poll_interval,
+                    self.read_paused,
+                    "paused-queues read",
+                    answers=self._db.answers,
+                ),
                 name="sqlqueue-pauses",
             ),
             asyncio.create_task(
-                every(FOLD_SECONDS, self.fold_counts, "finished-count fold", at_once=True),
+                every(
+                    FOLD_SECONDS,
+                    self.fold_counts,
+                    "finished-count fold",
+                    answers=self._db.answers,
+                    at_once=True,
+                ),
                 name="sqlqueue-counts",
             ),
         ]
@@ -146,7 +175,12 @@ class Upkeep:
 
             tasks.append(
                 asyncio.create_task(
-                    every(retention.retention.interval, retain, "retention"),
+                    every(
+                        retention.retention.interval,
+                        retain,
+                        "retention",
+                        answers=self._db.answers,
+                    ),
                     name="sqlqueue-retention",
                 )
             )

@@ -291,7 +291,10 @@ def _turn(conn: Conn, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
     try:
         yield
     finally:
-        conn.execute(select(func.release_lock(name))).scalar()
+        # A connection lost meanwhile took the lock with it (named locks live in the session);
+        # releasing it there would raise over the error that lost it.
+        if not conn.invalidated:
+            conn.execute(select(func.release_lock(name))).scalar()
 
 
 def _insert_if_absent(conn: Conn, stmt: ConflictInsert, conflict: _Conflict) -> Rows:
