@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from sqlqueue._schema import SCHEMA_REVISION
 from sqlqueue.dialects import dialect_for
 from tests._support import drain
 from tests.apps.processes import REPO_ROOT
@@ -151,18 +152,21 @@ def test_a_worker_on_a_missing_sqlite_file_exits_3_and_creates_nothing(tmp_path:
 def test_migrate_says_in_one_line_what_it_did(backend: Backend, tmp_path: Path) -> None:
     again = sqlqueue_cli("migrate", "--database-url", backend.url)
     assert again.returncode == 0, again.stderr
-    assert again.stdout == "sqlqueue: already up to date at revision 0009\n"
+    assert again.stdout == f"sqlqueue: already up to date at revision {SCHEMA_REVISION}\n"
     assert again.stderr == ""
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     sqlqueue.migrate(url, revision="0007")
     upgraded = sqlqueue_cli("migrate", "--database-url", url)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert (upgraded.stdout, upgraded.stderr) == ("sqlqueue: migrated from 0007 to 0009\n", "")
+    assert (upgraded.stdout, upgraded.stderr) == (
+        f"sqlqueue: migrated from 0007 to {SCHEMA_REVISION}\n",
+        "",
+    )
 
     fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
     verbose = sqlqueue_cli("migrate", "--verbose", "--database-url", fresh)
-    assert verbose.stdout == "sqlqueue: migrated from an empty database to 0009\n"
+    assert verbose.stdout == f"sqlqueue: migrated from an empty database to {SCHEMA_REVISION}\n"
     assert "Running upgrade 0008 -> 0009" in verbose.stderr  # alembic's own log
 
 
