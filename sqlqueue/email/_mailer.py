@@ -29,7 +29,7 @@ import hashlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlqueue import (
@@ -278,6 +278,17 @@ class Mailer:
         try:
             content = Content(subject=subject, text=text, html=html)
         except ConfigurationError as error:
+            raise EmailInputError(str(error)) from None
+        try:  # the message it makes, generated and checked as an attempt will: refused now
+            trial = build_message(
+                sender=self.sender,
+                to=recipients,
+                message_id=message_id,
+                content=content,
+                date=datetime.now(UTC),
+            )
+            flatten(trial, utf8=True, eight_bit=True)
+        except UnsafeHeader as error:
             raise EmailInputError(str(error)) from None
         payload["content"] = {
             "subject": content.subject,

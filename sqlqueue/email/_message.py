@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from email import policy
+from email.errors import NonASCIILocalPartDefect
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
@@ -44,6 +45,8 @@ def check_address(value: object, field: str) -> str:
     if len(addresses) != 1:
         raise InvalidAddress(f"{field}: {value!r} must be one address, not {len(addresses)}")
     address = addresses[0]
+    # A non-ASCII local part (RFC 6531) is an address; only a server without SMTPUTF8 refuses it.
+    defects = [defect for defect in defects if not isinstance(defect, NonASCIILocalPartDefect)]
     if defects or not address.username or not address.domain:
         raise InvalidAddress(f"{field}: {value!r} is not a valid email address")
     for part in (address.display_name, address.username, address.domain):
