@@ -11,13 +11,14 @@ the spans, the CLI and the web page show the texts as stored, so they inherit th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from sqlqueue._secrets import Redactor
 
-__all__ = ["REDACTED", "clip", "shorten", "storable"]
+__all__ = ["REDACTED", "clip", "hide_passwords", "password_of", "shorten", "storable"]
 
 #: What a secret looks like everywhere but in its handler's arguments.
 REDACTED = "***"
@@ -98,3 +99,22 @@ def shorten(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return clip(text, max(0, width - 1)) + "…"
+
+
+#: A URL's ``scheme://user:password@``: the password runs to the *last* ``@`` of the URL's
+#: word (an unencoded ``@`` in it must not end it early and leave its rest in the clear).
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s'\"]*):[^\s'\"]*@")
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it shown as ``***``: errors, logs and the
+    command line's messages must not print one, whatever characters it holds."""
+    return _USERINFO.sub(rf"\g<head>:{REDACTED}@", text)
+
+
+def password_of(url: str) -> str | None:
+    """The password of ``url`` as written (up to its last ``@``), or ``None`` without one."""
+    found = _USERINFO.search(url)
+    if found is None:
+        return None
+    return found.group(0)[len(found.group("head")) + 1 : -1]
