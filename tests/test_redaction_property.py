@@ -5,7 +5,8 @@ The unit property drives :func:`~sqlqueue._scrub.clip` with cuts anywhere; the w
 drives a real worker on each backend: a handler puts the secrets, surrounded by random text whose
 length puts them across each cut (the message's 2,000 characters, the traceback's and details'
 8,000), into its error, its traceback, its ``Retry``/``PermanentError`` details (small, too
-large, not JSON) and its result; then every column of the job row and every log record is read.
+large, not JSON) and its result; then every column of the job row, every log record and every
+span (attributes, events, status) is read.
 Two secret fields that overlap in the text are tried too: redacting one at a time split the
 other. The progress note is the app's own text (documented) and is not looked at.
 """
@@ -21,6 +22,9 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sqlqueue
 from sqlqueue._schema import jobs
@@ -147,7 +151,12 @@ MODES = ("error", "retry", "permanent", "too_large", "not_json", "result")
 def test_property_no_run_of_a_secret_is_stored_or_logged(
     backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = backend.queue(encryption_keys=[Fernet.generate_key().decode()])
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    queue = backend.queue(
+        encryption_keys=[Fernet.generate_key().decode()], tracer_provider=provider
+    )
 
     @queue.task("leaky", secret_fields=["token", "other"], max_attempts=1)
     def leaky(
@@ -171,6 +180,7 @@ def test_property_no_run_of_a_secret_is_stored_or_logged(
     def texts_of(case: dict[str, Any]) -> tuple[list[str], list[str]]:
         """What the jobs of ``case`` left in the database and in the log."""
         caplog.clear()
+        exporter.clear()
         with backend.engine.begin() as conn:
             ids = [leaky.enqueue(conn, mode=mode, **case) for mode in MODES]
         drain(queue)
@@ -192,6 +202,10 @@ def test_property_no_run_of_a_secret_is_stored_or_logged(
                 str(value) for record in job.errors for value in (record.details or {}).values()
             ]
         logged = [caplog.text] + [str(record.__dict__) for record in caplog.records]
+        assert len(exporter.get_finished_spans()) >= len(MODES)  # one per attempt at least
+        for span in exporter.get_finished_spans():  # the spans: attributes, events, status
+            logged += [str(dict(span.attributes or {})), str(span.status.description)]
+            logged += [str(dict(event.attributes or {})) for event in span.events]
         return stored, logged
 
     # The framing every job's texts share (logger names, paths, the handler's source lines):
