@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import sqlqueue
 from sqlqueue.email import Content, EmailInputError, InvalidAddress, UnsafeHeader
 from sqlqueue.email._headers import LINE_BREAKS, flatten, header_problem
-from sqlqueue.email._message import build_message
+from sqlqueue.email._message import build_message, check_address, envelope_address
 from tests._support import count_jobs
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer
@@ -189,7 +189,7 @@ def test_property_a_subject_is_refused_or_generates_exactly_its_headers(subject:
             for line in head.split(b"\r\n")
             if line[:1] not in (b" ", b"\t")
         ]
-        assert names == [name.lower().encode() for name in message]
+        assert names == [header.lower().encode() for header in message]
 
 
 # -- internationalised addresses ---------------------------------------------------------------
@@ -238,3 +238,31 @@ def test_a_non_ascii_local_part_is_refused_only_by_a_server_without_smtputf8(
     assert "non-ASCII local part" in (job.last_error or "")
     assert "SMTPUTF8" in (job.last_error or "")
     assert server.received == []
+
+
+@given(HEADER_TEXT)
+def test_property_a_display_name_is_refused_or_generates_exactly_its_headers(name: str) -> None:
+    """Any display name, quoted as an app would write it, is refused (``InvalidAddress``) or
+    makes a message whose header block is exactly its own headers, the address unchanged."""
+    quoted = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    try:
+        address = check_address(f"{quoted} <ada@example.com>", "to[0]")
+    except InvalidAddress:
+        return
+    message = build_message(
+        sender="noreply@example.com",
+        to=[address],
+        message_id="<1@example.com>",
+        content=Content(subject="Hi", text="body"),
+        date=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    for utf8 in (False, True):
+        flat = flatten(message, utf8=utf8, eight_bit=True)
+        head = flat.split(b"\r\n\r\n", 1)[0]
+        names = [
+            line.split(b":", 1)[0].lower()
+            for line in head.split(b"\r\n")
+            if line[:1] not in (b" ", b"\t")
+        ]
+        assert names == [header.lower().encode() for header in message]
+    assert envelope_address(address) == "ada@example.com"
