@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sqlqueue
 from sqlqueue._schema import jobs
-from sqlqueue._scrub import clip
+from sqlqueue._scrub import clip, storable
 from sqlqueue._secrets import Redactor
 from tests._support import drain
 from tests.conftest import Backend
@@ -93,10 +93,16 @@ def leaks(secrets: list[str], texts: list[str]) -> list[str]:
 
 @st.composite
 def cut_cases(draw: st.DrawFn) -> tuple[list[str], str, int, str]:
+    """Secrets in random text, with parts of them too (a secret's start or end alone, as a
+    text cut short before it reached sqlqueue holds it), and a cut anywhere."""
     secrets = draw(st.lists(SECRETS, min_size=1, max_size=3))
     pieces = []
     for secret in secrets:
-        pieces += [draw(st.text(SECRET_CHARS, max_size=12)), secret]
+        part = draw(st.integers(1, len(secret) - 1))
+        pieces += [
+            draw(st.text(SECRET_CHARS, max_size=12)),
+            draw(st.sampled_from([secret, secret[:part], secret[part:]])),
+        ]
     pieces.append(draw(st.text(SECRET_CHARS, max_size=12)))
     text = "".join(pieces)
     limit = draw(st.integers(0, len(text) + 2))
@@ -110,23 +116,34 @@ def test_property_a_cut_never_keeps_a_run_of_a_secret(
 ) -> None:
     secrets, text, limit, keep = case
     redactor = Redactor.of(secrets)
-    # The text between the secrets may be a run of one by chance: only a run that is in the
-    # text once its secrets are replaced (at no cut) may be in the cut text.
-    whole = redactor.text(text)
-    allowed = {window for window in leaks(secrets, [whole])}
+    # The text between the secrets may be a run of one by chance, and a part of a secret is
+    # no secret where the text goes on past it: only what the text holds once its secrets are
+    # replaced (at no cut) may be in the cut text ...
+    whole = storable(redactor.text(text))
     cut = clip(text, limit, redactor=redactor, keep=keep)  # type: ignore[arg-type]
     assert len(cut) <= max(limit, 0)
-    assert set(leaks(secrets, [cut])) <= allowed
+    assert set(leaks(secrets, [cut])) <= set(leaks(secrets, [whole]))
+    if len(whole) <= limit:
+        assert cut == whole
+        return
+    # ... and at the cut itself, no part of a secret is left: not its start at the end of a
+    # head, nor its end at the start of a tail.
+    for needle in redactor.needles:
+        for size in range(1, len(needle)):
+            if keep == "head":
+                assert not cut.endswith(needle[:size]), (needle, cut)
+            else:
+                assert not cut.startswith(needle[-size:]), (needle, cut)
 
 
 def test_a_partial_secret_at_either_cut_is_redacted() -> None:
     redactor = Redactor.of(["tok_abcdef123"])
     assert clip("hello tok_abcdef123", 12, redactor=redactor) == "hello ***"
+    assert clip("hello tok_abc and on", 12, redactor=redactor) == "hello ***"
     assert clip("tok_abcdef123 ok", 8, redactor=redactor, keep="tail") == "*** ok"
-    assert (
-        clip("AAAAAAXXXXXXBBBBBBB", 100, redactor=Redactor.of(["AAAAAAXXXXXX", "XXXXXXBBBBBBB"]))
-        == "***"
-    )
+    assert clip("on and def123 ok", 9, redactor=redactor, keep="tail") == "*** ok"
+    two = Redactor.of(["AAAAAAXXXXXX", "XXXXXXBBBBBBB"])
+    assert clip("AAAAAAXXXXXXBBBBBBB", 100, redactor=two) == "***"
 
 
 # -- a real worker -------------------------------------------------------------------------------
