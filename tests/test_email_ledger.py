@@ -29,7 +29,8 @@ from tests.test_email import queues as queues
 pytestmark = pytest.mark.timeout(120)
 
 _LEDGER_INSERT = re.compile(rf"^\s*INSERT\s+INTO\s+\S*{email_sent.name}\b", re.IGNORECASE)
-_JOB_UPDATE = re.compile(rf"^\s*UPDATE\s+\S*{jobs.name}\b", re.IGNORECASE)
+#: The completion's UPDATE of the job row: a statement of its own, or after a WITH (PostgreSQL).
+_JOB_UPDATE = re.compile(rf"(\bUPDATE\s+\S*?){jobs.name}\b", re.IGNORECASE)
 
 
 @contextmanager
@@ -47,9 +48,9 @@ def completion_failing_once(queue: sqlqueue.Queue) -> Iterator[list[str]]:
     ) -> tuple[str, Any]:
         if _LEDGER_INSERT.match(statement):
             inserted.append(statement)
-        elif inserted and not failed and conn.engine is target and _JOB_UPDATE.match(statement):
+        elif inserted and not failed and conn.engine is target and _JOB_UPDATE.search(statement):
             failed.append(statement)
-            statement = statement.replace(jobs.name, f"{jobs.name}_not_there", 1)
+            statement = _JOB_UPDATE.sub(rf"\g<1>{jobs.name}_not_there", statement, count=1)
         return statement, parameters
 
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", before, retval=True)
