@@ -46,6 +46,19 @@ def tests_backend(session: nox.Session, backend: str) -> None:
 
 
 @nox.session
+def hypothesis(session: nox.Session) -> None:
+    """The property tests (every test module that uses Hypothesis) with many more examples
+    (``HYPOTHESIS_PROFILE=long``, see ``tests/_hypothesis.py``); pytest arguments after ``--``."""
+    session.install(".[test]")
+    modules = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").glob("test_*.py")
+        if "from hypothesis import" in path.read_text(encoding="utf-8")
+    )
+    session.run("pytest", *modules, *session.posargs, env={"HYPOTHESIS_PROFILE": "long"})
+
+
+@nox.session
 def tests_sqlalchemy20(session: nox.Session) -> None:
     """The suite on the oldest SQLAlchemy line we support, 2.0."""
     session.install(".[test]", SQLALCHEMY_LINES["2.0"])

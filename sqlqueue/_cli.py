@@ -18,7 +18,6 @@ import argparse
 import importlib
 import logging
 import os
-import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from sqlqueue._logs import configure_logging
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._schema import SCHEMA_REVISION
+from sqlqueue._scrub import hide_passwords, password_of
 from sqlqueue.dialects import dialect_for, driver_hint, with_driver
 
 __all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
@@ -64,6 +64,14 @@ def open_engine(url: str | None, *, existing: bool = False, schema: str | None =
     if not url:
         raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
     shown = hide_password(url)
+    password = password_of(url)
+    if password is not None and "@" in password:
+        # SQLAlchemy ends the password at its first "@" and takes the rest for the host: the
+        # driver's error would then quote part of the password as a host name.
+        raise UsageError(
+            f"--database-url: the password in {shown!r} holds an unencoded '@': "
+            "percent-encode it as %40"
+        )
     try:
         engine = create_engine(with_driver(url))
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
@@ -123,13 +131,10 @@ def check_schema(engine: Engine, schema: str | None) -> None:
         raise UsageError(f"--schema: {error}") from None
 
 
-_USERINFO = re.compile(r"(?<=://)([^:/@\s]*):[^@/\s]*@")
-
-
 def hide_password(text: str) -> str:
     """``text`` with the password of any URL in it replaced by ``***`` (errors and messages
     must not print it)."""
-    return _USERINFO.sub(r"\1:***@", text)
+    return hide_passwords(text)
 
 
 def load_queue(target: str) -> Queue:

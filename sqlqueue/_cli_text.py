@@ -10,6 +10,7 @@ from typing import Any
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._moments import parse_duration, parse_moment
+from sqlqueue._scrub import shorten
 
 __all__ = [
     "batch_details",
@@ -78,7 +79,7 @@ def short(text: str | None, width: int = 80) -> str:
     if not text:
         return "-"
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return shorten(line, width)
 
 
 def handling(job: Job) -> str:

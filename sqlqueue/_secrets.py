@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlqueue._errors import ConfigurationError, PayloadError, PermanentError
 from sqlqueue._payload import JSON_ENCODER
+from sqlqueue._scrub import REDACTED, storable
 
 __all__ = [
     "ENV_KEYS",
@@ -37,8 +38,6 @@ __all__ = [
 
 #: The key of the one-entry object a sealed value is stored as.
 MARKER = "$sqlqueue_secret"
-#: What a secret looks like everywhere but in its handler's arguments.
-REDACTED = "***"
 #: The environment variable read when ``Queue(encryption_keys=...)`` is not given.
 ENV_KEYS = "SQLQUEUE_ENCRYPTION_KEYS"
 _VERSION = "v1:"
@@ -152,9 +151,10 @@ class Redactor:
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> Redactor:
-        """A redactor for ``values``: a string as it is (and escaped as repr and JSON would), a
-        number as text, an object or list as a whole and by each of its strings and numbers.
-        ``true``/``false``/``null`` are no secret worth garbling every message for."""
+        """A redactor for ``values``: a string as it is (and escaped as repr, JSON and
+        :func:`~sqlqueue._scrub.storable` would), a number as text, an object or list as a
+        whole and by each of its strings and numbers. ``true``/``false``/``null`` are no secret
+        worth garbling every message for."""
         numbers: list[int | float] = []
         needles: set[str] = set()
         for value in values:
@@ -162,7 +162,15 @@ class Redactor:
                 needles.update((JSON_ENCODER.encode(value), repr(value)))
             for leaf in _leaves(value):
                 if isinstance(leaf, str):
-                    needles.update((leaf, repr(leaf)[1:-1], JSON_ENCODER.encode(leaf)[1:-1]))
+                    needles.update(
+                        (
+                            leaf,
+                            storable(leaf),
+                            repr(leaf)[1:-1],
+                            JSON_ENCODER.encode(leaf)[1:-1],
+                            json.dumps(leaf)[1:-1],  # ASCII-only JSON: \uXXXX escapes
+                        )
+                    )
                 elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
                     numbers.append(leaf)
                     needles.update((repr(leaf), JSON_ENCODER.encode(leaf)))
@@ -170,11 +178,30 @@ class Redactor:
         return cls(numbers=tuple(numbers), needles=tuple(sorted(needles, key=len, reverse=True)))
 
     def text(self, text: str) -> str:
-        """``text`` with every occurrence of a secret replaced by :data:`REDACTED`."""
+        """``text`` with every occurrence of a secret replaced by :data:`REDACTED`. The places
+        are found in the text as given, every occurrence of every secret, overlapping ones
+        too, and each run they cover becomes one marker: replacing one secret at a time could
+        split another that overlaps it and leave part of it in the clear."""
+        spans: list[tuple[int, int]] = []
         for needle in self.needles:
-            if needle in text:
-                text = text.replace(needle, REDACTED)
-        return text
+            start = text.find(needle)
+            while start != -1:
+                spans.append((start, start + len(needle)))
+                start = text.find(needle, start + 1)
+        if not spans:
+            return text
+        spans.sort()
+        pieces: list[str] = []
+        kept_from = 0
+        run_start, run_end = spans[0]
+        for start, end in spans[1:]:
+            if start <= run_end:
+                run_end = max(run_end, end)
+                continue
+            pieces += (text[kept_from:run_start], REDACTED)
+            kept_from, run_start, run_end = run_end, start, end
+        pieces += (text[kept_from:run_start], REDACTED, text[run_end:])
+        return "".join(pieces)
 
     def value(self, value: Any) -> Any:
         """A JSON value (a result, an error's details) with the secrets in it redacted."""

@@ -85,6 +85,7 @@ EMAIL_PUBLIC = {
     "TemplateChangePolicy",
     "TemplateChanged",
     "UnknownTemplate",
+    "UnsafeHeader",
 }
 
 

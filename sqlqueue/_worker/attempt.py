@@ -22,6 +22,7 @@ from sqlqueue._context import JobContext
 from sqlqueue._errors import JobTimeout, PayloadError
 from sqlqueue._logs import current_job
 from sqlqueue._payload import check_result
+from sqlqueue._scrub import clip
 from sqlqueue._store import batches, outcomes
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._store.store import Store
@@ -33,7 +34,6 @@ from sqlqueue._worker.classify import (
     Outcome,
     PayloadMismatch,
     classify,
-    storable,
 )
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.threads import HandlerThreads, Ticket
@@ -152,7 +152,7 @@ def _check_arguments(task: Task, job: ClaimedJob) -> None:
     if not isinstance(job.payload, dict):  # written around sqlqueue (raw SQL, another service)
         raise PayloadMismatch(
             f"the payload is not a JSON object but {type(job.payload).__name__} "
-            f"{storable(repr(job.payload))[:200]}: handlers take keyword arguments"
+            f"{clip(repr(job.payload), 200)}: handlers take keyword arguments"
         )
     context = task.context_parameter
     if task.payload_fits(job.payload) and (context is None or context not in job.payload):

@@ -20,7 +20,8 @@ from typing import Any
 
 from sqlqueue._backoff import as_backoff
 from sqlqueue._errors import HandlerSignal, JobTimeout, PermanentError, Retry, Snooze
-from sqlqueue._secrets import SecretKeyMissing
+from sqlqueue._scrub import clip, storable
+from sqlqueue._secrets import Redactor, SecretKeyMissing
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry
 from sqlqueue._task import Task
 
@@ -149,14 +150,16 @@ def _decide(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: f
         delay = None
     if delay is None:
         delay = _backoff_delay(task, job)
-    message = _describe(error)
-    details: dict[str, Any] = {**_signal_details(error), "elapsed_seconds": round(elapsed, 6)}
-    if not isinstance(
-        error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout | SecretKeyMissing
-    ):
-        details["traceback"] = _handler_traceback(error)[-_MAX_TRACEBACK_CHARS:]
-    if task is not None and task.secrets is not None:
-        message, details = _scrubbed(task, job, message, details)
+    try:
+        message, details = _texts(job, task, error, elapsed)
+    except Exception as scrubbing:  # its type only: its message might quote what it read
+        log.error(
+            "could not scrub the secrets of job %d from its error (%s)",
+            job.id,
+            type(scrubbing).__name__,
+        )
+        message = f"{_kind(error)} (not stored: its secrets could not be scrubbed)"
+        details = {"elapsed_seconds": round(elapsed, 6)}
     entry = error_entry(
         attempt=job.attempt,
         at=job.started_at + timedelta(seconds=elapsed),
@@ -175,39 +178,46 @@ def _decide(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: f
     return Outcome(job=job, failure=failure, elapsed=elapsed)
 
 
-def _scrubbed(
-    task: Task, job: ClaimedJob, message: str, details: dict[str, Any]
+def _texts(
+    job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float
 ) -> tuple[str, dict[str, Any]]:
-    """``message`` and ``details`` with every plaintext of the job's secret fields replaced by
-    ``"***"``: an error quoting a token must not store it. Never raises (see the module)."""
-    assert task.secrets is not None
-    try:
+    """The stored message and details of a failed attempt: every text in them redacted of the
+    job's secrets first and only then cut to length (:func:`~sqlqueue._scrub.clip`), so a
+    secret never survives in part at a cut."""
+    redactor = None
+    if task is not None and task.secrets is not None:
         redactor = task.secrets.redactor(job.payload)
-        return redactor.text(message), redactor.value(details)
-    except Exception as failure:  # its type only: its message might quote what it was reading
-        log.error(
-            "could not scrub the secrets of job %d from its error (%s)",
-            job.id,
-            type(failure).__name__,
+    message = _describe(error, redactor)
+    details: dict[str, Any] = {
+        **_signal_details(error, redactor),
+        "elapsed_seconds": round(elapsed, 6),
+    }
+    if not isinstance(
+        error, Retry | NoHandler | PayloadMismatch | BadResult | JobTimeout | SecretKeyMissing
+    ):
+        details["traceback"] = clip(
+            _handler_traceback(error), _MAX_TRACEBACK_CHARS, redactor=redactor, keep="tail"
         )
-        kind = message.split(":", 1)[0]
-        return f"{kind} (not stored: its secrets could not be scrubbed)", {}
+    return message, details
 
 
-def _signal_details(error: BaseException) -> dict[str, Any]:
-    """The ``details`` a handler attached to its :class:`Retry` or :class:`PermanentError`, made
-    storable; a note instead when they are not JSON or too large (never an exception: the
-    attempt must still get its outcome)."""
+def _signal_details(error: BaseException, redactor: Redactor | None) -> dict[str, Any]:
+    """The ``details`` a handler attached to its :class:`Retry` or :class:`PermanentError`,
+    redacted and made storable; a note instead when they are not JSON or too large (never an
+    exception: the attempt must still get its outcome)."""
     details = getattr(error, "details", None) if isinstance(error, HandlerSignal) else None
     if details is None:
         return {}
     try:
-        plain = _storable_json(dict(details))
-        encoded = json.dumps(plain, allow_nan=False)
+        plain = dict(details)
+        if redactor is not None:
+            plain = redactor.value(plain)
+        plain = _storable_json(plain)
+        encoded = json.dumps(plain, allow_nan=False, ensure_ascii=False)
     except Exception:
-        return {"details_unstorable": _describe_value(details)}
+        return {"details_unstorable": _describe_value(details, redactor)}
     if len(encoded) > _MAX_DETAILS_CHARS:  # one entry per attempt: keep the history small
-        return {"details_truncated": encoded[:_MAX_DETAILS_CHARS]}
+        return {"details_truncated": clip(encoded, _MAX_DETAILS_CHARS, redactor=redactor)}
     assert isinstance(plain, dict)
     return plain
 
@@ -223,12 +233,12 @@ def _storable_json(value: Any) -> Any:
     return value
 
 
-def _describe_value(value: Any) -> str:
+def _describe_value(value: Any, redactor: Redactor | None) -> str:
     try:
         text = repr(value)
     except Exception:
         text = f"<unprintable {type(value).__name__}>"
-    return storable(text[:_MAX_ERROR_CHARS])
+    return clip(text, _MAX_ERROR_CHARS, redactor=redactor)
 
 
 def _backoff_delay(task: Task | None, job: ClaimedJob) -> float:
@@ -267,7 +277,7 @@ def _handler_traceback(error: BaseException) -> str:
         if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_INTERNAL_DIRS):
             break
         tb = tb.tb_next
-    return storable("".join(traceback.format_exception(type(error), error, tb)))
+    return "".join(traceback.format_exception(type(error), error, tb))
 
 
 def _kind(error: BaseException) -> str:
@@ -280,24 +290,11 @@ def _kind(error: BaseException) -> str:
     return type(error).__name__
 
 
-def _describe(error: BaseException) -> str:
+def _describe(error: BaseException, redactor: Redactor | None = None) -> str:
     try:
         text = str(error)
     except Exception:  # an exception whose __str__ fails still needs an outcome
         text = f"<unprintable {type(error).__name__}>"
     kind = _kind(error)
     message = f"{kind}: {text}" if text else kind
-    return storable(message[:_MAX_ERROR_CHARS])
-
-
-def storable(text: str) -> str:
-    """``text`` as every backend can store it: NUL (PostgreSQL refuses it in text and JSON) and
-    lone surrogates (not UTF-8: a path decoded with ``surrogateescape``) become escapes. An
-    error message that cannot be written would otherwise fail its outcome's write for ever."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return clip(message, _MAX_ERROR_CHARS, redactor=redactor)

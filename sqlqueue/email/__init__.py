@@ -39,6 +39,7 @@ from sqlqueue.email._errors import (
     SMTPTemporaryError,
     TemplateChanged,
     UnknownTemplate,
+    UnsafeHeader,
 )
 from sqlqueue.email._mailer import Mailer, TemplateChangePolicy
 
@@ -53,4 +54,5 @@ __all__ = [
     "TemplateChangePolicy",
     "TemplateChanged",
     "UnknownTemplate",
+    "UnsafeHeader",
 ]

@@ -6,6 +6,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from sqlqueue import ConfigurationError
+from sqlqueue.email._headers import header_problem
 
 __all__ = ["SMTP", "Content"]
 
@@ -78,8 +79,9 @@ class Content:
             raise ConfigurationError(
                 f"Content.subject must be non-empty text, got {self.subject!r}"
             )
-        if "\r" in self.subject or "\n" in self.subject:
-            raise ConfigurationError("Content.subject must be one line (no CR or LF)")
+        problem = header_problem(self.subject)
+        if problem is not None:
+            raise ConfigurationError(f"Content.subject must be one line: it {problem}")
         if not isinstance(self.text, str):
             raise ConfigurationError(f"Content.text must be text, got {type(self.text).__name__}")
         if self.html is not None and not isinstance(self.html, str):

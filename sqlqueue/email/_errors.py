@@ -10,7 +10,8 @@
         │   └── SMTPTemporaryError    4xx reply, lost connection, timeout: retried with the backoff
         └── PermanentError
             ├── SMTPPermanentError    5xx reply: dead at once, code and text in last_error
-            └── TemplateChanged       the template's version moved and on_template_change="fail"
+            ├── TemplateChanged       the template's version moved and on_template_change="fail"
+            └── UnsafeHeader          a rendered header holds a line break (decoded): never sent
 
 The signals are what the email task raises so that the worker does the right thing; an app sees
 them as the ``kind`` of a job's errors, and in its ``last_error``.
@@ -27,6 +28,7 @@ __all__ = [
     "SMTPTemporaryError",
     "TemplateChanged",
     "UnknownTemplate",
+    "UnsafeHeader",
 ]
 
 
@@ -62,3 +64,11 @@ class SMTPPermanentError(PermanentError):
 class TemplateChanged(PermanentError):
     """The job's template changed version since it was enqueued, and the Mailer was told
     ``on_template_change="fail"``."""
+
+
+class UnsafeHeader(PermanentError):
+    """A header of the message (a template's rendered subject, an address) holds a line break,
+    as written or once its RFC 2047 encoded words are decoded, or the generated message's
+    headers are not the ones it was given: the message is not sent, and retrying cannot help.
+    Subjects and addresses given to ``Mailer.send`` are refused there (:class:`EmailInputError`,
+    :class:`InvalidAddress`); this is for what only an attempt renders."""

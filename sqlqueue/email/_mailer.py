@@ -29,7 +29,7 @@ import hashlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlqueue import (
@@ -45,7 +45,13 @@ from sqlqueue import (
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS  # the same default as any task's
 from sqlqueue.email._config import SMTP, Content
 from sqlqueue.email._connections import ConnectionPool
-from sqlqueue.email._errors import EmailInputError, TemplateChanged, UnknownTemplate
+from sqlqueue.email._errors import (
+    EmailInputError,
+    TemplateChanged,
+    UnknownTemplate,
+    UnsafeHeader,
+)
+from sqlqueue.email._headers import flatten
 from sqlqueue.email._ledger import find_sent, record_sent
 from sqlqueue.email._message import (
     build_message,
@@ -273,6 +279,17 @@ class Mailer:
             content = Content(subject=subject, text=text, html=html)
         except ConfigurationError as error:
             raise EmailInputError(str(error)) from None
+        try:  # the message it makes, generated and checked as an attempt will: refused now
+            trial = build_message(
+                sender=self.sender,
+                to=recipients,
+                message_id=message_id,
+                content=content,
+                date=datetime.now(UTC),
+            )
+            flatten(trial, utf8=True, eight_bit=True)
+        except UnsafeHeader as error:
+            raise EmailInputError(str(error)) from None
         payload["content"] = {
             "subject": content.subject,
             "text": content.text,
@@ -315,6 +332,7 @@ class Mailer:
         message = build_message(
             sender=sender, to=to, message_id=message_id, content=rendered, date=ctx.now()
         )
+        flatten(message, utf8=True, eight_bit=True)  # UnsafeHeader before any connection
         delivery = await deliver(
             self.smtp,
             message,
@@ -423,7 +441,12 @@ class Mailer:
         if template is None:
             if content is None:
                 raise PermanentError("the payload has neither a template nor content")
-            sent = Content(subject=content["subject"], text=content["text"], html=content["html"])
+            try:
+                sent = Content(
+                    subject=content["subject"], text=content["text"], html=content["html"]
+                )
+            except ConfigurationError as error:  # written around Mailer.send (raw SQL …)
+                raise UnsafeHeader(f"the job's content cannot be sent: {error}") from None
             return sent, {"content_hash": content["hash"]}
         name, enqueued = template["name"], template["version"]
         current = self._templates.get(name)
@@ -445,9 +468,12 @@ class Mailer:
                 enqueued,
                 current.version,
             )
-        rendered = current.render(**(context or {}))
-        if inspect.isawaitable(rendered):
-            rendered = await rendered
+        try:
+            rendered = current.render(**(context or {}))
+            if inspect.isawaitable(rendered):
+                rendered = await rendered
+        except ConfigurationError as error:  # Content refused what it rendered: every time
+            raise UnsafeHeader(f"template {name!r} rendered unsendable content: {error}") from None
         if not isinstance(rendered, Content):
             raise TypeError(
                 f"template {name!r} returned {type(rendered).__name__}, not sqlqueue.email.Content"

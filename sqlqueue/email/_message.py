@@ -7,11 +7,14 @@ import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from email import policy
+from email.errors import NonASCIILocalPartDefect
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
 from sqlqueue.email._config import Content
 from sqlqueue.email._errors import InvalidAddress
+from sqlqueue.email._headers import header_problem
 
 __all__ = [
     "build_message",
@@ -28,8 +31,9 @@ def check_address(value: object, field: str) -> str:
     <ada@example.com>``), else :class:`InvalidAddress` naming ``field``."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidAddress(f"{field}: expected an email address, got {value!r}")
-    if "\r" in value or "\n" in value:
-        raise InvalidAddress(f"{field}: {value!r} contains a line break")
+    problem = header_problem(value)
+    if problem is not None:
+        raise InvalidAddress(f"{field}: {value!r} {problem}")
     probe = EmailMessage()
     try:
         probe["To"] = value
@@ -41,8 +45,14 @@ def check_address(value: object, field: str) -> str:
     if len(addresses) != 1:
         raise InvalidAddress(f"{field}: {value!r} must be one address, not {len(addresses)}")
     address = addresses[0]
+    # A non-ASCII local part (RFC 6531) is an address; only a server without SMTPUTF8 refuses it.
+    defects = [defect for defect in defects if not isinstance(defect, NonASCIILocalPartDefect)]
     if defects or not address.username or not address.domain:
         raise InvalidAddress(f"{field}: {value!r} is not a valid email address")
+    for part in (address.display_name, address.username, address.domain):
+        problem = header_problem(part)  # decoded by the parser: checked as it will be written
+        if problem is not None:
+            raise InvalidAddress(f"{field}: {value!r} {problem}")
     return value.strip()
 
 
@@ -79,7 +89,7 @@ def build_message(
 ) -> EmailMessage:
     """The message: From, To, Subject, Date, the given Message-ID, and a text part (plus an
     HTML alternative when there is one)."""
-    message = EmailMessage()
+    message = EmailMessage(policy=policy.SMTP)
     message["From"] = sender
     message["To"] = ", ".join(to)
     message["Subject"] = content.subject

@@ -29,6 +29,7 @@ from sqlqueue import HandlerSignal
 from sqlqueue.email._config import SMTP
 from sqlqueue.email._connections import ConnectionPool
 from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
+from sqlqueue.email._wire import send
 
 __all__ = ["Delivery", "deliver", "explain"]
 
@@ -73,9 +74,7 @@ async def deliver(
             client = await _kept(pool)
             if client is not None:
                 try:
-                    refused, reply = await client.send_message(
-                        message, sender=sender, recipients=list(recipients)
-                    )
+                    refused, reply = await send(client, message, sender, recipients)
                 except (aiosmtplib.SMTPServerDisconnected, ConnectionError):
                     # The kept connection answered NOOP, then the server closed it (its idle
                     # timer ran out meanwhile on a stalled loop): send on a new one, as the
@@ -84,9 +83,7 @@ async def deliver(
                     client = None
             if client is None:
                 client = await _connect(smtp)
-                refused, reply = await client.send_message(
-                    message, sender=sender, recipients=list(recipients)
-                )
+                refused, reply = await send(client, message, sender, recipients)
     except TimeoutError as error:  # aiosmtplib's own timeouts are TimeoutErrors too
         if client is not None:
             client.close()

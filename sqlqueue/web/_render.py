@@ -15,6 +15,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from sqlqueue._scrub import shorten
 from sqlqueue.web._csrf import FIELD, ensure_cookie, form_token, nonce_for
 from sqlqueue.web._settings import ACTIONS, settings_of
 
@@ -68,7 +69,9 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-_ENVIRONMENT.filters.update(moment=moment, duration=duration, pretty_json=pretty_json)
+_ENVIRONMENT.filters.update(
+    moment=moment, duration=duration, pretty_json=pretty_json, shorten=shorten
+)
 
 
 def render(

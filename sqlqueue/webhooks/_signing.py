@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import secrets as _random
 import time
 from collections.abc import Iterable, Mapping
@@ -62,6 +63,11 @@ def check_secret(secret: object) -> str:
     return secret
 
 
+#: A ``webhook-timestamp`` as :func:`sign` writes it: ASCII digits, no sign, space, underscore
+#: or leading zero, at most 12 of them (seconds until the year 33658).
+_TIMESTAMP = re.compile(r"0|[1-9][0-9]{0,11}")
+
+
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The ``v1,<base64>`` signature of one message under one secret."""
     signed = b"%s.%d.%s" % (message_id.encode("utf-8"), timestamp, body)
@@ -104,10 +110,13 @@ def verify(
         raise WebhookVerificationError(
             "missing header: webhook-id, webhook-timestamp and webhook-signature are required"
         )
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise WebhookVerificationError(f"webhook-timestamp is not an integer: {stamp!r}") from None
+    if not _TIMESTAMP.fullmatch(stamp):
+        # int() would take " 179…", "+179…", "1_796_…" and non-ASCII digits: a header other
+        # than the one signed. Only the form sign() writes is accepted.
+        raise WebhookVerificationError(
+            f"webhook-timestamp is not an integer of ASCII digits: {stamp[:40]!r}"
+        )
+    timestamp = int(stamp)
     current = time.time() if now is None else now
     if timestamp < current - tolerance:
         raise WebhookVerificationError(

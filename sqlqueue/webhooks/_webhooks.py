@@ -36,6 +36,7 @@ from sqlqueue import (
     Task,
     schedule,
 )
+from sqlqueue._scrub import hide_passwords
 from sqlqueue.dialects import dialect_for
 from sqlqueue.webhooks import _endpoints
 from sqlqueue.webhooks._endpoints import Endpoint, Executable
@@ -135,27 +136,32 @@ class _InFlight:
 
 
 def _check_url(url: object) -> str:
-    """``url`` if deliveries can be POSTed to it: absolute http(s), a host, no credentials."""
+    """``url`` if deliveries can be POSTed to it: absolute http(s), a host, no credentials.
+    A refused URL is quoted with its password hidden (``hide_passwords``)."""
     import httpx
 
     if not isinstance(url, str) or not url or len(url) > 2048:
+        shown = hide_passwords(repr(url)) if isinstance(url, str) else repr(url)
         raise ConfigurationError(
-            f"url must be an http(s) URL of up to 2048 characters, got {url!r}"
+            f"url must be an http(s) URL of up to 2048 characters, got {shown}"
         )
+    quoted = hide_passwords(repr(url))
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as error:
-        raise ConfigurationError(f"url {url!r} is malformed: {error}") from None
-    if parsed.scheme not in ("http", "https"):
-        raise ConfigurationError(f"url must start with https:// or http://, got {url!r}")
-    if not parsed.host:
-        raise ConfigurationError(f"url {url!r} has no host")
-    if not _HOST.fullmatch(parsed.raw_host.decode("ascii")):
-        raise ConfigurationError(f"url {url!r}: {parsed.host!r} is not a host name or address")
+        raise ConfigurationError(
+            f"url {quoted} is malformed: {hide_passwords(str(error))}"
+        ) from None
     if parsed.userinfo:
-        raise ConfigurationError(f"url {url!r} must not carry credentials; sign with the secret")
+        raise ConfigurationError(f"url {quoted} must not carry credentials; sign with the secret")
+    if parsed.scheme not in ("http", "https"):
+        raise ConfigurationError(f"url must start with https:// or http://, got {quoted}")
+    if not parsed.host:
+        raise ConfigurationError(f"url {quoted} has no host")
+    if not _HOST.fullmatch(parsed.raw_host.decode("ascii")):
+        raise ConfigurationError(f"url {quoted}: {parsed.host!r} is not a host name or address")
     if parsed.fragment:
-        raise ConfigurationError(f"url {url!r} must not have a #fragment (it is never sent)")
+        raise ConfigurationError(f"url {quoted} must not have a #fragment (it is never sent)")
     return url
 
 
