@@ -107,7 +107,9 @@ def test_bad_options_are_refused_before_any_sql(backend):
             t.options(run_at=datetime(2026, 1, 1)).enqueue(conn)
         with pytest.raises(sqlqueue.EnqueueError, match="either delay or run_at"):
             t.options(delay=1, run_at=datetime(2026, 1, 1, tzinfo=UTC)).enqueue(conn)
-        with pytest.raises(sqlqueue.EnqueueError, match="max_attempts must be between 1 and 2147483647"):
+        with pytest.raises(
+            sqlqueue.EnqueueError, match="max_attempts must be between 1 and 2147483647"
+        ):
             t.options(max_attempts=0).enqueue(conn)
         with pytest.raises(sqlqueue.EnqueueError, match="idempotency_key"):
             t.options(idempotency_key="k" * 300).enqueue(conn)
