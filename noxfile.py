@@ -173,6 +173,14 @@ def soak(session: nox.Session) -> None:
     session.run("pytest", "-m", "slow", *session.posargs)
 
 
+@nox.session
+def hypothesis(session: nox.Session) -> None:
+    """The property tests (marked ``property``) with Hypothesis's "long" profile: 1,000
+    examples each instead of the default suite's 25 (see tests/_hypothesis.py)."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "property", *session.posargs, env={"HYPOTHESIS_PROFILE": "long"})
+
+
 def _executable(venv: Path, name: str) -> Path:
     """A program installed in ``venv``, on POSIX or Windows."""
     if sys.platform == "win32":

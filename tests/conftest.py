@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+import tests._hypothesis  # noqa: F401  (loads the Hypothesis profile)
 from sqlqueue.dialects import dialect_for
 from tests.apps.processes import Workers
 

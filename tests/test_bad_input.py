@@ -36,6 +36,7 @@ POISON = [
     pytest.param({"amount": Decimal("1.5")}, "is a Decimal", id="decimal"),
     pytest.param({"ratio": math.nan}, "JSON cannot represent", id="nan"),
     pytest.param({"ratio": math.inf}, "JSON cannot represent", id="inf"),
+    pytest.param({"big": 1.8237199422851508e16}, re.escape("beyond 2**53"), id="huge-float"),
     pytest.param({"name": "\ud800"}, "not valid Unicode", id="lone-surrogate"),
     pytest.param({"name": "a\x00b"}, "NUL character", id="nul"),
     pytest.param({"ids": {1: "a"}}, "JSON keys are strings", id="int-key"),
