@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import sqlqueue
 from sqlqueue._schema import jobs
+from tests.conftest import Backend
 
 pytestmark = pytest.mark.property
 
@@ -128,7 +129,7 @@ def rows(conn: sa.Connection) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in conn.execute(sa.select(jobs).order_by(jobs.c.id))]
 
 
-def _queue(backend: Any) -> sqlqueue.Queue:
+def _queue(backend: Backend) -> sqlqueue.Queue:
     queue = backend.queue()
 
     @queue.task("t")
@@ -233,7 +234,7 @@ FILTERS = st.fixed_dictionaries(
 )
 
 
-def _dead_jobs(backend: Any) -> sqlqueue.Queue:
+def _dead_jobs(backend: Backend) -> sqlqueue.Queue:
     queue = backend.queue()
 
     @queue.task("boom", max_attempts=1)
