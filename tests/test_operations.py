@@ -316,6 +316,22 @@ def test_prune_deletes_only_old_finished_jobs(backend: Backend) -> None:
         queue.prune(older_than=-1)
 
 
+def test_prune_of_dead_jobs_keeps_those_that_died_recently(backend: Backend) -> None:
+    queue = make_queue(backend)
+    old, recent = enqueue(queue, "boom", 2)
+    drain(queue)
+    long_ago = db_now(backend.engine) - timedelta(days=30)
+    set_times(backend.engine, [old], finished_at=long_ago, updated_at=long_ago)
+
+    assert queue.prune(older_than=86400, statuses=["dead"]) == 1
+    assert queue.get_job(old) is None
+    kept = queue.get_job(recent)
+    assert kept is not None
+    assert kept.status == "dead"  # died a moment ago: a person may still want to look at it
+    assert queue.prune(older_than=86400, statuses=["dead"]) == 0
+    assert queue.get_job(recent) is not None
+
+
 def test_retention_is_checked_when_the_queue_is_built(backend: Backend) -> None:
     with pytest.raises(sqlqueue.ConfigurationError, match=r"Retention\.succeeded"):
         sqlqueue.Retention(succeeded=-5)
