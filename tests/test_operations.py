@@ -17,7 +17,7 @@ import sqlqueue
 from sqlqueue._schema import jobs
 from sqlqueue._store.counts import reset_counts
 from sqlqueue.dialects import dialect_for
-from tests._support import db_now, drain
+from tests._support import bounded, db_now, drain
 from tests.conftest import Backend
 
 STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"]
@@ -219,8 +219,11 @@ def test_requeue_where_requeues_matching_dead_jobs_once(backend: Backend) -> Non
     other = enqueue(queue, "boom", 2, error="400 Bad Request")
     drain(queue)
 
-    new_ids = queue.requeue_where(
-        by="alice", reason="CRM is back", error_contains="crm", batch_size=3
+    new_ids = bounded(  # a bulk requeue that found requeued rows again would never end
+        "requeue_where in batches of 3",
+        lambda: queue.requeue_where(
+            by="alice", reason="CRM is back", error_contains="crm", batch_size=3
+        ),
     )
 
     assert len(new_ids) == 7
@@ -237,7 +240,11 @@ def test_requeue_where_requeues_matching_dead_jobs_once(backend: Backend) -> Non
             dead.payload,
         )
     # Again: nothing left to requeue; the other errors were never touched.
-    assert queue.requeue_where(by="alice", reason="again", error_contains="crm") == []
+    again = bounded(
+        "requeue_where again",
+        lambda: queue.requeue_where(by="alice", reason="again", error_contains="crm"),
+    )
+    assert again == []
     assert all(queue.get_job(job_id).requeued_as is None for job_id in other)  # type: ignore[union-attr]
     # One by one after a filter: refused, saying where the job went.
     with pytest.raises(sqlqueue.JobStateError, match="already requeued as job"):
