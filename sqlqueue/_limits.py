@@ -239,6 +239,27 @@ def check_age(field: str, value: object, column: Column[Any], error: ErrorType) 
 MAX_PRIORITY = 1_000_000
 
 
+#: The limits an enqueue checks, read from the schema once (enqueue_many checks thousands of
+#: jobs per call: a plain value within them passes a couple of comparisons, and only a value
+#: that fails one goes through the full check, which names the field and the limit).
+_JOB_TYPE_LENGTH = text_length(jobs.c.job_type) or 0
+_QUEUE_LENGTH = text_length(jobs.c.queue) or 0
+_KEY_LENGTH = text_length(jobs.c.idempotency_key) or 0
+_GROUP_LENGTH = text_length(jobs.c.group_key) or 0
+_PRIORITY_LOW = max(integer_range(jobs.c.priority)[0], -MAX_PRIORITY)
+_PRIORITY_HIGH = min(integer_range(jobs.c.priority)[1], MAX_PRIORITY)
+_ATTEMPTS_HIGH = integer_range(jobs.c.max_attempts)[1]
+#: A delay of at most a century: storable for any clock before the year 9899.
+_SURELY_STORABLE_DELAY = 100 * 365.25 * 86_400
+
+
+def _plain_text(value: object, length: int) -> bool:
+    """Whether ``value`` is ASCII text of 1 to ``length`` characters without NUL: surely fine."""
+    return (
+        type(value) is str and 0 < len(value) <= length and value.isascii() and "\x00" not in value
+    )
+
+
 def check_enqueue(
     job_type: object,
     idempotency_key: object,
@@ -252,14 +273,17 @@ def check_enqueue(
     """Hold one enqueue's own values to their columns (``None``: the task's or queue's
     default, checked when that was declared); raise ``EnqueueError`` naming the field. Returns
     the delay in seconds (0 without one)."""
-    check_text("job_type", job_type, jobs.c.job_type, EnqueueError)
-    if idempotency_key is not None:
+    if not _plain_text(job_type, _JOB_TYPE_LENGTH):
+        check_text("job_type", job_type, jobs.c.job_type, EnqueueError)
+    if idempotency_key is not None and not _plain_text(idempotency_key, _KEY_LENGTH):
         check_text("idempotency_key", idempotency_key, jobs.c.idempotency_key, EnqueueError)
-    if group_key is not None:
+    if group_key is not None and not _plain_text(group_key, _GROUP_LENGTH):
         check_text("group_key", group_key, jobs.c.group_key, EnqueueError)
-    if queue is not None and queue != "":
+    if queue is not None and queue != "" and not _plain_text(queue, _QUEUE_LENGTH):
         check_text("queue", queue, jobs.c.queue, EnqueueError)
-    if priority is not None:
+    if priority is not None and not (
+        type(priority) is int and _PRIORITY_LOW <= priority <= _PRIORITY_HIGH
+    ):
         check_integer(
             "priority",
             priority,
@@ -268,14 +292,20 @@ def check_enqueue(
             low=-MAX_PRIORITY,
             high=MAX_PRIORITY,
         )
-    if max_attempts is not None:
+    if max_attempts is not None and not (
+        type(max_attempts) is int and 1 <= max_attempts <= _ATTEMPTS_HIGH
+    ):
         check_integer("max_attempts", max_attempts, jobs.c.max_attempts, EnqueueError, low=1)
+    if run_at is None and delay is None:
+        return 0.0
     if delay is not None and run_at is not None:
         raise EnqueueError("give either delay or run_at, not both")
     if run_at is not None:
         check_moment("run_at", run_at, jobs.c.next_run_at, EnqueueError)
-    if delay is None:
         return 0.0
+    # (NaN fails the comparison, as a bool fails the type test: the full check names them.)
+    if (type(delay) is float or type(delay) is int) and 0 <= delay <= _SURELY_STORABLE_DELAY:
+        return float(delay)
     return check_delay("delay", delay, jobs.c.next_run_at, EnqueueError)
 
 

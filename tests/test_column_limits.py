@@ -10,6 +10,9 @@ says so), the caller's transaction stays usable, and the jobs table is as it was
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
@@ -358,3 +361,25 @@ def test_the_web_page_answers_400_for_a_filter_beyond_its_column(backend):
     assert response.status_code == 400
     assert "queue is 101 characters long" in response.text
     assert client.get("/jobs", params={"queue": "default"}).status_code == 200
+
+
+def test_the_cli_refuses_a_filter_beyond_its_column_as_a_usage_error(backend):
+    # A byte that is not UTF-8 reaches Python's argv as a lone surrogate ("\udcff").
+    env = {k: v for k, v in os.environ.items() if k != "SQLQUEUE_DATABASE_URL"}
+    env["SQLQUEUE_DATABASE_URL"] = backend.url
+    for args, message in (
+        ([b"jobs", b"list", b"--type", b"\xff"], "job_type is not valid Unicode"),
+        ([b"jobs", b"list", b"--queue", b"q" * 101], "queue is 101 characters long"),
+        ([b"dead", b"list", b"--error-contains", b"\xfe"], "error_contains is not valid"),
+    ):
+        result = subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"sqlqueue", *args],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        stderr = result.stderr.decode("utf-8", "replace")
+        assert result.returncode == 2, stderr
+        assert message in stderr
+        assert "Traceback" not in stderr
