@@ -32,7 +32,7 @@ from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
-from sqlqueue._schema import jobs
+from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
@@ -364,6 +364,7 @@ class Queue(Operations):
 
     def get_batch(self, batch_id: int) -> BatchStatus | None:
         """The batch with ``batch_id`` and its children's counts by status, or ``None``."""
+        check_integer("batch_id", batch_id, batches.c.id, ConfigurationError, low=0)
         return self.store.get_batch(batch_id)
 
     def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
@@ -378,6 +379,7 @@ class Queue(Operations):
 
     def get_job(self, job_id: int) -> Job | None:
         """The job with ``job_id`` as a frozen snapshot, or ``None``."""
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.store.get_job(job_id)
 
     def cancel(self, job_id: int) -> Job:

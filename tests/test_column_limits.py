@@ -335,6 +335,10 @@ def test_operators_actions_are_held_to_their_columns(backend):
             queue.requeue(2**64, by="ops", reason="x")
         with pytest.raises(sqlqueue.ConfigurationError, match="job_id must be an integer"):
             queue.cancel("1")  # type: ignore[arg-type]
+        with pytest.raises(sqlqueue.ConfigurationError, match="job_id must be between"):
+            queue.get_job(2**70)
+        with pytest.raises(sqlqueue.ConfigurationError, match="batch_id must be an integer"):
+            queue.get_batch("7")  # type: ignore[arg-type]
         with pytest.raises(sqlqueue.ConfigurationError, match="queue name is 101 characters"):
             queue.pause("q" * 101, by="ops", reason="x")
         with pytest.raises(sqlqueue.ConfigurationError, match="queue name contains a NUL"):
