@@ -178,7 +178,14 @@ def hypothesis(session: nox.Session) -> None:
     """The property tests (marked ``property``) with Hypothesis's "long" profile: 1,000
     examples each instead of the default suite's 25 (see tests/_hypothesis.py)."""
     session.install(".[test]")
-    session.run("pytest", "-m", "property", *session.posargs, env={"HYPOTHESIS_PROFILE": "long"})
+    session.run(
+        "pytest",
+        "-m",
+        "property",
+        "--timeout=3600",  # 1,000 examples of a test on a server backend take minutes
+        *session.posargs,
+        env={"HYPOTHESIS_PROFILE": "long"},
+    )
 
 
 def _executable(venv: Path, name: str) -> Path:
