@@ -25,15 +25,29 @@ DEADLINE_SECONDS = 60.0
 
 
 def drain(queue: sqlqueue.Queue, *, deadline: float = DEADLINE_SECONDS, **options: object) -> None:
-    """Run a burst worker with a fast poll until no job is due and none runs; fail the test,
-    naming the jobs still waiting, if it still finds work after ``deadline`` seconds."""
+    """Run a burst worker with a fast poll, in the calling thread, until no job is due and none
+    runs; if it still finds work after ``deadline`` seconds, stop it and fail the test, naming
+    the jobs still waiting."""
     options.setdefault("poll_interval", 0.02)
     worker = queue.worker(**options)  # type: ignore[arg-type]
-    try:
-        bounded("a burst worker draining the queue", lambda: worker.run(burst=True), deadline)
-    except DeadlineExceeded as late:
+    late = threading.Event()
+
+    def stop() -> None:
+        late.set()
         worker.stop()
-        raise AssertionError(f"{late}; jobs not finished: {_unfinished(queue)}") from None
+
+    watchdog = threading.Timer(deadline, stop)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        worker.run(burst=True)
+    finally:
+        watchdog.cancel()
+    if late.is_set():
+        raise AssertionError(
+            f"a burst worker draining the queue still found work after {deadline:.0f} s; "
+            f"jobs not finished: {_unfinished(queue)}"
+        )
 
 
 class DeadlineExceeded(AssertionError):
