@@ -55,7 +55,13 @@ def hypothesis(session: nox.Session) -> None:
         for path in (ROOT / "tests").glob("test_*.py")
         if "from hypothesis import" in path.read_text(encoding="utf-8")
     )
-    session.run("pytest", *modules, *session.posargs, env={"HYPOTHESIS_PROFILE": "long"})
+    session.run(
+        "pytest",
+        *modules,
+        "--timeout=3600",  # 500 examples of a test on a server backend take minutes
+        *session.posargs,
+        env={"HYPOTHESIS_PROFILE": "long"},
+    )
 
 
 @nox.session

@@ -7,7 +7,6 @@ task's secret fields are sealed. The INSERTs themselves live in the store.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
+from sqlqueue._limits import check_enqueue
 from sqlqueue._payload import encode_payload
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
@@ -42,8 +42,6 @@ __all__ = [
 #: What ``enqueue`` writes through: the caller's connection or ORM session (or an engine,
 #: which then gets a transaction of its own).
 Executable = Connection | Session | Engine
-
-_MAX_PRIORITY = 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +107,9 @@ def check_job(
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
     ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job."""
+    delay_seconds = check_enqueue(
+        job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
+    )
     task = tasks.get(job_type)
     if task is None and not external:
         known = ", ".join(sorted(tasks)) or "none"
@@ -116,41 +117,18 @@ def check_job(
             f"no task named {job_type!r} on this queue (known: {known}); pass "
             "external=True if another service's workers handle it"
         )
-    if not isinstance(job_type, str) or not 0 < len(job_type) <= 200:
-        raise EnqueueError(f"job_type must be a string of 1..200 characters, got {job_type!r}")
     if task is not None and not external:
         check_arguments(task, payload)
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
     encoded = encode_payload(payload, max_bytes=max_payload_bytes)
-    if delay is not None:
-        if run_at is not None:
-            raise EnqueueError("give either delay or run_at, not both")
-        if delay < 0:
-            raise EnqueueError(f"delay must be >= 0 seconds, got {delay!r}")
-        if not math.isfinite(delay):
-            raise EnqueueError(f"delay must be a finite number of seconds, got {delay!r}")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise EnqueueError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
     if max_attempts is None:
         max_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
-    if max_attempts < 1:
-        raise EnqueueError(f"max_attempts must be >= 1, got {max_attempts!r}")
     if priority is None:
         priority = task.priority if task else 0
-    if not -_MAX_PRIORITY <= priority <= _MAX_PRIORITY:
-        raise EnqueueError(f"priority must be within ±{_MAX_PRIORITY}, got {priority!r}")
     if not queue:
         queue = task.queue if task else default_queue
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255
-    ):
-        raise EnqueueError(
-            f"idempotency_key must be a string of 1..255 characters, got {idempotency_key!r}"
-        )
-    if group_key is not None and (not isinstance(group_key, str) or not 0 < len(group_key) <= 255):
-        raise EnqueueError(f"group_key must be a string of 1..255 characters, got {group_key!r}")
     return {
         "job_type": job_type,
         "queue": queue,
@@ -162,7 +140,7 @@ def check_job(
         "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "batch_id": None,
         "_run_at": run_at,
-        "_delay": float(delay or 0.0),
+        "_delay": delay_seconds,
     }
 
 

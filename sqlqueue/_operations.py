@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job, JobStatus
+from sqlqueue._limits import check_action, check_age, check_filter, check_integer, check_queue_name
 from sqlqueue._retention import check_prunable
+from sqlqueue._schema import jobs
 from sqlqueue._stats import (
     Activity,
     Health,
@@ -36,16 +38,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Operations"]
 DEFAULT_BATCH_SIZE = 500
 
 
-#: The longest ``by`` (who acted) and queue name the job table stores.
-_MAX_BY = 255
-_MAX_QUEUE_NAME = 100
-
-
-def _who_and_why(action: str, by: str, reason: str) -> None:
-    if not by or not reason:
-        raise ConfigurationError(f"{action} needs by= (who) and reason= (why)")
-    if len(by) > _MAX_BY:
-        raise ConfigurationError(f"{action}: by= is longer than {_MAX_BY} characters")
+_who_and_why = check_action
 
 
 def _page_limit(limit: int) -> int:
@@ -62,12 +55,6 @@ def _status(status: str | None) -> str | None:
     except ValueError:
         names = ", ".join(s.value for s in JobStatus)
         raise ConfigurationError(f"status must be one of {names}; got {status!r}") from None
-
-
-def _timestamp(name: str, value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
-    return value
 
 
 class Operations:
@@ -156,14 +143,24 @@ class Operations:
         each job's latest change; ``error_contains`` searches ``last_error``; ``unhandled``
         keeps only dead jobs nobody has requeued or discarded (what :meth:`requeue_where` and
         :meth:`discard_where` would take)."""
+        ids = check_filter(
+            job_type=job_type,
+            queue=queue,
+            group_key=group_key,
+            error_contains=error_contains,
+            since=since,
+            until=until,
+            job_ids=job_ids,
+            before_id=before_id,
+        )
         job_filter = JobFilter(
             status=_status(status),
             job_type=job_type,
             queue=queue,
             error_contains=error_contains,
-            since=_timestamp("since", since),
-            until=_timestamp("until", until),
-            job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            since=since,
+            until=until,
+            job_ids=ids,
             group_key=group_key,
             unhandled=unhandled,
         )
@@ -174,6 +171,7 @@ class Operations:
     def requeue(self, job_id: int, *, by: str, reason: str) -> int:
         """Requeue dead job ``job_id`` as a NEW job; the dead row records who, when and why."""
         _who_and_why("requeue", by, reason)
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.admin.requeue(job_id=job_id, by=by, reason=reason)
 
     def requeue_where(
@@ -206,6 +204,7 @@ class Operations:
         """Mark dead job ``job_id`` handled without running it: it stays ``dead``, records who,
         when and why, and no longer counts toward the dead-jobs alarm. Returns it."""
         _who_and_why("discard", by, reason)
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.admin.discard(job_id=job_id, by=by, reason=reason)
 
     def discard_where(
@@ -244,13 +243,8 @@ class Operations:
         """Make every failed job matching all the given filters (none: every failed job) due
         now instead of at the end of its backoff; return how many were waiting. Each keeps its
         attempt count: the next attempt is the one it was waiting for."""
-        return self.admin.retry_now(
-            JobFilter(
-                job_type=job_type,
-                queue=queue,
-                job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
-            )
-        )
+        ids = check_filter(job_type=job_type, queue=queue, job_ids=job_ids)
+        return self.admin.retry_now(JobFilter(job_type=job_type, queue=queue, job_ids=ids))
 
     def run_now(self, job_ids: Iterable[int]) -> int:
         """Make the jobs ``job_ids`` that wait for a later time due now, whatever they wait
@@ -276,13 +270,21 @@ class Operations:
                 "error_contains must not be empty (it would match every dead job); pass None "
                 "for no filter"
             )
+        ids = check_filter(
+            job_type=job_type,
+            queue=queue,
+            error_contains=error_contains,
+            since=since,
+            until=until,
+            job_ids=job_ids,
+        )
         return JobFilter(
             job_type=job_type,
             queue=queue,
             error_contains=error_contains,
-            since=_timestamp("since", since),
-            until=_timestamp("until", until),
-            job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+            since=since,
+            until=until,
+            job_ids=ids,
             unhandled=True,
         )
 
@@ -323,8 +325,7 @@ class Operations:
         is more than ``older_than`` seconds ago, ``batch_size`` rows per short transaction;
         return how many went. Never queued, running or failed jobs. A finished batch's row goes
         with the last job that refers to it; batch counts never change."""
-        if older_than < 0:
-            raise ConfigurationError(f"older_than must be >= 0 seconds, got {older_than!r}")
+        older_than = check_age("older_than", older_than, jobs.c.finished_at, ConfigurationError)
         if batch_size < 1:
             raise ConfigurationError(f"batch_size must be >= 1, got {batch_size!r}")
         wanted = tuple(dict.fromkeys(statuses))
@@ -356,14 +357,12 @@ class Operations:
         """Stop every worker claiming from queue ``name`` (within its poll interval; at once
         where wake-ups reach it); running jobs finish, and enqueueing still works."""
         _who_and_why("pause", by, reason)
-        if not name or len(name) > _MAX_QUEUE_NAME:
-            raise ConfigurationError(
-                f"pause needs a queue name of 1 to {_MAX_QUEUE_NAME} characters"
-            )
+        check_queue_name("pause: queue name", name)
         self.admin.pause(name=name, by=by, reason=reason)
 
     def resume(self, name: str) -> bool:
         """Let workers claim from queue ``name`` again; returns whether it was paused."""
+        check_queue_name("resume: queue name", name)
         return self.admin.resume(name=name)
 
     def paused_queues(self) -> list[str]:

@@ -25,6 +25,10 @@ __all__ = [
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 #: Deeper payloads are almost always a mistake (a graph, not ids and options).
 MAX_DEPTH = 32
+#: Floats from here on are whole numbers that PostgreSQL's jsonb stores as the decimal digits
+#: of their shortest form (``1.8237199422851508e16`` reads back as ``18237199422851510``, an int
+#: that differs): payloads refuse them, so a payload reads back as it was written everywhere.
+EXACT_FLOAT = 2.0**53
 #: Compact JSON, UTF-8 text as it is, no NaN: the form payloads are measured and stored in
 #: (the SQLite bulk path binds its JSON documents with it too).
 JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -95,6 +99,7 @@ def check_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> dict[
         max_bytes,
         "store ids and options in the job, and large data in your own tables "
         "(or raise max_payload_bytes)",
+        exact_floats=True,
     )
     return dict(payload)
 
@@ -112,9 +117,12 @@ def check_result(result: Any, *, max_bytes: int) -> Any:
     return result
 
 
-def _check_json(value: Any, what: str, max_bytes: int, advice: str) -> None:
-    """Plain JSON values only, and at most ``max_bytes`` once encoded as UTF-8."""
-    _check_value(value, what, 0)
+def _check_json(
+    value: Any, what: str, max_bytes: int, advice: str, *, exact_floats: bool = False
+) -> None:
+    """Plain JSON values only (with ``exact_floats``, no float beyond :data:`EXACT_FLOAT`), and
+    at most ``max_bytes`` once encoded as UTF-8."""
+    _check_value(value, what, 0, exact_floats)
     size = len(JSON_ENCODER.encode(value).encode("utf-8"))
     if size > max_bytes:
         raise PayloadError(f"the {what} is {size} bytes, over the {max_bytes}-byte cap: {advice}")
@@ -133,7 +141,9 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
         items = value.values()
     for item in items:
         kind = type(item)
-        if kind is str or kind is int or kind is float or kind is bool or item is None:
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float and -EXACT_FLOAT < item < EXACT_FLOAT:  # not NaN, inf or beyond
             continue
         if (kind is dict or kind is list) and _plain(item, depth + 1):
             continue
@@ -141,7 +151,7 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
     return True
 
 
-def _check_value(value: Any, path: str, depth: int) -> None:
+def _check_value(value: Any, path: str, depth: int, exact_floats: bool) -> None:
     if depth > MAX_DEPTH:
         raise PayloadError(f"{path} is nested more than {MAX_DEPTH} levels deep")
     if value is None or isinstance(value, bool | int):
@@ -149,6 +159,11 @@ def _check_value(value: Any, path: str, depth: int) -> None:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise PayloadError(f"{path} is {value!r}, which JSON cannot represent")
+        if exact_floats and not -EXACT_FLOAT < value < EXACT_FLOAT:
+            raise PayloadError(
+                f"{path} is the float {value!r}, beyond 2**53: it would not read back as "
+                "written (PostgreSQL stores it as other whole-number digits); pass an int"
+            )
         return
     if isinstance(value, str):
         _check_text(value, path)
@@ -160,11 +175,11 @@ def _check_value(value: Any, path: str, depth: int) -> None:
                     f"{path} has a key {key!r} of type {type(key).__name__}; JSON keys are strings"
                 )
             _check_text(key, f"a key of {path}")
-            _check_value(item, f"{path}[{key!r}]", depth + 1)
+            _check_value(item, f"{path}[{key!r}]", depth + 1, exact_floats)
         return
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]", depth + 1)
+            _check_value(item, f"{path}[{index}]", depth + 1, exact_floats)
         return
     raise PayloadError(
         f"{path} is a {type(value).__name__}; only JSON values can be stored "

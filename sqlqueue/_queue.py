@@ -25,12 +25,14 @@ from sqlqueue._enqueue import (
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
+from sqlqueue._limits import check_filter, check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue._operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._retention import Retention
+from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
@@ -109,8 +111,7 @@ class Queue(Operations):
             raise ConfigurationError(
                 f"retention: expected sqlqueue.Retention(...), got {retention!r}"
             )
-        if not default_queue:
-            raise ConfigurationError("default_queue must be a non-empty name")
+        check_text("default_queue", default_queue, jobs.c.queue, ConfigurationError)
         if unknown_jobs not in ("dead", "skip"):
             raise ConfigurationError(f"unknown_jobs must be 'dead' or 'skip', got {unknown_jobs!r}")
         self.engine = engine
@@ -365,6 +366,7 @@ class Queue(Operations):
 
     def get_batch(self, batch_id: int) -> BatchStatus | None:
         """The batch with ``batch_id`` and its children's counts by status, or ``None``."""
+        check_integer("batch_id", batch_id, batches.c.id, ConfigurationError, low=0)
         return self.store.get_batch(batch_id)
 
     def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
@@ -379,12 +381,14 @@ class Queue(Operations):
 
     def get_job(self, job_id: int) -> Job | None:
         """The job with ``job_id`` as a frozen snapshot, or ``None``."""
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.store.get_job(job_id)
 
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued or failed job now, or ask a running job's handler to stop
         (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
         Returns the job as it now is."""
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.store.cancel(job_id)
 
     def cancel_where(
@@ -399,6 +403,7 @@ class Queue(Operations):
             raise ConfigurationError(
                 "cancel_where needs at least one of job_type, queue, group_key"
             )
+        check_filter(job_type=job_type, queue=queue, group_key=group_key)
         return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
 
     def rebind(self, engine: Engine | str, *, schema: str | EllipsisType | None = ...) -> Queue:

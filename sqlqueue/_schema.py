@@ -25,7 +25,7 @@ from sqlalchemy import (
     text,
 )
 
-from sqlqueue._types import MYSQL_NAMES, Id, JsonDocument, Number, UtcDateTime
+from sqlqueue._types import MYSQL_NAMES, Id, JsonDocument, Number, UtcDateTime, exact_text
 
 __all__ = [
     "CLAIM_COLUMNS",
@@ -57,7 +57,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -109,7 +109,8 @@ jobs = Table(
     # Bookkeeping.
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
-    Column("idempotency_key", String(255), nullable=True),
+    # Compared exactly on every backend: "k" and "k " are two keys (0011, MariaDB/MySQL).
+    Column("idempotency_key", exact_text(255), nullable=True),
     Column("locked_by", String(255), nullable=True),
     Column("lease_expires_at", UtcDateTime, nullable=True),
     # Dead-letter requeue: the dead row keeps who/when/why and links to the new job.

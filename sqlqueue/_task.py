@@ -13,6 +13,7 @@ from sqlqueue._backoff import Backoff, as_backoff
 from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._limits import check_declaration
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
 from sqlqueue._tracing import Tracing
@@ -140,10 +141,7 @@ class Task:
     plan: Plan = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 200:
-            raise ConfigurationError(f"task name must be 1..200 characters, got {self.name!r}")
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        check_declaration(self.name, self.queue, self.priority, self.max_attempts)
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, got {self.timeout!r}")
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))

@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer
+from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer, String
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
+from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
@@ -23,6 +24,7 @@ __all__ = [
     "Number",
     "UtcDateTime",
     "as_utc",
+    "exact_text",
 ]
 
 #: The SQLAlchemy dialect names of MariaDB and MySQL, for type variants.
@@ -87,3 +89,29 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+class Utf8Bytes(TypeDecorator[str]):
+    """Text stored as its UTF-8 bytes in a MariaDB/MySQL ``VARBINARY``: compared byte for byte.
+
+    Their ``VARCHAR`` collations (``utf8mb4_bin`` too) pad with spaces when they compare, so
+    ``"k"`` and ``"k "`` would be one key to a unique index; the NO PAD collations that would
+    not differ between MariaDB and MySQL. Bytes compare exactly on both, as text does on
+    PostgreSQL and SQLite.
+    """
+
+    impl = VARBINARY
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: SADialect) -> bytes | None:
+        return None if value is None else value.encode("utf-8")
+
+    def process_result_value(self, value: Any, dialect: SADialect) -> str | None:
+        return None if value is None else bytes(value).decode("utf-8")
+
+
+def exact_text(length: int) -> Any:
+    """Text of at most ``length`` characters that every backend compares exactly (trailing
+    spaces count): a ``VARCHAR`` elsewhere, :class:`Utf8Bytes` (up to 4 bytes a character) on
+    MariaDB/MySQL."""
+    return String(length).with_variant(Utf8Bytes(4 * length), *MYSQL_NAMES)

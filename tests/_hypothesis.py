@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, settings
 #: once per test, not per example (each example adds its own jobs), and examples are slow.
 _SUPPRESSED = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 
-settings.register_profile("ci", max_examples=12, deadline=None, suppress_health_check=_SUPPRESSED)
+settings.register_profile("ci", max_examples=15, deadline=None, suppress_health_check=_SUPPRESSED)
 settings.register_profile(
-    "long", max_examples=400, deadline=None, suppress_health_check=_SUPPRESSED
+    "long", max_examples=500, deadline=None, suppress_health_check=_SUPPRESSED
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

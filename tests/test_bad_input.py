@@ -36,6 +36,7 @@ POISON = [
     pytest.param({"amount": Decimal("1.5")}, "is a Decimal", id="decimal"),
     pytest.param({"ratio": math.nan}, "JSON cannot represent", id="nan"),
     pytest.param({"ratio": math.inf}, "JSON cannot represent", id="inf"),
+    pytest.param({"big": 1.8237199422851508e16}, re.escape("beyond 2**53"), id="huge-float"),
     pytest.param({"name": "\ud800"}, "not valid Unicode", id="lone-surrogate"),
     pytest.param({"name": "a\x00b"}, "NUL character", id="nul"),
     pytest.param({"ids": {1: "a"}}, "JSON keys are strings", id="int-key"),
@@ -107,7 +108,9 @@ def test_bad_options_are_refused_before_any_sql(backend):
             t.options(run_at=datetime(2026, 1, 1)).enqueue(conn)
         with pytest.raises(sqlqueue.EnqueueError, match="either delay or run_at"):
             t.options(delay=1, run_at=datetime(2026, 1, 1, tzinfo=UTC)).enqueue(conn)
-        with pytest.raises(sqlqueue.EnqueueError, match="max_attempts must be >= 1"):
+        with pytest.raises(
+            sqlqueue.EnqueueError, match="max_attempts must be between 1 and 2147483647"
+        ):
             t.options(max_attempts=0).enqueue(conn)
         with pytest.raises(sqlqueue.EnqueueError, match="idempotency_key"):
             t.options(idempotency_key="k" * 300).enqueue(conn)

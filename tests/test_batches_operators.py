@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue import JobRequest, JobStatus
 from sqlqueue._schema import batches, jobs
-from tests._support import count_jobs, drain, wait_until
+from tests._support import bounded, count_jobs, drain, wait_until
 from tests.test_batches import (
     DONE,
     FAILED,
@@ -139,7 +139,10 @@ def test_bulk_requeue_where_takes_back_dead_endings_and_discard_where_changes_no
     )
     drain(queue, queues=["default"])
     assert _counts(_status(queue, requeued.id)) == {"dead": 2, "queued": 1}
-    new_ids = queue.requeue_where(by="ops", reason="fixed", job_ids=requeued.job_ids[:2])
+    new_ids = bounded(
+        "requeue_where of two dead children",
+        lambda: queue.requeue_where(by="ops", reason="fixed", job_ids=requeued.job_ids[:2]),
+    )
     assert len(new_ids) == 2
     assert _counts(_status(queue, requeued.id)) == {"queued": 3}
     assert queue.discard_where(by="ops", reason="gone", job_ids=discarded.job_ids[:1]) == [
@@ -151,7 +154,11 @@ def test_bulk_requeue_where_takes_back_dead_endings_and_discard_where_changes_no
     drain(queue, queues=["default", "held"])
     assert _counts(_status(queue, requeued.id)) == {"succeeded": 3}
     assert _counts(_status(queue, discarded.id)) == {"dead": 1, "succeeded": 1}
-    assert queue.requeue_where(by="ops", reason="no dead child is left") == []
+    left = bounded(
+        "requeue_where with no dead child left",
+        lambda: queue.requeue_where(by="ops", reason="no dead child is left"),
+    )
+    assert left == []
     drain(queue, queues=["callbacks"])
     assert [_counts(batch) for _, batch in seen["done"]] == [{"succeeded": 3}]
     assert [_counts(batch) for _, batch in seen["failed_batch"]] == [{"dead": 1, "succeeded": 1}]

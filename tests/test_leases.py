@@ -94,6 +94,29 @@ def test_the_same_worker_cannot_complete_an_older_attempt(backend):
     assert queue.store.finish(worker_id="w1", succeeded=[second.fence], failures=[]) == {job_id}
 
 
+def test_a_late_completion_cannot_overwrite_a_job_the_reaper_failed_and_nobody_claimed(backend):
+    # The reaper gives the job back (failed, to retry) and no worker has claimed it yet: the row
+    # still names w1 and attempt 1, so only the ``running`` part of the fence stops w1.
+    queue, job_id = _one_job(backend)
+    [first] = _claim(queue, "w1")
+    later = first.lease_expires_at + timedelta(seconds=1)
+    assert Reaper(queue.store).run_once(now=later).retried == (job_id,)
+    store = queue.store
+    assert store.finish(worker_id="w1", succeeded=[first.fence], failures=[]) == set()
+    failure = Failure(job_id=job_id, attempt=1, dead=True, retry_in=0, last_error="x", errors=[])
+    assert store.finish(worker_id="w1", succeeded=[], failures=[failure]) == set()
+    assert store.release(worker_id="w1", fences=[first.fence]) == set()
+    assert store.extend_leases(worker_id="w1", fences=[first.fence], lease_seconds=30) == {}
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts, row.finished_at) == ("failed", 1, None)
+    assert row.errors[-1].kind == "LeaseExpired"
+    # It still retries: the next claim runs attempt 2, and that one completes.
+    [second] = _claim(queue, "w2", now=later)
+    assert (second.id, second.attempt) == (job_id, 2)
+    assert store.finish(worker_id="w2", succeeded=[second.fence], failures=[]) == {job_id}
+    assert queue.get_job(job_id).status == "succeeded"
+
+
 def test_reaper_racing_a_completion_leaves_the_job_succeeded(backend):
     queue, job_id = _one_job(backend)
     [job] = _claim(queue, "w1")

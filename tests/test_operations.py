@@ -17,7 +17,7 @@ import sqlqueue
 from sqlqueue._schema import jobs
 from sqlqueue._store.counts import reset_counts
 from sqlqueue.dialects import dialect_for
-from tests._support import db_now, drain
+from tests._support import bounded, db_now, drain
 from tests.conftest import Backend
 
 STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"]
@@ -219,8 +219,11 @@ def test_requeue_where_requeues_matching_dead_jobs_once(backend: Backend) -> Non
     other = enqueue(queue, "boom", 2, error="400 Bad Request")
     drain(queue)
 
-    new_ids = queue.requeue_where(
-        by="alice", reason="CRM is back", error_contains="crm", batch_size=3
+    new_ids = bounded(  # a bulk requeue that found requeued rows again would never end
+        "requeue_where in batches of 3",
+        lambda: queue.requeue_where(
+            by="alice", reason="CRM is back", error_contains="crm", batch_size=3
+        ),
     )
 
     assert len(new_ids) == 7
@@ -237,7 +240,11 @@ def test_requeue_where_requeues_matching_dead_jobs_once(backend: Backend) -> Non
             dead.payload,
         )
     # Again: nothing left to requeue; the other errors were never touched.
-    assert queue.requeue_where(by="alice", reason="again", error_contains="crm") == []
+    again = bounded(
+        "requeue_where again",
+        lambda: queue.requeue_where(by="alice", reason="again", error_contains="crm"),
+    )
+    assert again == []
     assert all(queue.get_job(job_id).requeued_as is None for job_id in other)  # type: ignore[union-attr]
     # One by one after a filter: refused, saying where the job went.
     with pytest.raises(sqlqueue.JobStateError, match="already requeued as job"):
@@ -314,6 +321,22 @@ def test_prune_deletes_only_old_finished_jobs(backend: Backend) -> None:
         queue.prune(older_than=0, statuses=["failed"])
     with pytest.raises(sqlqueue.ConfigurationError, match="older_than"):
         queue.prune(older_than=-1)
+
+
+def test_prune_of_dead_jobs_keeps_those_that_died_recently(backend: Backend) -> None:
+    queue = make_queue(backend)
+    old, recent = enqueue(queue, "boom", 2)
+    drain(queue)
+    long_ago = db_now(backend.engine) - timedelta(days=30)
+    set_times(backend.engine, [old], finished_at=long_ago, updated_at=long_ago)
+
+    assert queue.prune(older_than=86400, statuses=["dead"]) == 1
+    assert queue.get_job(old) is None
+    kept = queue.get_job(recent)
+    assert kept is not None
+    assert kept.status == "dead"  # died a moment ago: a person may still want to look at it
+    assert queue.prune(older_than=86400, statuses=["dead"]) == 0
+    assert queue.get_job(recent) is not None
 
 
 def test_retention_is_checked_when_the_queue_is_built(backend: Backend) -> None:

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._periodic import Periodic
+from sqlqueue._schema import jobs
 from sqlqueue._worker.scheduler import Scheduler
 from tests._support import WorkerThread, count_jobs, wait_until
 
@@ -106,10 +107,9 @@ def test_worker_processes_enqueue_every_second_slot_exactly_once(backend, tmp_pa
     finally:
         workers.close()
     with backend.engine.connect() as conn:
+        # Through the column's type: MariaDB/MySQL store the key's UTF-8 bytes.
         keys = (
-            conn.execute(
-                sa.text("SELECT idempotency_key FROM sqlqueue_jobs WHERE job_type = 'tick'")
-            )
+            conn.execute(sa.select(jobs.c.idempotency_key).where(jobs.c.job_type == "tick"))
             .scalars()
             .all()
         )

@@ -14,6 +14,7 @@ from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.filters import exactly
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
@@ -74,7 +75,7 @@ def cancel_jobs(
     )
     for column, value in (("job_type", job_type), ("queue", queue), ("group_key", group_key)):
         if value is not None:
-            stmt = stmt.where(jobs.c[column] == value)
+            stmt = stmt.where(*exactly(jobs.c[column], value))
     count = conn.execute(stmt.where(jobs.c.batch_id.is_(None))).rowcount
     in_batches = stmt.where(jobs.c.batch_id.is_not(None)).returning(jobs.c.id, jobs.c.batch_id)
     endings = Endings()

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy import String, func, literal
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 
-__all__ = ["JobFilter", "unhandled_dead"]
+__all__ = ["JobFilter", "exactly", "unhandled_dead"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,9 +40,9 @@ class JobFilter:
         if self.status is not None:
             where.append(jobs.c.status == self.status)
         if self.job_type is not None:
-            where.append(jobs.c.job_type == self.job_type)
+            where.extend(exactly(jobs.c.job_type, self.job_type))
         if self.queue is not None:
-            where.append(jobs.c.queue == self.queue)
+            where.extend(exactly(jobs.c.queue, self.queue))
         if self.error_contains:
             where.append(jobs.c.last_error.contains(self.error_contains, autoescape=True))
         if self.since is not None:
@@ -49,12 +50,20 @@ class JobFilter:
         if self.until is not None:
             where.append(jobs.c.updated_at < self.until)
         if self.group_key is not None:
-            where.append(jobs.c.group_key == self.group_key)
+            where.extend(exactly(jobs.c.group_key, self.group_key))
         if self.job_ids is not None:
             where.append(jobs.c.id.in_(list(self.job_ids)))
         if self.unhandled:
             where.extend(unhandled_dead())
         return where
+
+
+def exactly(column: ColumnElement[str | None], value: str) -> list[ColumnElement[bool]]:
+    """``column`` equal to ``value``, trailing spaces included: MariaDB/MySQL collations pad
+    the shorter side with spaces when they compare, so ``=`` alone finds ``"mail"`` for
+    ``"mail "``. Equal lengths as well make the comparison exact on every backend (the
+    equality still uses the index)."""
+    return [column == value, func.length(column) == func.length(literal(value, String()))]
 
 
 def unhandled_dead() -> list[ColumnElement[bool]]:
