@@ -99,7 +99,7 @@ def two_schemas(backend: Backend) -> Iterator[Backend]:
     try:
         done = cli("migrate", "--schema", "a", url=backend.url)
         assert done.returncode == 0, done.stderr
-        assert "in schema 'a'" in done.stdout
+        assert done.stdout.endswith(" (schema 'a')\n"), done.stdout
         sqlqueue.migrate(backend.engine, schema="b")
         yield backend
     finally:
