@@ -13,12 +13,10 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import jobs
-from sqlqueue._store.counts import reset_counts
-from tests._support import count_jobs, db_now, drain
+from sqlqueue.testing import age_jobs
+from tests._support import count_jobs, drain
 from tests.apps.processes import REPO_ROOT, WorkerProcess, Workers, child_env, wait_until
 from tests.conftest import Backend
 
@@ -101,12 +99,7 @@ def test_two_workers_with_retention_prune_old_jobs_once_between_them(
     recent = enqueue(queue, "mail_job", 10)
     drain(queue)
     waiting = enqueue(queue, "report_job", 5)  # queued jobs are never pruned
-    with backend.engine.begin() as conn:
-        two_days_ago = db_now(backend.engine) - timedelta(days=2)
-        conn.execute(
-            sa.update(jobs).where(jobs.c.id.in_(old + waiting)).values(finished_at=two_days_ago)
-        )
-        reset_counts(conn)  # the drains' workers folded them in at their old finishing times
+    age_jobs(queue, old + waiting, by=timedelta(days=2))
 
     env = child_env(backend.url, OPS_RETENTION_SUCCEEDED="3600", OPS_RETENTION_BATCH="100")
     started = [

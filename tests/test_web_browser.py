@@ -26,7 +26,7 @@ from starlette.routing import Mount, Route
 
 import sqlqueue
 from sqlqueue.web import create_app
-from tests._web_support import populated, serving
+from tests._support.web import populated, serving
 from tests.conftest import IN_CI, Backend
 
 T = TypeVar("T")
