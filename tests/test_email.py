@@ -24,7 +24,7 @@ import sqlqueue
 from sqlqueue._schema import circuit_breakers, email_sent, jobs
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.email._mailer import deferred_key
-from tests._support import WorkerThread, count_jobs, db_now, drain, wait_until
+from tests._support import WorkerThread, count_jobs, db_now, drain, refusing_port, wait_until
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
 
@@ -405,12 +405,10 @@ def test_a_server_that_stalls_after_accepting_the_message_is_not_sent_to_again(
 
 
 def test_a_server_that_is_down_is_retried(backend, queues):
-    from tests.smtp_server import free_port
-
-    port = free_port()
-    queue, mailer = new_mailer(backend, queues, port, backoff=[60])
-    job_id = send(backend, mailer)
-    drain(queue)
+    with refusing_port() as port:  # bound, not listening: connections are refused
+        queue, mailer = new_mailer(backend, queues, port, backoff=[60])
+        job_id = send(backend, mailer)
+        drain(queue)
     job = job_of(queue, job_id)
     assert (job.status, job.attempts) == ("failed", 1)
     assert job.errors[0].kind == "SMTPTemporaryError"
