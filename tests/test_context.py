@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import sqlqueue
+from sqlqueue.testing import age_jobs
 from tests._support import WorkerThread, db_now, drain, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,11 +215,15 @@ def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(b
     with backend.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar_one() == 0
     assert producer.get_job(job_id).status == "running"
-    # A second worker reaps the expired lease and runs the job again.
-    deadline = time.monotonic() + 30
-    while producer.get_job(job_id).status != "succeeded" and time.monotonic() < deadline:
+    # Its worker is dead: its lease runs out (aged, not waited for), and a second worker
+    # reaps it and runs the job again.
+    age_jobs(producer, [job_id], by=timedelta(hours=1))
+
+    def rerun() -> bool:
         subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60)
-        time.sleep(0.5)
+        return bool(producer.get_job(job_id).status == "succeeded")
+
+    wait_until(rerun, timeout=60, interval=0.1, what="a second worker to rerun the job")
     job = producer.get_job(job_id)
     assert (job.status, job.attempts, job.result) == ("succeeded", 2, "written on attempt 2")
     with backend.engine.connect() as conn:

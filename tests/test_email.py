@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import sqlqueue
 from sqlqueue._schema import circuit_breakers, email_sent, jobs
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.email._mailer import deferred_key
+from sqlqueue.testing import age_jobs
 from tests._support import WorkerThread, count_jobs, db_now, drain, refusing_port, wait_until
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
@@ -551,10 +553,15 @@ def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_i
     assert len(smtp.received) == 1  # the server has it
     assert ledger(backend.engine) == []  # rolled back with the job's success
     assert job_of(producer, job_id).status == "running"
-    deadline = time.monotonic() + 30
-    while job_of(producer, job_id).status != "succeeded" and time.monotonic() < deadline:
-        time.sleep(0.5)  # the lease expires; the next worker's reaper gives the job back
+    # Its worker is dead: its lease runs out (aged, not waited for); the next worker's
+    # reaper gives the job back and runs it.
+    age_jobs(producer, [job_id], by=timedelta(hours=1))
+
+    def rerun() -> bool:
         subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+        return job_of(producer, job_id).status == "succeeded"
+
+    wait_until(rerun, timeout=60, interval=0.1, what="a second worker to rerun the job")
     job = job_of(producer, job_id)
     assert (job.status, job.attempts) == ("succeeded", 2)
     first_copy, second_copy = smtp.received
