@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -151,7 +150,11 @@ def test_two_processes_requeueing_the_same_dead_jobs_make_one_new_job_each(
         )
         for _ in range(2)
     ]
-    time.sleep(1.0)  # both are importing, then waiting on the start file
+    wait_until(  # both have imported sqlqueue and wait on the start file
+        lambda: len(list(tmp_path.glob("start.ready.*"))) == len(racers),
+        timeout=60,
+        what="both racers to be ready",
+    )
     start.touch()
     outputs = [racer.communicate(timeout=60) for racer in racers]
 
