@@ -15,7 +15,7 @@ import pytest
 
 import sqlqueue
 from sqlqueue.testing import age_jobs
-from tests._support import count_jobs, drain
+from tests._support import count_jobs, drain, enqueue
 from tests.apps.processes import REPO_ROOT, WorkerProcess, Workers, child_env, wait_until
 from tests.conftest import Backend
 
@@ -40,13 +40,6 @@ def local_queue(backend: Backend) -> sqlqueue.Queue:
 
 def _logged(worker: WorkerProcess, text: str) -> bool:
     return text in worker.log()
-
-
-def enqueue(queue: sqlqueue.Queue, job_type: str, count: int) -> list[int]:
-    with queue.engine.begin() as conn:
-        return queue.enqueue_many(
-            conn, [sqlqueue.JobRequest(job_type=job_type, payload={"n": i}) for i in range(count)]
-        )
 
 
 def statuses(queue: sqlqueue.Queue, ids: list[int]) -> set[str]:
