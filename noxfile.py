@@ -186,6 +186,34 @@ def bench_report(session: nox.Session) -> None:
 
 
 @nox.session
+def coverage(session: nox.Session) -> None:
+    """Line and branch coverage of ``sqlqueue/`` over the suite on SQLite, PostgreSQL and
+    MariaDB, worker and CLI subprocesses included (``[tool.coverage]`` in pyproject.toml).
+
+    Pass pytest arguments after ``--``: ``nox -s coverage -- tests/test_worker.py``. The report
+    lists the least covered modules first; ``htmlcov/index.html`` shows the missed lines.
+    """
+    session.install("-e", ".[test]", "coverage[toml]>=7.10")
+    session.run("coverage", "erase")
+    backends = os.environ.get("SQLQUEUE_TEST_BACKENDS", "sqlite,postgresql,mysql")
+    try:
+        session.run(
+            "coverage",
+            "run",
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *session.posargs,
+            env={"SQLQUEUE_TEST_BACKENDS": backends},
+        )
+    finally:
+        session.run("coverage", "combine", "--quiet")
+        session.run("coverage", "html", "--quiet")
+        session.run("coverage", "report")
+
+
+@nox.session
 def soak(session: nox.Session) -> None:
     """The long-running tests marked ``slow`` (pass pytest arguments after ``--``)."""
     session.install(".[test]")

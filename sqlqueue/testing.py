@@ -1,23 +1,34 @@
 """Helpers for an app's own tests: what its code enqueued, and running those jobs in-process.
 
 ``assert_enqueued`` and ``enqueued_jobs`` read the queue's database through the operations API
-(``Queue.jobs``); ``drain`` runs due jobs with a real burst :class:`~sqlqueue.Worker`, so
-handlers get the same attempt pipeline as in production: their ``JobContext``, timeouts,
-retries with backoff, dead jobs, snoozes and cancellations. The pytest fixtures
-(``sqlqueue_queue`` …) live in the plugin that pytest loads from the installed package.
+(``Queue.jobs``); ``age_jobs`` moves jobs back in time (a job that waited an hour, a success
+from last week) without touching the clock; ``drain`` runs due jobs with a real burst
+:class:`~sqlqueue.Worker`, so handlers get the same attempt pipeline as in production: their
+``JobContext``, timeouts, retries with backoff, dead jobs, snoozes and cancellations. The
+pytest fixtures (``sqlqueue_queue`` …) live in the plugin that pytest loads from the installed
+package.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from sqlqueue import Job, JobStatus, Queue, Worker
+from sqlqueue import ConfigurationError, Job, JobStatus, Queue, Worker
+from sqlqueue._store.filters import JobFilter
 
-__all__ = ["DrainResult", "assert_enqueued", "drain", "drain_async", "enqueued_jobs"]
+__all__ = [
+    "DrainResult",
+    "age_jobs",
+    "assert_enqueued",
+    "drain",
+    "drain_async",
+    "enqueued_jobs",
+]
 
 #: Rows read per ``Queue.jobs`` page.
 _PAGE = 10_000
@@ -92,7 +103,7 @@ def assert_enqueued(
     mappings match as subsets too; other values must be equal): exactly ``count`` of them, or
     at least one. Returns the matching jobs. The failure message lists what *was* enqueued."""
     if count is not None and count < 0:
-        raise ValueError(f"count must be >= 0, got {count!r}")
+        raise ConfigurationError(f"count must be >= 0, got {count!r}")
     everything = enqueued_jobs(queue)
     matching = [
         job
@@ -126,6 +137,55 @@ def _contains(actual: Any, expected: Any) -> bool:
 
 def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+# -- moving them in time -------------------------------------------------------------------------
+
+
+def age_jobs(
+    queue: Queue,
+    job_ids: Iterable[int] | None = None,
+    *,
+    by: timedelta,
+    status: JobStatus | str | None = None,
+    job_type: str | None = None,
+) -> int:
+    """Make jobs older: every time their rows hold (enqueued, due, started, finished, last
+    changed, lease expiry, cancelled, requeued, discarded) moves back by ``by``, as if all of
+    it had happened that much earlier. Returns how many jobs moved.
+
+    Which jobs: those in ``job_ids`` that also match ``status`` and ``job_type``; with none of
+    the three, every job in the database. For a test that needs "a job queued an hour ago",
+    "a success from last week" (retention, stats, the activity chart) or "a running job whose
+    lease ran out" (the reaper takes it back), without waiting and without a fake clock::
+
+        ids = [send.enqueue(conn)]
+        age_jobs(queue, ids, by=timedelta(hours=1))
+        assert queue.stats().queues["mail"].oldest_queued_age_seconds >= 3600
+
+    Stats stay exact: the finished-jobs rollup is recounted when a finished job moves. The
+    database's clock is untouched, so a job due now is overdue by ``by`` afterwards.
+    """
+    if not isinstance(by, timedelta):
+        raise ConfigurationError(f"by must be a timedelta, got {by!r}")
+    if by <= timedelta(0):
+        raise ConfigurationError(f"by must be a positive timedelta, got {by!r}")
+    if isinstance(job_ids, (str, bytes, int)):
+        raise ConfigurationError(f"job_ids must be a list of ids, not {job_ids!r}")
+    if status is not None:
+        try:
+            status = JobStatus(status)
+        except ValueError:
+            names = ", ".join(s.value for s in JobStatus)
+            raise ConfigurationError(f"status must be one of {names}; got {status!r}") from None
+    job_filter = JobFilter(
+        status=None if status is None else status.value,
+        job_type=job_type,
+        job_ids=None if job_ids is None else [int(job_id) for job_id in job_ids],
+    )
+    if job_filter.job_ids == []:
+        return 0
+    return queue.admin.age_jobs(job_filter, by=by)
 
 
 # -- running them --------------------------------------------------------------------------------
@@ -197,7 +257,7 @@ class _Rounds:
         self, queue: Queue, queues: Sequence[str] | None, retry_now: bool, concurrency: int
     ) -> None:
         if isinstance(queues, str):
-            raise ValueError(f"queues must be a list of names, not {queues!r}")
+            raise ConfigurationError(f"queues must be a list of names, not {queues!r}")
         self.queue = queue
         self.queues = list(
             queues or sorted({t.queue for t in queue.tasks.values()} | {queue.default_queue})

@@ -1,4 +1,5 @@
-"""A real SMTP server for the email tests: aiosmtpd on a free port of 127.0.0.1, in a thread,
+"""A real SMTP server for the email tests: aiosmtpd on a port of 127.0.0.1 the kernel chose (the
+listening socket is bound to port 0 and handed to the server: no free-port race), in a thread,
 scripted to answer the way a provider would (4xx, 5xx, refused recipients, a dropped
 connection), optionally with STARTTLS (a self-signed certificate made here) and AUTH.
 
@@ -24,14 +25,21 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-__all__ = ["Received", "SMTPServer", "free_port", "hung_server", "self_signed_certificate"]
+from tests._support.ports import listening_socket
+
+__all__ = ["Received", "SMTPServer", "hung_server", "self_signed_certificate"]
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class _BoundController(Controller):
+    """aiosmtpd's threaded controller serving on a listening socket bound by the caller (to
+    port 0), instead of binding a port number it was given."""
+
+    def __init__(self, handler: Any, sock: socket.socket, **options: Any) -> None:
+        self._sock = sock
+        super().__init__(handler, hostname="127.0.0.1", port=sock.getsockname()[1], **options)
+
+    def _create_server(self) -> Any:
+        return self.loop.create_server(self._factory_invoker, sock=self._sock, ssl=self.ssl_context)
 
 
 @dataclass
@@ -118,8 +126,8 @@ class SMTPServer:
     def running(
         self, *, tls_context: ssl.SSLContext | None = None, auth: bool = False, **smtp: Any
     ) -> Iterator[int]:
-        """Serve on a free port (yielded) until the block ends; ``smtp`` goes to aiosmtpd's
-        ``SMTP`` (e.g. ``timeout``: how long it lets a connection sit idle)."""
+        """Serve on a port the kernel chose (yielded) until the block ends; ``smtp`` goes to
+        aiosmtpd's ``SMTP`` (e.g. ``timeout``: how long it lets a connection sit idle)."""
         options: dict[str, Any] = dict(smtp)
         if tls_context is not None:
             options.update(tls_context=tls_context, require_starttls=True)
@@ -129,13 +137,13 @@ class SMTPServer:
                 auth_required=True,
                 auth_require_tls=tls_context is not None,
             )
-        port = free_port()
-        controller = Controller(self, hostname="127.0.0.1", port=port, **options)
-        controller.start()
-        try:
-            yield port
-        finally:
-            controller.stop()
+        with listening_socket() as sock:
+            controller = _BoundController(self, sock, **options)
+            controller.start()
+            try:
+                yield int(sock.getsockname()[1])
+            finally:
+                controller.stop()
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import sqlqueue
 from sqlqueue import JobRequest, JobStatus
 from sqlqueue._schema import batches, jobs
 from tests._support import bounded, count_jobs, drain, wait_until
+from tests._support import run_cli as cli
 from tests.test_batches import (
     DONE,
     FAILED,
@@ -25,7 +26,6 @@ from tests.test_batches import (
     _queue,
     _status,
 )
-from tests.test_cli import cli
 
 # -- requeue after the batch -----------------------------------------------------------------------
 

@@ -7,43 +7,22 @@ or not migrated) and prints errors as one line, never a traceback.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from datetime import UTC, datetime
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import jobs
-from sqlqueue._store.counts import reset_counts
+from sqlqueue.testing import age_jobs
 from tests._support import drain
-from tests.apps.processes import REPO_ROOT
+from tests._support import run_cli as cli
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(180)
 
 UNREACHABLE_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/sqlqueue"
-
-
-def cli(
-    *args: str, url: str | None = None, cwd: Path = REPO_ROOT
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m sqlqueue ARGS`` with ``url`` in ``SQLQUEUE_DATABASE_URL``."""
-    env = {k: v for k, v in os.environ.items() if k != "SQLQUEUE_DATABASE_URL"}
-    if url is not None:
-        env["SQLQUEUE_DATABASE_URL"] = url
-    return subprocess.run(
-        [sys.executable, "-m", "sqlqueue", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def failing_queue(backend: Backend) -> sqlqueue.Queue:
@@ -174,9 +153,7 @@ def test_jobs_list_show_cancel_prune_pause_resume(backend: Backend) -> None:
     assert cancelled.stdout.strip() == f"job {waiting}: cancelled"
     assert cli("cancel", url=backend.url).returncode == 2
 
-    with backend.engine.begin() as conn:  # everything finished long ago
-        conn.execute(sa.update(jobs).values(finished_at=datetime(2000, 1, 1, tzinfo=UTC)))
-        reset_counts(conn)  # moved by hand below the mark a worker's fold may have set
+    age_jobs(queue, by=timedelta(days=30))  # everything finished long ago
     pruned = cli("prune", "--older-than", "7d", "--json", url=backend.url)
     assert json.loads(pruned.stdout)["deleted"] == 5  # 4 succeeded + 1 cancelled
     bad = cli("prune", "--older-than", "a week", url=backend.url)

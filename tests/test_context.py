@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import sqlqueue
-from tests._support import WorkerThread, drain, wait_until
+from sqlqueue.testing import age_jobs
+from tests._support import WorkerThread, db_now, drain, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,11 +215,15 @@ def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(b
     with backend.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar_one() == 0
     assert producer.get_job(job_id).status == "running"
-    # A second worker reaps the expired lease and runs the job again.
-    deadline = time.monotonic() + 30
-    while producer.get_job(job_id).status != "succeeded" and time.monotonic() < deadline:
+    # Its worker is dead: its lease runs out (aged, not waited for), and a second worker
+    # reaps it and runs the job again.
+    age_jobs(producer, [job_id], by=timedelta(hours=1))
+
+    def rerun() -> bool:
         subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60)
-        time.sleep(0.5)
+        return bool(producer.get_job(job_id).status == "succeeded")
+
+    wait_until(rerun, timeout=60, interval=0.1, what="a second worker to rerun the job")
     job = producer.get_job(job_id)
     assert (job.status, job.attempts, job.result) == ("succeeded", 2, "written on attempt 2")
     with backend.engine.connect() as conn:
@@ -282,27 +287,47 @@ def test_progress_is_visible_while_running_and_extends_the_lease(backend):
 
 
 def test_progress_doubles_as_a_heartbeat(backend):
-    # The lease is shorter than the job; only the progress reports keep it (the regular
-    # heartbeat is slowed far beyond the lease by a huge lease on the rival worker's queue).
-    queue = backend.queue(lease_seconds=1.0)
-    started = threading.Event()
+    # A progress report renews the lease, as a heartbeat does. The lease is 60 s, so the
+    # worker's own heartbeat (every 20 s ± 10 %) cannot beat while the test watches (checked).
+    queue = backend.queue(lease_seconds=60.0)
+    claimed, report, finish = threading.Event(), threading.Event(), threading.Event()
 
     @queue.task("steady")
     def steady(ctx: sqlqueue.JobContext) -> None:
-        started.set()
-        for step in range(12):
-            ctx.progress(step, 12)
-            time.sleep(0.25)
+        claimed.set()
+        report.wait(20)
+        ctx.progress(1, 2)
+        finish.wait(20)
 
     with backend.engine.begin() as conn:
         job_id = steady.enqueue(conn)
-    worker = queue.worker(poll_interval=0.05, reaper_interval=0.2)
-    worker._heartbeat_interval = 3600  # only progress may extend the lease
-    with WorkerThread(worker):
-        assert started.wait(20)
-        wait_until(lambda: queue.get_job(job_id).status == "succeeded", timeout=20)
-    job = queue.get_job(job_id)
-    assert (job.attempts, job.errors) == (1, ())
+
+    def job() -> sqlqueue.Job:
+        found: sqlqueue.Job | None = queue.get_job(job_id)
+        assert found is not None
+        return found
+
+    def renewed_by_progress() -> datetime | None:
+        now = job()
+        return now.lease_expires_at if now.progress is not None else None
+
+    began = time.monotonic()
+    with WorkerThread(queue.worker(poll_interval=0.05)):
+        assert claimed.wait(20)
+        first = job().lease_expires_at
+        assert first is not None
+        # The database clock moves on by a second, so a renewed lease is visibly later.
+        wait_until(
+            lambda: db_now(backend.engine) >= first - timedelta(seconds=59),
+            what="a second of the database clock",
+        )
+        report.set()
+        renewed = wait_until(renewed_by_progress, timeout=20, what="the progress report")
+        assert time.monotonic() - began < 18, "too slow to tell a progress from a heartbeat"
+        finish.set()
+    assert renewed - first >= timedelta(seconds=1)
+    finished = job()
+    assert (finished.status, finished.attempts, finished.errors) == ("succeeded", 1, ())
 
 
 def test_shutdown_sets_the_cancelled_flag(backend):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ import sqlqueue
 from sqlqueue._schema import circuit_breakers, email_sent, jobs
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.email._mailer import deferred_key
-from tests._support import WorkerThread, count_jobs, db_now, drain, wait_until
+from sqlqueue.testing import age_jobs
+from tests._support import WorkerThread, count_jobs, db_now, drain, refusing_port, wait_until
 from tests.conftest import Backend
 from tests.smtp_server import SMTPServer, hung_server, self_signed_certificate
 
@@ -405,12 +407,10 @@ def test_a_server_that_stalls_after_accepting_the_message_is_not_sent_to_again(
 
 
 def test_a_server_that_is_down_is_retried(backend, queues):
-    from tests.smtp_server import free_port
-
-    port = free_port()
-    queue, mailer = new_mailer(backend, queues, port, backoff=[60])
-    job_id = send(backend, mailer)
-    drain(queue)
+    with refusing_port() as port:  # bound, not listening: connections are refused
+        queue, mailer = new_mailer(backend, queues, port, backoff=[60])
+        job_id = send(backend, mailer)
+        drain(queue)
     job = job_of(queue, job_id)
     assert (job.status, job.attempts) == ("failed", 1)
     assert job.errors[0].kind == "SMTPTemporaryError"
@@ -553,10 +553,15 @@ def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_i
     assert len(smtp.received) == 1  # the server has it
     assert ledger(backend.engine) == []  # rolled back with the job's success
     assert job_of(producer, job_id).status == "running"
-    deadline = time.monotonic() + 30
-    while job_of(producer, job_id).status != "succeeded" and time.monotonic() < deadline:
-        time.sleep(0.5)  # the lease expires; the next worker's reaper gives the job back
+    # Its worker is dead: its lease runs out (aged, not waited for); the next worker's
+    # reaper gives the job back and runs it.
+    age_jobs(producer, [job_id], by=timedelta(hours=1))
+
+    def rerun() -> bool:
         subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+        return job_of(producer, job_id).status == "succeeded"
+
+    wait_until(rerun, timeout=60, interval=0.1, what="a second worker to rerun the job")
     job = job_of(producer, job_id)
     assert (job.status, job.attempts) == ("succeeded", 2)
     first_copy, second_copy = smtp.received

@@ -32,12 +32,14 @@ def test_a_flood_of_reports_does_not_delay_a_password_reset_email(backend):
         with backend.engine.begin() as conn:
             email_id = password_reset.enqueue(conn, user_id=7)
         enqueued = time.monotonic()
-        assert email_started.wait(10)
+        assert email_started.wait(30)
         latency = time.monotonic() - enqueued
     print(
         f"\n    [{backend.name}] password-reset start latency behind 1,000 reports: {latency:.3f} s"
     )
-    assert latency < 1.0
+    # Behind the reports, with no slot of its own, the email would wait for 1,000 reports of
+    # 0.2 s (200 s); it starts within a poll or two. 5 s is the margin for a loaded machine.
+    assert latency < 5.0
     assert queue.get_job(email_id).status == "succeeded"
     assert count_jobs(backend.engine, status="queued") > 900  # the reports were still queued
 

@@ -1,5 +1,9 @@
 """The house's rules, checked: dialects sit below the store, and the job columns enqueue writes and
-a claim returns are spelled once (``sqlqueue._schema.JOB_COLUMNS``), every path derived from it."""
+a claim returns are spelled once (``sqlqueue._schema.JOB_COLUMNS``), every path derived from it.
+
+The SQL is checked as each database receives it (SQLite, PostgreSQL and MariaDB, captured with
+SQLAlchemy's ``after_cursor_execute`` event while the public API enqueues and claims), not by
+compiling the store's private statement builders."""
 
 from __future__ import annotations
 
@@ -7,13 +11,14 @@ import ast
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 import sqlqueue
 from sqlqueue._jobrow import JobRow
@@ -26,22 +31,13 @@ from sqlqueue._schema import (
     Fill,
     jobs,
 )
-from sqlqueue._store import bulk_copy, bulk_json, inserts
 from sqlqueue._store.rows import ClaimedJob, claims_from_rows
 from sqlqueue._types import JsonDocument, UtcDateTime
-from sqlqueue.dialects import Dialect
-from sqlqueue.dialects.postgresql import PostgresDialect
-from sqlqueue.dialects.sqlite import SQLiteDialect
+from sqlqueue.dialects import dialect_for
 
 DIALECTS_DIR = Path(sqlqueue.__file__).parent / "dialects"
 #: What a dialect may import of sqlqueue, besides sqlqueue.dialects itself.
 DIALECT_MAY_IMPORT = {"sqlqueue._schema", "sqlqueue._types", "sqlqueue._errors"}
-
-#: Each sqlqueue dialect with the SQLAlchemy dialect it compiles for (no database needed).
-COMPILERS: list[tuple[Dialect, sa.engine.Dialect]] = [
-    (SQLiteDialect(), sqlite.dialect()),
-    (PostgresDialect(), postgresql.dialect()),
-]
 
 ENQUEUED = [column.name for column in ENQUEUE_COLUMNS]
 ROW = [column.name for column in ROW_COLUMNS]
@@ -123,85 +119,141 @@ def test_the_job_row_carries_exactly_the_spec_row_columns_and_the_due_inputs():
     assert [column.name for column in ENQUEUE_COLUMNS if column.fill is Fill.DUE] == ["next_run_at"]
 
 
-def _insert_columns(statement: Any, dialect: sa.engine.Dialect) -> list[str]:
-    sql = str(statement.compile(dialect=dialect, column_keys=list(JobRow.__required_keys__)))
-    match = re.search(r"INSERT INTO sqlqueue_jobs \(([^)]*)\)", sql)
-    assert match, sql
-    return [name.strip() for name in match.group(1).split(",")]
+@dataclass(frozen=True)
+class Executed:
+    """One statement as it reached the driver, and the names of the columns it returned."""
+
+    sql: str
+    returned: tuple[str, ...] | None
 
 
-def _in_table_order(names: list[str]) -> list[str]:
-    """``names`` in the jobs table's column order, which is SQLAlchemy's INSERT order."""
-    return [column.name for column in jobs.c if column.name in names]
+@contextmanager
+def executed(engine: sa.Engine) -> Iterator[list[Executed]]:
+    """Every statement ``engine`` sends while the block runs, compiled for its database."""
+    seen: list[Executed] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        names = tuple(d[0] for d in cursor.description) if cursor.description else None
+        seen.append(Executed(statement, names))
+
+    sa.event.listen(engine, "after_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", record)
 
 
-@pytest.mark.parametrize(("dialect", "compiler"), COMPILERS, ids=["sqlite", "postgresql"])
-def test_every_insert_writes_exactly_the_enqueued_columns(dialect, compiler):
-    statements = inserts._build_statements(dialect)
-    for name in ("one", "one_keyed", "one_now", "one_keyed_now"):
-        statement = getattr(statements, name).statement
-        assert _insert_columns(statement, compiler) == _in_table_order(ENQUEUED), name
-    for statement in (statements.many, statements.many_keyed):
-        assert _insert_columns(statement, compiler) == _in_table_order(ENQUEUED)
+INSERT_INTO_JOBS = re.compile(r"INSERT INTO [`\"]?sqlqueue_jobs[`\"]? \(([^)]*)\)")
 
 
-def test_the_json_array_path_carries_the_row_columns_and_writes_the_enqueued_ones():
-    assert list(bulk_json._FIELDS) == [*ROW, "_run_at", "_delay"]
-    for due_in_rows in (True, False):
-        statement = bulk_json._statement(SQLiteDialect(), due_in_rows=due_in_rows)
-        assert _insert_columns(statement, sqlite.dialect()) == ENQUEUED
+def _written_columns(sql: str) -> list[str] | None:
+    """The column list of an INSERT into the jobs table (``None``: not one)."""
+    match = INSERT_INTO_JOBS.search(sql)
+    if match is None:
+        return None
+    return [name.strip().strip('`"') for name in match.group(1).split(",")]
 
 
-def test_the_copy_path_writes_the_enqueued_columns_from_the_row_by_name():
-    assert set(bulk_copy._DIRECT_COLUMNS) == {"id", *ENQUEUED} - {"idempotency_key"}
-    assert list(bulk_copy._STAGED_COLUMNS) == ["id", *ROW, "next_run_at"]
-    assert [column.name for column in bulk_copy._staging.columns] == ["id", *ROW, "next_run_at"]
-    _, move = bulk_copy._statements(PostgresDialect())
-    assert _insert_columns(move, postgresql.dialect()) == ["id", *ENQUEUED]
+def test_every_enqueue_path_writes_exactly_the_enqueued_columns(backend):
+    """One job, now or later, with a key or not; several; and a bulk of COPY's size: every
+    INSERT the database receives names each enqueued column once (and the id, where the bulk
+    path allocates it), on each backend's compiled SQL."""
+    queue = backend.queue()
 
-    now = datetime(2026, 1, 2, tzinfo=UTC)
-    row: JobRow = {
-        "job_type": "t",
-        "queue": "q",
-        "priority": 3,
-        "payload": '{"a":1}',
-        "max_attempts": 4,
-        "idempotency_key": None,
-        "group_key": "g",
-        "trace_context": None,
-        "batch_id": 11,
-        "_run_at": None,
-        "_delay": 5.0,
-    }
-    (direct,) = bulk_copy._direct_rows([row], [7], now)
-    written = dict(zip(bulk_copy._DIRECT_COLUMNS, direct, strict=True))
-    assert written == {
-        "id": 7,
-        **{name: row[name] for name in ROW if name != "idempotency_key"},  # type: ignore[literal-required]
-        "status": "queued",
-        "attempts": 0,
-        "errors": "[]",
-        "next_run_at": now + timedelta(seconds=5),
-        "created_at": now,
-        "updated_at": now,
-    }
-    (staged,) = bulk_copy._staged_rows([{**row, "idempotency_key": "k"}], [7], now)
-    assert dict(zip(bulk_copy._STAGED_COLUMNS, staged, strict=True)) == {
-        "id": 7,
-        **{name: row[name] for name in ROW},  # type: ignore[literal-required]
-        "idempotency_key": "k",
-        "next_run_at": now + timedelta(seconds=5),
-    }
+    @queue.task("t")
+    def t(n: int = 0) -> None:
+        return None
+
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    many = [sqlqueue.JobRequest(job_type="t", payload={"n": n}) for n in range(3)]
+    keyed = [
+        sqlqueue.JobRequest(job_type="t", payload={"n": n}, idempotency_key=f"many-{n}")
+        for n in range(3)
+    ]
+    bulk = [sqlqueue.JobRequest(job_type="t", payload={"n": n}, delay=n) for n in range(250)]
+    with executed(backend.engine) as seen, backend.engine.begin() as conn:
+        queue.enqueue(conn, "t", {"n": 1})
+        queue.enqueue(conn, "t", {"n": 2}, idempotency_key="one")
+        queue.enqueue(conn, "t", {"n": 3}, run_at=later)
+        queue.enqueue(conn, "t", {"n": 4}, idempotency_key="one-later", delay=60)
+        queue.enqueue_many(conn, many)
+        queue.enqueue_many(conn, keyed)
+        queue.enqueue_many(conn, bulk)
+
+    inserts = {e.sql: _written_columns(e.sql) for e in seen if _written_columns(e.sql)}
+    assert len(inserts) >= 3, f"expected several INSERT forms, saw {list(inserts)}"
+    for sql, columns in inserts.items():
+        assert columns is not None
+        assert len(set(columns)) == len(columns), sql
+        assert set(columns) - {"id"} == set(ENQUEUED), sql
+    assert queue.stats().by_status["queued"] == 4 + 3 + 3 + 250
 
 
-@pytest.mark.parametrize(("dialect", "compiler"), COMPILERS, ids=["sqlite", "postgresql"])
-def test_the_claim_returns_the_claimed_columns_in_spec_order(dialect, compiler):
-    statement = dialect.claim_statement(
-        queues=["default"], job_types=None, lease_seconds=30, now=None
-    )
-    returned = [column.name for column in statement._returning]
-    assert returned == CLAIMED
-    assert [column.name for column in dialect.claim_returning()] == CLAIMED
+def test_the_claim_returns_the_claimed_columns_in_spec_order(backend):
+    """The claim's rows, as the database returns them (``UPDATE … RETURNING``, or on MariaDB
+    the SELECT by id that follows the UPDATE), carry the spec's claimed columns in order."""
+    queue = backend.queue()
+
+    @queue.task("t")
+    def t() -> None:
+        return None
+
+    with backend.engine.begin() as conn:
+        t.enqueue(conn)
+    with executed(backend.engine) as seen:
+        queue.worker(poll_interval=0.02).run(burst=True)
+
+    claims = [n for n, e in enumerate(seen) if "UPDATE" in e.sql and "attempts + " in e.sql]
+    assert claims, "no claim statement was sent: " + "\n".join(e.sql[:120] for e in seen)
+    claim = seen[claims[0]]
+    returned = claim.returned if claim.returned is not None else seen[claims[0] + 1].returned
+    assert returned == tuple(CLAIMED), claim.sql
+    returning = dialect_for(backend.engine).claim_returning()
+    assert tuple(column.name for column in returning) == tuple(CLAIMED)
+
+
+def test_a_bulk_enqueue_stores_every_field_of_each_request(backend):
+    """The bulk paths (COPY, a JSON array, multi-row VALUES) fill each enqueued column from
+    its own field of the request: read back, every job is the request it came from."""
+    queue = backend.queue()
+
+    @queue.task("t")
+    def t(n: int = 0) -> None:
+        return None
+
+    requests = [
+        sqlqueue.JobRequest(
+            job_type="t",
+            payload={"n": n},
+            queue=f"q{n % 3}",
+            priority=n % 7,
+            max_attempts=1 + n % 4,
+            group_key=f"g{n % 5}" if n % 2 else None,
+            idempotency_key=f"k{n}" if n % 3 == 0 else None,
+            delay=float(n),
+        )
+        for n in range(250)
+    ]
+    before = queue.database_now()
+    with backend.engine.begin() as conn:
+        ids = queue.enqueue_many(conn, requests)
+    after = queue.database_now()
+    stored = {job.id: job for job in queue.jobs(job_ids=ids, limit=len(ids))}
+    for job_id, request in zip(ids, requests, strict=True):
+        job = stored[job_id]
+        n = request.payload["n"]
+        assert (job.job_type, job.payload, job.queue, job.status, job.attempts) == (
+            "t",
+            {"n": n},
+            request.queue,
+            "queued",
+            0,
+        ), job_id
+        assert (job.priority, job.max_attempts) == (request.priority, request.max_attempts)
+        assert (job.group_key, job.idempotency_key) == (request.group_key, request.idempotency_key)
+        assert before <= job.created_at <= after
+        assert job.created_at + timedelta(seconds=n) - timedelta(milliseconds=5) <= job.next_run_at
+        assert job.next_run_at <= after + timedelta(seconds=n)
 
 
 def test_claimed_rows_are_read_into_their_fields_by_the_spec():

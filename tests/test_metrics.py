@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import sqlqueue
-from tests._support import WorkerThread, db_now
+from tests._support import WorkerThread, db_now, port_in
 from tests.apps.observe_app import queue as observe_queue
 from tests.apps.processes import REPO_ROOT, Workers, wait_until
 from tests.conftest import Backend
@@ -27,14 +27,6 @@ pytestmark = pytest.mark.timeout(120)
 
 #: (name, labels) -> value of every sample of one scrape.
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def scrape(port: int) -> Samples:
@@ -81,14 +73,14 @@ def test_a_worker_process_serves_counts_histograms_and_gauges(
         for _ in range(2):
             queue.enqueue(conn, "doomed")
         queue.enqueue(conn, "parked")  # on a queue the worker does not serve
-    port = free_port()
+    # Port 0: the worker binds a port the kernel chose and logs which.
     worker = workers.start(
         "--queues", "default", "--poll-interval", "0.05",
-        "--metrics-port", str(port), "--metrics-interval", "0.2",
+        "--metrics-port", "0", "--metrics-interval", "0.2",
         app="tests.apps.observe_app:queue",
     )  # fmt: skip
-    wait_until(
-        lambda: "serving Prometheus metrics" in worker.log(),
+    port = wait_until(
+        lambda: port_in(worker.log(), r"serving Prometheus metrics on port (\d+)"),
         timeout=30,
         what="the metrics endpoint",
         explain=worker.describe,
@@ -101,8 +93,14 @@ def test_a_worker_process_serves_counts_histograms_and_gauges(
         what="16 outcomes in sqlqueue_jobs_total",
         explain=lambda: f"{scrape(port)}\n{worker.describe()}",
     )
-    time.sleep(0.3)  # past --metrics-interval: the gauges read the stats again
-    samples = scrape(port)
+
+    # Within a --metrics-interval the gauges read the stats again: all 9 successes show.
+    def settled() -> Samples | None:
+        found = scrape(port)
+        succeeded = value(found, "sqlqueue_queue_jobs", queue="default", status="succeeded")
+        return found if succeeded == 9 else None
+
+    samples = wait_until(settled, timeout=30, what="the queue gauges to show the 9 successes")
     stats = queue.stats()
     worker.stop()
 

@@ -3,7 +3,6 @@ own version table beside a host's, the CLI migrates, and the wheel carries the r
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import zipfile
@@ -22,6 +21,7 @@ from alembic.script import ScriptDirectory
 import sqlqueue
 from sqlqueue._migrate import migrations_dir
 from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from tests._support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = ScriptDirectory(str(migrations_dir())).get_current_head()
@@ -269,16 +269,7 @@ def test_a_host_alembic_env_runs_sqlqueue_migrations_and_ignores_its_tables(back
 
 
 def _sqlqueue_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key != "SQLQUEUE_DATABASE_URL"}
-    return subprocess.run(
-        [sys.executable, "-m", "sqlqueue", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, timeout=60)
 
 
 def test_cli_migrate_creates_the_tables(backend, tmp_path):

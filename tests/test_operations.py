@@ -1,23 +1,23 @@
 """The operators' API on both backends: stats, health, search, dead-letter actions, prune, pause.
 
 Each test builds its jobs through the public API (enqueue, a burst worker) and reads them back
-the way an operator would; only times in the past are set by hand, where a test needs jobs that
-finished or failed long ago.
+the way an operator would; jobs that finished or failed long ago are made so with
+``sqlqueue.testing.age_jobs``.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._schema import jobs
-from sqlqueue._store.counts import reset_counts
 from sqlqueue.dialects import dialect_for
-from tests._support import bounded, db_now, drain
+from sqlqueue.testing import age_jobs
+from tests._support import bounded, db_now, drain, enqueue
 from tests.conftest import Backend
 
 STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"]
@@ -42,23 +42,6 @@ def make_queue(backend: Backend, **options: object) -> sqlqueue.Queue:
     return queue
 
 
-def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: object) -> list[int]:
-    requests = [
-        sqlqueue.JobRequest(job_type=job_type, payload={"n": i, **payload}) for i in range(count)
-    ]
-    with queue.engine.begin() as conn:
-        return queue.enqueue_many(conn, requests)
-
-
-def set_times(engine: sa.Engine, ids: list[int], **values: datetime) -> None:
-    """Move jobs' times by hand (to the past, mostly), then forget the finished-count rollup a
-    worker may have folded meanwhile: a finished job moved below its mark would drop out of the
-    counts (jobs never change their finishing time but by hand)."""
-    with engine.begin() as conn:
-        conn.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(**values))
-        reset_counts(conn)
-
-
 # -- stats and health ---------------------------------------------------------------------------
 
 
@@ -80,7 +63,7 @@ def test_stats_counts_by_status_queue_and_type_with_ages_and_top_errors(backend:
     enqueue(queue, "flaky", 1)
     drain(queue)
     waiting = enqueue(queue, "ok", 2)  # due now, nobody serves them yet
-    set_times(backend.engine, waiting[:1], next_run_at=db_now(backend.engine) - timedelta(hours=2))
+    age_jobs(queue, waiting[:1], by=timedelta(hours=2))
 
     stats = queue.stats()
 
@@ -120,7 +103,7 @@ def test_deaths_older_than_an_hour_and_handled_ones_do_not_count_as_recent(
     queue = make_queue(backend)
     dead = enqueue(queue, "boom", 4)
     drain(queue)
-    set_times(backend.engine, dead[:1], finished_at=db_now(backend.engine) - timedelta(hours=2))
+    age_jobs(queue, dead[:1], by=timedelta(hours=2))
     queue.discard(dead[1], by="ops", reason="customer deleted")
     queue.requeue(dead[2], by="ops", reason="fixed")
 
@@ -137,7 +120,7 @@ def test_health_raises_each_alarm_over_its_threshold_and_none_under(backend: Bac
     enqueue(queue, "boom", 3, error="same")
     drain(queue)
     stuck = enqueue(queue, "ok", 1)
-    set_times(backend.engine, stuck, next_run_at=db_now(backend.engine) - timedelta(minutes=10))
+    age_jobs(queue, stuck, by=timedelta(minutes=10))
 
     healthy = queue.health(max_queued_age=3600, max_dead_last_hour=3, max_same_error=3)
     assert healthy.ok
@@ -194,7 +177,7 @@ def test_jobs_since_and_until_bound_the_latest_change(backend: Backend) -> None:
     queue = make_queue(backend)
     old, new = enqueue(queue, "ok", 2)
     now = db_now(backend.engine)
-    set_times(backend.engine, [old], updated_at=now - timedelta(days=2))
+    age_jobs(queue, [old], by=timedelta(days=2))
 
     assert [job.id for job in queue.jobs(since=now - timedelta(hours=1))] == [new]
     assert [job.id for job in queue.jobs(until=now - timedelta(days=1))] == [old]
@@ -306,10 +289,7 @@ def test_prune_deletes_only_old_finished_jobs(backend: Backend) -> None:
     failed = enqueue(queue, "flaky", 1)
     drain(queue)
     queued = enqueue(queue, "ok", 1)
-    long_ago = db_now(backend.engine) - timedelta(days=30)
-    everything = done + dead + failed + queued
-    set_times(backend.engine, everything, finished_at=long_ago, updated_at=long_ago)
-    set_times(backend.engine, done[:1], finished_at=datetime.now(UTC))  # a recent success
+    age_jobs(queue, done[1:] + dead + failed + queued, by=timedelta(days=30))  # done[0]: recent
 
     assert queue.prune(older_than=86400, batch_size=2) == 4
     assert queue.prune(older_than=86400) == 0
@@ -327,8 +307,7 @@ def test_prune_of_dead_jobs_keeps_those_that_died_recently(backend: Backend) -> 
     queue = make_queue(backend)
     old, recent = enqueue(queue, "boom", 2)
     drain(queue)
-    long_ago = db_now(backend.engine) - timedelta(days=30)
-    set_times(backend.engine, [old], finished_at=long_ago, updated_at=long_ago)
+    age_jobs(queue, [old], by=timedelta(days=30))
 
     assert queue.prune(older_than=86400, statuses=["dead"]) == 1
     assert queue.get_job(old) is None
@@ -352,8 +331,7 @@ def test_a_worker_with_retention_prunes_as_a_duty(backend: Backend) -> None:
     )
     done = enqueue(queue, "ok", 5)
     drain(queue)
-    long_ago = db_now(backend.engine) - timedelta(days=1)
-    set_times(backend.engine, done[:3], finished_at=long_ago)
+    age_jobs(queue, done[:3], by=timedelta(days=1))
 
     worker = queue.worker(poll_interval=0.02)
     from tests._support import WorkerThread, wait_until
@@ -512,8 +490,7 @@ def test_stats_stay_exact_across_folds_prunes_requeues_and_discards(backend: Bac
     ok = enqueue(queue, "ok", 12)
     dead = enqueue(queue, "boom", 6)
     drain(queue)
-    long_ago = db_now(backend.engine) - timedelta(days=3)
-    set_times(backend.engine, ok[:8] + dead[:2], finished_at=long_ago)
+    age_jobs(queue, ok[:8] + dead[:2], by=timedelta(days=3))
     assert stats_counts(queue) == expected(backend.engine)  # nothing folded yet: all live
 
     assert queue.admin.fold_all_counts(margin=0) == 18  # everything finished before now
@@ -584,9 +561,8 @@ def test_a_long_history_is_folded_in_day_windows(backend: Backend) -> None:
     queue = make_queue(backend)
     done = enqueue(queue, "ok", 6)
     drain(queue)
-    now = db_now(backend.engine)
     for age_days, job_id in zip((30, 20, 10, 5, 3, 2), done, strict=True):
-        set_times(backend.engine, [job_id], finished_at=now - timedelta(days=age_days))
+        age_jobs(queue, [job_id], by=timedelta(days=age_days))
 
     folds = []
     while not (fold := queue.admin.fold_counts(margin=0)).caught_up:

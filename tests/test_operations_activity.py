@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 
 import sqlqueue
-from tests._support import db_now, drain
+from sqlqueue.testing import age_jobs
+from tests._support import drain, enqueue
 from tests.conftest import Backend
-from tests.test_operations import enqueue, make_queue, set_times
+from tests.test_operations import make_queue
 
 
 def test_activity_of_an_empty_database_is_sixty_minutes_of_zeros(backend: Backend) -> None:
@@ -30,12 +31,12 @@ def test_activity_counts_each_job_in_the_minute_it_finished_or_failed(backend: B
     dead = enqueue(queue, "boom", 2)
     failing = enqueue(queue, "flaky", 1)
     drain(queue)
-    now = db_now(backend.engine)
     # Move one success 10.5 minutes back, one death 30.5 minutes back, and one success out of
-    # the hour: the others stay in the latest minute.
-    set_times(backend.engine, done[:1], finished_at=now - timedelta(minutes=10, seconds=30))
-    set_times(backend.engine, dead[:1], finished_at=now - timedelta(minutes=30, seconds=30))
-    set_times(backend.engine, done[1:2], finished_at=now - timedelta(minutes=90))
+    # the hour: the others stay in the latest minute (the half minutes are the margin for the
+    # time between the drain and the activity query).
+    age_jobs(queue, done[:1], by=timedelta(minutes=10, seconds=30))
+    age_jobs(queue, dead[:1], by=timedelta(minutes=30, seconds=30))
+    age_jobs(queue, done[1:2], by=timedelta(minutes=90))
 
     activity = queue.activity()
 
@@ -52,7 +53,7 @@ def test_activity_over_fewer_minutes_leaves_older_jobs_out(backend: Backend) -> 
     queue = make_queue(backend)
     done = enqueue(queue, "ok", 2)
     drain(queue)
-    set_times(backend.engine, done[:1], finished_at=db_now(backend.engine) - timedelta(minutes=20))
+    age_jobs(queue, done[:1], by=timedelta(minutes=20))
 
     activity = queue.activity(minutes=5)
 

@@ -7,18 +7,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import jobs
-from sqlqueue._store.counts import reset_counts
-from tests._support import count_jobs, db_now, drain
+from sqlqueue.testing import age_jobs
+from tests._support import count_jobs, drain, enqueue
 from tests.apps.processes import REPO_ROOT, WorkerProcess, Workers, child_env, wait_until
 from tests.conftest import Backend
 
@@ -43,13 +40,6 @@ def local_queue(backend: Backend) -> sqlqueue.Queue:
 
 def _logged(worker: WorkerProcess, text: str) -> bool:
     return text in worker.log()
-
-
-def enqueue(queue: sqlqueue.Queue, job_type: str, count: int) -> list[int]:
-    with queue.engine.begin() as conn:
-        return queue.enqueue_many(
-            conn, [sqlqueue.JobRequest(job_type=job_type, payload={"n": i}) for i in range(count)]
-        )
 
 
 def statuses(queue: sqlqueue.Queue, ids: list[int]) -> set[str]:
@@ -78,7 +68,8 @@ def test_a_paused_queue_stops_every_worker_process_and_resume_restarts_them(
     wait_until(
         lambda: statuses(queue, mail) == {"succeeded"}, timeout=20, what="the mail jobs to run"
     )
-    time.sleep(0.5)  # five poll intervals more: a worker that ignored the pause would claim
+    # The reports were enqueued first, so every claim round that took a mail job would have
+    # taken reports before it, had a worker ignored the pause: none did.
     assert statuses(queue, reports) == {"queued"}
     assert queue.stats().queues["reports"].paused
 
@@ -101,12 +92,7 @@ def test_two_workers_with_retention_prune_old_jobs_once_between_them(
     recent = enqueue(queue, "mail_job", 10)
     drain(queue)
     waiting = enqueue(queue, "report_job", 5)  # queued jobs are never pruned
-    with backend.engine.begin() as conn:
-        two_days_ago = db_now(backend.engine) - timedelta(days=2)
-        conn.execute(
-            sa.update(jobs).where(jobs.c.id.in_(old + waiting)).values(finished_at=two_days_ago)
-        )
-        reset_counts(conn)  # the drains' workers folded them in at their old finishing times
+    age_jobs(queue, old + waiting, by=timedelta(days=2))
 
     env = child_env(backend.url, OPS_RETENTION_SUCCEEDED="3600", OPS_RETENTION_BATCH="100")
     started = [
@@ -157,7 +143,11 @@ def test_two_processes_requeueing_the_same_dead_jobs_make_one_new_job_each(
         )
         for _ in range(2)
     ]
-    time.sleep(1.0)  # both are importing, then waiting on the start file
+    wait_until(  # both have imported sqlqueue and wait on the start file
+        lambda: len(list(tmp_path.glob("start.ready.*"))) == len(racers),
+        timeout=60,
+        what="both racers to be ready",
+    )
     start.touch()
     outputs = [racer.communicate(timeout=60) for racer in racers]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -100,7 +99,13 @@ def test_worker_processes_enqueue_every_second_slot_exactly_once(backend, tmp_pa
         ]
         for worker in started:
             worker.wait_ready()
-        time.sleep(3.5)
+        # Three schedulers race for each slot: wait until four slots have been enqueued.
+        wait_until(
+            lambda: count_jobs(backend.engine, job_type="tick") >= 4,
+            timeout=60,
+            what="four every-second slots",
+            explain=lambda: "\n".join(worker.describe() for worker in started),
+        )
         for worker in started:
             assert worker.stop() == 0
             assert "Traceback" not in worker.log(), worker.describe()

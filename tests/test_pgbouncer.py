@@ -1,6 +1,6 @@
 """PgBouncer in transaction pooling mode: worker processes drain jobs through it, polling.
 
-The test starts Debian's ``pgbouncer`` itself (a free port, a temporary config, ``pool_mode =
+The test starts Debian's ``pgbouncer`` itself (a unix socket of its own, a config, ``pool_mode =
 transaction``) in front of a PostgreSQL database of its own. Through it go the migrations
 (their advisory lock is transaction-scoped), enqueues (``pg_notify`` in the INSERT is only a
 hint nobody listens to here), hundreds of executions of the same statements from interleaved
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -54,11 +53,9 @@ def _pgbouncer_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+#: The port number PgBouncer names its socket file after (``.s.PGSQL.6432``): it listens on a
+#: unix socket in a directory of its own only, so there is no TCP port to find free or race for.
+SOCKET_PORT = 6432
 
 
 @dataclass(frozen=True)
@@ -66,14 +63,21 @@ class Bouncer:
     """A running PgBouncer in transaction mode in front of ``direct_url``'s server."""
 
     direct_url: str
-    port: int
+    socket_dir: Path
     version: str
 
     @property
     def url(self) -> str:
-        """``direct_url`` through PgBouncer."""
+        """``direct_url`` through PgBouncer (its unix socket)."""
         direct = sa.make_url(self.direct_url)
-        return direct.set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+        through = sa.URL.create(
+            direct.drivername,
+            username=direct.username,
+            password=direct.password,
+            database=direct.database,
+            query={"host": str(self.socket_dir), "port": str(SOCKET_PORT)},
+        )
+        return through.render_as_string(hide_password=False)
 
     def clients(self) -> Counter[str]:
         """Client connections to our database open right now, per ``application_name``."""
@@ -81,7 +85,11 @@ class Bouncer:
 
         database = sa.make_url(self.direct_url).database
         with psycopg.connect(
-            host="127.0.0.1", port=self.port, dbname="pgbouncer", user="postgres", autocommit=True
+            host=str(self.socket_dir),
+            port=SOCKET_PORT,
+            dbname="pgbouncer",
+            user="postgres",
+            autocommit=True,
         ) as admin:
             cursor = admin.execute("SHOW CLIENTS")
             assert cursor.description is not None
@@ -109,16 +117,14 @@ def bouncer(database_url: str) -> Iterator[Bouncer]:
     login = f"user={server.username or 'postgres'}"
     if server.password:
         login += f" password={server.password}"
-    port = _free_port()
     config_dir = Path(tempfile.mkdtemp(prefix="sqlqueue-pgbouncer-"))
     config = config_dir / "pgbouncer.ini"
     config.write_text(
         "[databases]\n"
         f"* = host={server.host or '127.0.0.1'} port={server.port or 5432} {login}\n"
         "[pgbouncer]\n"
-        "listen_addr = 127.0.0.1\n"
-        f"listen_port = {port}\n"
-        "unix_socket_dir =\n"
+        f"listen_port = {SOCKET_PORT}\n"  # no listen_addr: the unix socket only
+        f"unix_socket_dir = {config_dir}\n"
         "auth_type = any\n"
         "pool_mode = transaction\n"
         "admin_users = postgres\n"
@@ -135,7 +141,7 @@ def bouncer(database_url: str) -> Iterator[Bouncer]:
         process = subprocess.Popen(
             [*command, str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=log
         )
-    bouncer = Bouncer(direct_url=database_url, port=port, version=version)
+    bouncer = Bouncer(direct_url=database_url, socket_dir=config_dir, version=version)
 
     def accepting() -> bool:
         if process.poll() is not None:

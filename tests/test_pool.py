@@ -11,6 +11,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue.dialects import dialect_for
+from tests._support import wait_until
 
 
 def _counting_pings(engine: sa.Engine) -> list[object]:
@@ -70,7 +71,13 @@ def test_a_backend_the_server_terminated_is_replaced_without_a_ping(postgres_url
             pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         with admin.begin() as conn:
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        time.sleep(0.1)  # the backend exits and its farewell reaches the socket
+
+        def exited() -> bool:  # then its farewell is on the socket
+            with admin.connect() as conn:  # a new snapshot of pg_stat_activity each time
+                query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+                return int(conn.execute(query, {"pid": pid}).scalar_one()) == 0
+
+        wait_until(exited, what="the terminated backend to exit")
         with queue.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() != pid
         assert pings == []

@@ -312,7 +312,12 @@ def test_a_second_sigterm_releases_in_flight_jobs_at_once(
         explain=worker.describe,
     )
     worker.send(signal.SIGTERM)
-    time.sleep(1.0)
+    wait_until(
+        lambda: "received SIGTERM: no new claims" in worker.log(),
+        timeout=30,
+        what="the worker to take the first SIGTERM",
+        explain=worker.describe,
+    )
     assert worker.popen.poll() is None, "the first SIGTERM waits for the in-flight job"
 
     forced_at = time.time()

@@ -108,6 +108,7 @@ def test_the_test_helpers_name_exactly_their_public_api():
 
     assert set(sqlqueue.testing.__all__) == {
         "DrainResult",
+        "age_jobs",
         "assert_enqueued",
         "drain",
         "drain_async",

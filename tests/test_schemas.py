@@ -10,9 +10,7 @@ that missed the schema fails loudly instead of quietly using the default schema'
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +25,8 @@ from sqlqueue._store.bulk_copy import COPY_MIN_ROWS
 from sqlqueue.dialects import dialect_for
 from sqlqueue.email import SMTP, Content, Mailer
 from sqlqueue.webhooks import UnknownEndpoint, Webhooks
-from tests._support import drain
-from tests.apps.processes import REPO_ROOT, Workers, wait_until
+from tests._support import drain, run_cli
+from tests.apps.processes import Workers, wait_until
 from tests.apps.receiver import Reply, running_receiver
 from tests.apps.schema_notes import NOTES
 from tests.conftest import Backend
@@ -42,19 +40,7 @@ SQLQUEUE_TABLES = {table.name for table in metadata.tables.values()} | {VERSION_
 
 def cli(*args: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m sqlqueue ARGS`` on ``url`` (no schema from our own environment)."""
-    environment = {
-        k: v for k, v in os.environ.items() if k not in {"SQLQUEUE_DATABASE_URL", "SQLQUEUE_SCHEMA"}
-    }
-    environment.update(SQLQUEUE_DATABASE_URL=url, **env)
-    return subprocess.run(
-        [sys.executable, "-m", "sqlqueue", *args],
-        cwd=REPO_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, url=url, env=env)
 
 
 def cli_json(*args: str, url: str, **env: str) -> Any:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets
 import shutil
 import subprocess
-import sys
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,8 +31,8 @@ from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import MARKER, SecretKeyMissing, keyring_from, secret_fields_for
 from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue.dialects import dialect_for
-from tests._support import WorkerThread, drain
-from tests.apps.processes import REPO_ROOT, wait_until
+from tests._support import WorkerThread, drain, run_cli
+from tests.apps.processes import wait_until
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(180)
@@ -121,17 +119,7 @@ def stored_text(backend: Backend) -> str:
 
 def cli(backend: Backend, *args: str) -> str:
     """The output of ``python -m sqlqueue ARGS`` against the backend (stdout and stderr)."""
-    env = {**os.environ, "SQLQUEUE_DATABASE_URL": backend.url}
-    env.pop("SQLQUEUE_ENCRYPTION_KEYS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "sqlqueue", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli(*args, url=backend.url)
     assert done.returncode in (0, 1), done.stderr
     return done.stdout + done.stderr
 

@@ -414,8 +414,13 @@ def test_drain_async_serves_inside_a_running_loop(backend):
 
 
 def test_drain_refuses_a_string_for_queues(backend):
-    with pytest.raises(ValueError, match="list of names"):
+    with pytest.raises(sqlqueue.ConfigurationError, match="list of names"):
         drain(backend.queue(), queues="mail")
+
+
+def test_assert_enqueued_refuses_a_negative_count(backend):
+    with pytest.raises(sqlqueue.ConfigurationError, match="count must be >= 0"):
+        assert_enqueued(backend.queue(), "welcome", count=-1)
 
 
 # -- the pytest plugin -------------------------------------------------------------------------

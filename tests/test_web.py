@@ -30,20 +30,12 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx sti
 
 import sqlqueue
 import sqlqueue.web
+from sqlqueue.testing import age_jobs
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
-from tests._support import db_now, drain, wait_until
-from tests._web_support import (
-    KEY,
-    browser_client,
-    enqueue,
-    free_port,
-    make_queue,
-    populated,
-    token_of,
-)
+from tests._support import drain, enqueue, port_in, sqlqueue_command, wait_until
+from tests._support.web import KEY, browser_client, make_queue, populated, token_of
 from tests.conftest import Backend
-from tests.test_operations import set_times
 
 
 def client(queue: sqlqueue.Queue, **options: Any) -> TestClient:
@@ -113,7 +105,7 @@ def test_overview_shows_the_unknown_type_alarm_in_one_line(backend: Backend) -> 
     queue.task("billing.sync")(lambda: None)
     with backend.engine.begin() as conn:
         job_id = queue.enqueue(conn, "billing.sync")
-    set_times(backend.engine, [job_id], next_run_at=db_now(backend.engine) - timedelta(hours=1))
+    age_jobs(queue, [job_id], by=timedelta(hours=1))
     facts = {"host": "h", "pid": 1, "version": "0", "running": 0, "stopping": False}
     queue.admin.announce_worker(
         worker_id="an-older-release",
@@ -131,8 +123,7 @@ def test_overview_shows_counts_ages_recent_failures_top_errors_and_the_chart(
 ) -> None:
     queue, ids = populated(backend)
     # One queued mail job has waited ten minutes.
-    waited = db_now(backend.engine) - timedelta(minutes=10)
-    set_times(backend.engine, ids["queued"][:1], next_run_at=waited)
+    age_jobs(queue, ids["queued"][:1], by=timedelta(minutes=10))
     page = client(queue, max_queued_age=300).get("/")
 
     assert page.status_code == 200
@@ -753,27 +744,27 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: 
 
 
 def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
-    backend: Backend,
+    backend: Backend, tmp_path: Path
 ) -> None:
     populated(backend)
-    port = free_port()
-    command = [sys.executable, "-m", "sqlqueue", "web", "--database-url", backend.url,
-               "--port", str(port), "--read-only"]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Port 0: uvicorn binds a port the kernel chose and says which in its start-up line.
+    command = [*sqlqueue_command(), "web", "--database-url", backend.url,
+               "--port", "0", "--read-only"]  # fmt: skip
+    log = tmp_path / "web.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
-        pages: list[httpx.Response] = []
 
-        def answered() -> bool:
-            try:
-                pages.append(httpx.get(f"http://127.0.0.1:{port}/jobs?status=dead", timeout=5))
-            except httpx.TransportError:
-                return False
-            return True
+        def reported() -> int | None:
+            if server.poll() is not None:
+                raise AssertionError(f"sqlqueue web exited: {log.read_text(errors='replace')}")
+            return port_in(log.read_text(errors="replace"), r"running on http://[^:]+:(\d+)")
 
-        wait_until(answered, timeout=60, step=0.2)
-        assert pages[-1].status_code == 200
-        assert "crm.sync" in pages[-1].text
-        assert 'method="post"' not in pages[-1].text
+        port = wait_until(reported, timeout=60, what="sqlqueue web to report its port")
+        page = httpx.get(f"http://127.0.0.1:{port}/jobs?status=dead", timeout=10)
+        assert page.status_code == 200
+        assert "crm.sync" in page.text
+        assert 'method="post"' not in page.text
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 import sqlqueue
 from sqlqueue.web import create_app
 from tests._support import drain
-from tests._web_support import make_queue, populated, serving
+from tests._support.web import make_queue, populated, serving
 from tests.conftest import IN_CI, Backend
 
 T = TypeVar("T")

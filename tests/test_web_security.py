@@ -15,7 +15,6 @@ import hmac
 import inspect
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -31,8 +30,8 @@ from starlette.routing import Mount, Route
 
 import sqlqueue
 from sqlqueue.web import _csrf, create_app
-from tests._support import drain, wait_until
-from tests._web_support import enqueue, free_port, make_queue, serving, token_of
+from tests._support import drain, enqueue, port_in, sqlqueue_command, wait_until
+from tests._support.web import make_queue, serving, token_of
 from tests.conftest import Backend
 from tests.test_web import dead_snapshot
 
@@ -428,29 +427,32 @@ def test_create_app_refuses_a_short_key_and_hosts_that_are_not_hosts(
             create_app(queue, allowed_hosts=hosts)
 
 
-def test_the_web_command_answers_its_allowed_hosts_only(backend: Backend, scene: Any) -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "sqlqueue", "web", "--database-url", backend.url,
-               "--port", str(port), "--allowed-host", f"ops.example:{port}",
+def test_the_web_command_answers_its_allowed_hosts_only(
+    backend: Backend, scene: Any, tmp_path: Path
+) -> None:
+    # Port 0: uvicorn binds a port the kernel chose and says which in its start-up line, so the
+    # hosts with a port are checked against one it cannot be (1) and names without one.
+    command = [*sqlqueue_command(), "web", "--database-url", backend.url, "--port", "0",
+               "--allowed-host", "ops.example", "--allowed-host", "pinned.example:1",
                "--allowed-host", "127.0.0.1"]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "web.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
 
-        def answered() -> bool:
-            try:
-                httpx.get(base + "/", timeout=5)
-            except httpx.TransportError:
-                return False
-            return True
+        def reported() -> int | None:
+            if server.poll() is not None:
+                raise AssertionError(f"sqlqueue web exited: {log.read_text(errors='replace')}")
+            return port_in(log.read_text(errors="replace"), r"running on http://[^:]+:(\d+)")
 
-        wait_until(answered, timeout=60, step=0.2)
+        port = wait_until(reported, timeout=60, what="sqlqueue web to report its port")
+        base = f"http://127.0.0.1:{port}"
         # --allowed-host replaces the default (the address and localhost): localhost is refused.
         expected = {
             f"ops.example:{port}": 200,
             f"127.0.0.1:{port}": 200,
             f"localhost:{port}": 400,
-            f"ops.example:{port + 1}": 400,
+            f"pinned.example:{port}": 400,
         }
         answers = {
             host: httpx.get(base + "/", headers={"Host": host}, timeout=30).status_code
@@ -460,7 +462,7 @@ def test_the_web_command_answers_its_allowed_hosts_only(backend: Backend, scene:
         server.terminate()
         server.wait(timeout=30)
     bad = subprocess.run(
-        [*command[:6], "--allowed-host", "http://ops.example/"],
+        [*command[:7], "--allowed-host", "http://ops.example/"],
         capture_output=True,
         text=True,
         timeout=60,

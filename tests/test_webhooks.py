@@ -781,7 +781,8 @@ def test_a_hanging_endpoint_does_not_delay_another_with_the_default_settings(bac
     waits = []
     with WorkerThread(queue.worker(poll_interval=0.05)):  # concurrency=4, the default
         wait_until(lambda: len(receiver.received("/stuck")) >= 2)
-        time.sleep(0.2)  # the stuck endpoint has now taken every slot it can get
+        # The stuck endpoint has taken every slot it can get: its cap of two in flight.
+        wait_until(lambda: hooks.in_flight("stuck") == 2, what="two stuck deliveries in flight")
         for n in range(1, 4):
             sent = time.monotonic()
             deliver(backend, hooks, "fine", data={"n": n})
@@ -847,9 +848,15 @@ def test_a_hanging_endpoint_opens_its_breaker_and_its_deliveries_wait(backend, r
         sent = time.monotonic()
         deliver(backend, hooks, "fine", data={"n": 1})
         wait_until(lambda: len(receiver.received("/fine")) == 1, timeout=5)
-        assert time.monotonic() - sent < 0.9
+        # Behind the stuck endpoint it would wait for attempts that time out after 1 s, one
+        # pair after another; 3 s is the margin for a loaded machine.
+        assert time.monotonic() - sent < 3.0
         attempts_while_open = len(receiver.received("/stuck"))
-        time.sleep(0.5)
+        # Two more deliveries to the other endpoint: the worker ran more rounds meanwhile,
+        # and none of them attempted the stuck endpoint while its breaker is open.
+        for n in (2, 3):
+            deliver(backend, hooks, "fine", data={"n": n})
+            wait_until(partial(_received, receiver, "/fine", n), timeout=10)
         assert len(receiver.received("/stuck")) == attempts_while_open
     assert attempts_while_open <= 4  # the cap and the breaker held the others back
     assert all(job(queue, job_id).status in ("queued", "failed") for job_id in stuck)

@@ -5,7 +5,7 @@ worker's side)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, column, select, table
@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, column, select, table
 from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
 from sqlqueue._schema import VERSION_TABLE
-from sqlqueue._store import counts, deadletter, due, maintenance, readmodel, workers
+from sqlqueue._store import aging, counts, deadletter, due, maintenance, readmodel, workers
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
@@ -170,6 +170,10 @@ class Admin:
     def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:
         """One fold (see :func:`counts.fold_counts`): a window of the history per call."""
         return self._write(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
+
+    def age_jobs(self, job_filter: JobFilter, *, by: timedelta) -> int:
+        """See :func:`aging.age_jobs`: one transaction."""
+        return self._write(lambda conn: aging.age_jobs(conn, job_filter.clauses(), by))
 
     def reset_counts(self) -> None:
         """See :func:`counts.reset_counts`."""

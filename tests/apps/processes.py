@@ -7,48 +7,18 @@ failing assertion quotes; the tests count from database rows, never from these l
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO
+
+from tests._support import REPO_ROOT, child_env, wait_until
 
 __all__ = ["REPO_ROOT", "WorkerProcess", "Workers", "child_env", "wait_until"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LEDGER_APP = "tests.apps.ledger_app:queue"
-
-T = TypeVar("T")
-
-
-def child_env(database_url: str, **extra: str) -> dict[str, str]:
-    """The environment of a child process: ours plus the database URL and ``extra``."""
-    env = dict(os.environ)
-    env.update(SQLQUEUE_DATABASE_URL=database_url, PYTHONUNBUFFERED="1", **extra)
-    return env
-
-
-def wait_until(
-    probe: Callable[[], T | None],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.05,
-    explain: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            details = f"\n{explain()}" if explain else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{details}")
-        time.sleep(interval)
 
 
 class WorkerProcess:

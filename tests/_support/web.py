@@ -1,14 +1,13 @@
 """What the web page's tests share: a queue with jobs that succeed, fail and die (one with a
 secret field), a page's CSRF token, a test client that talks as the page's own browser would,
-and a real uvicorn server in a thread on a free port."""
+and a real uvicorn server in a thread, on a listening socket
+bound to port 0 that it is handed (no free-port race)."""
 
 from __future__ import annotations
 
 import random
 import re
-import socket
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +22,11 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx sti
     from starlette.testclient import TestClient
 
 import sqlqueue
-from tests._support import db_now, drain
+from sqlqueue.testing import age_jobs
+from tests._support.jobs import drain, enqueue
+from tests._support.ports import listening_socket
+from tests._support.waiting import wait_until
 from tests.conftest import Backend
-from tests.test_operations import set_times
 
 KEY = Fernet.generate_key().decode()
 #: Where the test client says it is: a host the page allows by default, and the ``Origin`` a
@@ -58,14 +59,6 @@ def make_queue(backend: Backend) -> sqlqueue.Queue:
     return queue
 
 
-def enqueue(queue: sqlqueue.Queue, job_type: str, count: int, **payload: Any) -> list[int]:
-    requests = [
-        sqlqueue.JobRequest(job_type=job_type, payload={"n": i, **payload}) for i in range(count)
-    ]
-    with queue.engine.begin() as conn:
-        return queue.enqueue_many(conn, requests)
-
-
 def populated(
     backend: Backend, *, history: bool = False
 ) -> tuple[sqlqueue.Queue, dict[str, list[int]]]:
@@ -86,11 +79,10 @@ def populated(
         ids["history_dead"] = enqueue(queue, "crm.sync", 12, error="504 Gateway Timeout")
     drain(queue)
     if history:
-        now = db_now(backend.engine)
         spread = random.Random(15)  # the same hour on every run
         for job_id in [*ids["history_ok"], *ids["history_dead"]]:
             ago = timedelta(seconds=spread.triangular(60, 3600, 1500))
-            set_times(backend.engine, [job_id], finished_at=now - ago)
+            age_jobs(queue, [job_id], by=ago)
     ids["queued"] = enqueue(queue, "mail.send", 2, later=True)
     return queue, ids
 
@@ -109,29 +101,26 @@ def browser_client(app: Any, **options: Any) -> TestClient:
     return TestClient(app, base_url=ORIGIN, headers={"Origin": ORIGIN}, **options)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serving(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread on a free port; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    """``app`` served by uvicorn in a thread, on a socket bound to a port the kernel chose;
+    yields its base URL."""
+    with listening_socket() as sock:
+        port = int(sock.getsockname()[1])
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+
+        def started() -> bool:
+            if not thread.is_alive():
+                raise AssertionError("uvicorn exited while starting")
+            return bool(server.started)
+
+        wait_until(started, timeout=30, what="uvicorn to start")
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
