@@ -225,7 +225,7 @@ def claims_while(url: str, action: Callable[[], object]) -> tuple[str, float]:
 
 def web_pages(queue: sqlqueue.Queue) -> dict[str, Callable[[], object]]:
     """GETs of the web page (queries and rendering), each checked to answer 200."""
-    client = TestClient(create_app(queue))
+    client = TestClient(create_app(queue), base_url="http://localhost")  # a host it answers
 
     def get(path: str) -> Callable[[], object]:
         def call() -> object:
