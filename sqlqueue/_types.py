@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer, String
+from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer, String, cast, type_coerce
+from sqlalchemy.dialects.mysql import BINARY, VARBINARY
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
-from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
@@ -103,8 +103,14 @@ class Utf8Bytes(TypeDecorator[str]):
     impl = VARBINARY
     cache_ok = True
 
-    def process_bind_param(self, value: str | None, dialect: SADialect) -> bytes | None:
-        return None if value is None else value.encode("utf-8")
+    def bind_expression(self, bindvalue: Any) -> Any:
+        """The text is sent as text and made bytes by the server (``CAST(… AS BINARY)``: its
+        utf8mb4 bytes, trailing spaces kept): aiomysql cannot bind a ``bytes`` parameter with
+        current PyMySQL, and the async email kind writes through it."""
+        return cast(type_coerce(bindvalue, String()), BINARY())
+
+    def process_bind_param(self, value: str | None, dialect: SADialect) -> str | None:
+        return value
 
     def process_result_value(self, value: Any, dialect: SADialect) -> str | None:
         return None if value is None else bytes(value).decode("utf-8")
