@@ -33,8 +33,8 @@ import sqlqueue.web
 from sqlqueue.testing import age_jobs
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
-from tests._support import drain, enqueue, port_in, sqlqueue_command, wait_until
-from tests._support.web import KEY, browser_client, make_queue, populated, token_of
+from tests._support import drain, enqueue
+from tests._support.web import KEY, browser_client, make_queue, populated, token_of, web_command
 from tests.conftest import Backend
 
 
@@ -747,27 +747,13 @@ def test_the_web_command_serves_the_page_and_read_only_hides_the_actions(
     backend: Backend, tmp_path: Path
 ) -> None:
     populated(backend)
-    # Port 0: uvicorn binds a port the kernel chose and says which in its start-up line.
-    command = [*sqlqueue_command(), "web", "--database-url", backend.url,
-               "--port", "0", "--read-only"]  # fmt: skip
-    log = tmp_path / "web.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-    try:
-
-        def reported() -> int | None:
-            if server.poll() is not None:
-                raise AssertionError(f"sqlqueue web exited: {log.read_text(errors='replace')}")
-            return port_in(log.read_text(errors="replace"), r"running on http://[^:]+:(\d+)")
-
-        port = wait_until(reported, timeout=60, what="sqlqueue web to report its port")
+    with web_command(
+        "--database-url", backend.url, "--read-only", log=tmp_path / "web.log"
+    ) as port:
         page = httpx.get(f"http://127.0.0.1:{port}/jobs?status=dead", timeout=10)
-        assert page.status_code == 200
-        assert "crm.sync" in page.text
-        assert 'method="post"' not in page.text
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    assert page.status_code == 200
+    assert "crm.sync" in page.text
+    assert 'method="post"' not in page.text
 
 
 def test_the_web_command_help_says_what_it_serves_and_that_it_has_no_login() -> None:

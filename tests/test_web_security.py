@@ -30,8 +30,8 @@ from starlette.routing import Mount, Route
 
 import sqlqueue
 from sqlqueue.web import _csrf, create_app
-from tests._support import drain, enqueue, port_in, sqlqueue_command, wait_until
-from tests._support.web import make_queue, serving, token_of
+from tests._support import drain, enqueue, sqlqueue_command
+from tests._support.web import make_queue, serving, token_of, web_command
 from tests.conftest import Backend
 from tests.test_web import dead_snapshot
 
@@ -432,20 +432,9 @@ def test_the_web_command_answers_its_allowed_hosts_only(
 ) -> None:
     # Port 0: uvicorn binds a port the kernel chose and says which in its start-up line, so the
     # hosts with a port are checked against one it cannot be (1) and names without one.
-    command = [*sqlqueue_command(), "web", "--database-url", backend.url, "--port", "0",
-               "--allowed-host", "ops.example", "--allowed-host", "pinned.example:1",
-               "--allowed-host", "127.0.0.1"]  # fmt: skip
-    log = tmp_path / "web.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-    try:
-
-        def reported() -> int | None:
-            if server.poll() is not None:
-                raise AssertionError(f"sqlqueue web exited: {log.read_text(errors='replace')}")
-            return port_in(log.read_text(errors="replace"), r"running on http://[^:]+:(\d+)")
-
-        port = wait_until(reported, timeout=60, what="sqlqueue web to report its port")
+    hosts = ["--allowed-host", "ops.example", "--allowed-host", "pinned.example:1",
+             "--allowed-host", "127.0.0.1"]  # fmt: skip
+    with web_command("--database-url", backend.url, *hosts, log=tmp_path / "web.log") as port:
         base = f"http://127.0.0.1:{port}"
         # --allowed-host replaces the default (the address and localhost): localhost is refused.
         expected = {
@@ -458,11 +447,17 @@ def test_the_web_command_answers_its_allowed_hosts_only(
             host: httpx.get(base + "/", headers={"Host": host}, timeout=30).status_code
             for host in expected
         }
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     bad = subprocess.run(
-        [*command[:7], "--allowed-host", "http://ops.example/"],
+        [
+            *sqlqueue_command(),
+            "web",
+            "--database-url",
+            backend.url,
+            "--port",
+            "0",
+            "--allowed-host",
+            "http://ops.example/",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -23,8 +25,9 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx sti
 
 import sqlqueue
 from sqlqueue.testing import age_jobs
+from tests._support.cli import sqlqueue_command
 from tests._support.jobs import drain, enqueue
-from tests._support.ports import listening_socket
+from tests._support.ports import listening_socket, port_in
 from tests._support.waiting import wait_until
 from tests.conftest import Backend
 
@@ -124,3 +127,24 @@ def serving(app: Any) -> Iterator[str]:
         finally:
             server.should_exit = True
             thread.join(timeout=10)
+
+
+@contextmanager
+def web_command(*arguments: str, log: Path) -> Iterator[int]:
+    """``sqlqueue web --port 0 ARGUMENTS`` in a subprocess, its output in ``log``; yields the
+    port it reported (uvicorn binds one the kernel chose and names it in its start-up line),
+    and stops it when the block ends."""
+    command = [*sqlqueue_command(), "web", "--port", "0", *arguments]
+    with log.open("wb") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    try:
+
+        def reported() -> int | None:
+            if server.poll() is not None:
+                raise AssertionError(f"sqlqueue web exited: {log.read_text(errors='replace')}")
+            return port_in(log.read_text(errors="replace"), r"running on http://[^:]+:(\d+)")
+
+        yield wait_until(reported, timeout=60, what="sqlqueue web to report its port")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
