@@ -49,6 +49,11 @@ def test_concurrent_claims_hand_each_job_to_one_worker(faults: Faults) -> None:
     over_limit = [dict(c) for c in claims if c["returned"] > c["claim_limit"]]
     transitions = faults.transitions()
     claimed = Counter(t.job_id for t in transitions if t.new_status == "running")
+    # A job held ahead behind a slow one goes back to the queue after 0.5 s (claim-ahead), and
+    # then another claim takes it: a release, not a race, and no attempt is counted for it.
+    released = Counter(
+        t.job_id for t in transitions if (t.old_status, t.new_status) == ("running", "queued")
+    )
     rows = faults.jobs()
     per_pid = Counter(c["pid"] for c in claims)
     largest = {
@@ -58,7 +63,8 @@ def test_concurrent_claims_hand_each_job_to_one_worker(faults: Faults) -> None:
         f"{jobs} jobs, {processes} processes claiming 1 or up to 10 at a time, select widened "
         f"{PAUSE * 1000:g} ms/row: {counted.line()}; {len(claims)} claims, largest "
         f"{largest[1]} (limit 1) / {largest[10]} (limit 10), over limit {len(over_limit)}; "
-        f"claims per job {min(claimed.values())}..{max(claimed.values())}; "
+        f"claims per job {min(claimed.values())}..{max(claimed.values())} "
+        f"(held jobs released {sum(released.values())}); "
         f"{jobs / took:,.0f} jobs/s; claims per process {sorted(per_pid.values())}",
         duplicates=len(counted.duplicates),
         lost=len(counted.lost),
@@ -69,8 +75,12 @@ def test_concurrent_claims_hand_each_job_to_one_worker(faults: Faults) -> None:
     assert not counted.duplicates, faults.describe_jobs(counted.duplicates)
     assert counted.spread == (1, 1)
     assert not over_limit, over_limit[:5]
-    assert sum(c["returned"] for c in claims) == jobs, "every claimed row was counted once"
-    assert set(claimed.values()) == {1}, "each job was claimed exactly once"
+    assert sum(c["returned"] for c in claims) == jobs + sum(released.values()), (
+        "every claimed row was counted once"
+    )
+    assert all(count == 1 + released[job_id] for job_id, count in claimed.items()), (
+        "each job was claimed exactly once, and once more after each release of it"
+    )
     assert not history_problems(transitions)
     assert {(job.status, job.attempts) for job in rows.values()} == {("succeeded", 1)}
     assert all(job.attempts <= job.max_attempts for job in rows.values())
