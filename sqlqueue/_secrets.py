@@ -168,7 +168,7 @@ class Redactor:
                             storable(leaf),
                             repr(leaf)[1:-1],
                             JSON_ENCODER.encode(leaf)[1:-1],
-                            json.dumps(leaf)[1:-1],  # ASCII-only JSON: \uXXXX escapes
+                            json.dumps(leaf)[1:-1],  # ASCII-only JSON: \u escapes
                         )
                     )
                 elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
