@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from sqlqueue._schema import jobs
 from tests.apps.ledger import create_ledger, read_ledger, register_ledger_tasks
 from tests.apps.processes import Workers, wait_until
 from tests.conftest import Backend
@@ -190,6 +191,26 @@ def test_jobs_of_a_killed_worker_complete_on_another(
         assert runs == [(1, doomed.pid, False), (2, rescuer.pid, True)]
 
 
+def freeze_outside_its_transactions(worker: Any, engine: sa.Engine, job_id: int) -> None:
+    """SIGSTOP ``worker`` at a moment it holds no lock on the job's row. Frozen inside a short
+    transaction (a heartbeat), its connection would sit idle in transaction with the row
+    locked, and every other worker would skip the row for as long as it stays frozen: a test
+    of a stall, not of a lock held for ever. Checked with ``FOR UPDATE NOWAIT``; if the row is
+    locked, the worker runs on a moment and is frozen again."""
+    for _ in range(50):
+        worker.send(signal.SIGSTOP)
+        try:
+            with engine.begin() as conn:
+                locked = sa.select(jobs.c.id).where(jobs.c.id == job_id)
+                conn.execute(locked.with_for_update(nowait=True)).all()
+        except sa.exc.DBAPIError:
+            worker.send(signal.SIGCONT)
+            time.sleep(0.01)
+            continue
+        return
+    raise AssertionError("the worker held the job's row locked at every try")
+
+
 def test_a_stalled_worker_cannot_overwrite_its_successors_attempt(
     backend: Backend, queue: sqlqueue.Queue, workers: Workers
 ) -> None:
@@ -205,7 +226,7 @@ def test_a_stalled_worker_cannot_overwrite_its_successors_attempt(
         what="the first attempt to start",
         explain=stalled.describe,
     )
-    stalled.send(signal.SIGSTOP)  # frozen mid-job: no heartbeats, no outcome
+    freeze_outside_its_transactions(stalled, backend.engine, job_id)  # no heartbeats, no outcome
     try:
         successor = workers.start("--concurrency", "2", *FAST_POLL, lease_seconds=CRASH_LEASE)
         wait_until(
