@@ -1,0 +1,87 @@
+"""Every Python sample in the docs (``docs/**/*.md``) and the README runs, as written.
+
+Each page's samples run in order in one namespace (Sybil reads the pages themselves), in a
+fresh temporary directory, so ``sqlite:///app.db`` is a file of the test's own. A page whose
+samples need a server says so in an HTML comment, ``<!-- samples-run-on: postgresql mysql -->``
+(default: ``sqlite``); they then run once per backend named, with ``DATABASE_URL`` set to an
+empty database of their own on the test server (skipped when unreachable; failed with
+``CI=true``, as the rest of the suite). Sybil's own comments (``<!-- invisible-code-block:
+python -->``, ``<!-- skip: next -->``) set a page's samples up where the reader need not see it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sybil import Sybil
+from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
+
+from tests.conftest import BACKENDS, _mysql_database, _postgres_database
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")],
+    key=lambda path: str(path.relative_to(ROOT)),
+)
+PAGES = [page for page in PAGES if "_build" not in page.parts]
+RUNS_ON = re.compile(r"<!--\s*samples-run-on:\s*([\w\s]+?)\s*-->")
+SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()], path=str(ROOT))
+
+
+def _backends(page: Path) -> list[str]:
+    found = RUNS_ON.search(page.read_text(encoding="utf-8"))
+    return found.group(1).split() if found else ["sqlite"]
+
+
+def _cases() -> Iterator[object]:
+    for page in PAGES:
+        if "```python" not in page.read_text(encoding="utf-8"):
+            continue
+        for backend in _backends(page):
+            name = str(page.relative_to(ROOT))
+            marks = (
+                []
+                if backend in BACKENDS
+                else [pytest.mark.skip(reason=f"{backend} not in SQLQUEUE_TEST_BACKENDS")]
+            )
+            yield pytest.param(page, backend, id=f"{name}-{backend}", marks=marks)
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database for one page's samples, on the backend the test is for."""
+    backend = request.node.callspec.params["backend"]
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'app.db'}"
+    elif backend == "postgresql":
+        yield from _postgres_database("docs")
+    else:
+        yield from _mysql_database("docs")
+
+
+@pytest.mark.parametrize(("page", "backend"), list(_cases()))
+def test_samples_run(
+    page: Path, backend: str, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setattr(sys, "argv", [str(page)])
+    modules = set(sys.modules)
+    document = SYBIL.parse(page)
+    try:
+        for example in document.examples():
+            example.evaluate()
+    finally:
+        for value in list(document.namespace.values()):
+            dispose = getattr(value, "dispose", None)
+            if callable(dispose) and type(value).__module__.startswith("sqlalchemy"):
+                dispose()
+        for name in set(sys.modules) - modules:  # a page's own modules, written by the page
+            if not hasattr(sys.modules[name], "__path__") and name.startswith("myapp"):
+                del sys.modules[name]
+    assert os.getcwd() == str(tmp_path)
