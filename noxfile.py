@@ -99,6 +99,22 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site from scratch with warnings as errors (``-W``) and every
+    cross-reference resolved (``-n``), then check the links between its pages (``linkcheck``;
+    URLs outside the site are not fetched). The site lands in ``docs/_build/html``."""
+    session.install("-e", ".[docs]")
+    build = ROOT / "docs" / "_build"
+    shutil.rmtree(build, ignore_errors=True)
+    session.run(
+        "sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", str(build / "html")
+    )
+    session.run(
+        "sphinx-build", "-W", "-n", "-q", "-b", "linkcheck", "docs", str(build / "linkcheck")
+    )
+
+
+@nox.session
 def wheel(session: nox.Session) -> None:
     """Build the wheel, install it in a clean virtualenv, and migrate SQLite and PostgreSQL."""
     tmp = Path(session.create_tmp()).resolve()
