@@ -11,13 +11,13 @@ python -->``, ``<!-- skip: next -->``) set a page's samples up where the reader 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sybil import Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
 
@@ -71,17 +71,11 @@ def test_samples_run(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setattr(sys, "argv", [str(page)])
-    modules = set(sys.modules)
     document = SYBIL.parse(page)
     try:
         for example in document.examples():
             example.evaluate()
     finally:
-        for value in list(document.namespace.values()):
-            dispose = getattr(value, "dispose", None)
-            if callable(dispose) and type(value).__module__.startswith("sqlalchemy"):
-                dispose()
-        for name in set(sys.modules) - modules:  # a page's own modules, written by the page
-            if not hasattr(sys.modules[name], "__path__") and name.startswith("myapp"):
-                del sys.modules[name]
-    assert os.getcwd() == str(tmp_path)
+        for value in list(document.namespace.values()):  # the page's engines: close their pools
+            if isinstance(value, sa.Engine):
+                value.dispose()
