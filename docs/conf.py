@@ -45,7 +45,12 @@ html_title = f"sqlqueue {release}"
 autodoc_default_options = {
     "members": True,
     "show-inheritance": True,
-    "inherited-members": "Exception,BaseException,ValueError,LookupError,dict,tuple,object",
+    "inherited-members": ",".join(
+        (
+            *("Exception", "BaseException", "ValueError", "LookupError"),
+            *("dict", "tuple", "str", "int", "Enum", "StrEnum", "object"),
+        )
+    ),
 }
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

@@ -14,7 +14,8 @@ Directives (usable from MyST pages as ```{name}``` fences):
   (``sqlqueue_cli_parser`` in conf.py names it): usage, description and options.
 
 A reference to a private path of a public name (autodoc writes ``sqlqueue._queue.Queue`` in
-signatures) is resolved to its public name (``sqlqueue.Queue``).
+signatures) is resolved to its public name (``sqlqueue.Queue``), and every name the public
+modules export must have an entry in the reference: a new one without fails the build.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
+from sphinx.util import logging as sphinx_logging
 from sphinx.util.docutils import SphinxDirective
+
+logger = sphinx_logging.getLogger(__name__)
 
 #: What each table is for: one sentence. A table missing here is listed without one.
 TABLE_PURPOSES = {
@@ -342,7 +346,23 @@ def _public_reference(
     return None
 
 
+def _check_public_names(app: Sphinx, env: Any) -> None:
+    """Warn (an error under ``-W``) for every exported name the reference does not document."""
+    documented = env.get_domain("py").objects
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            if f"{module_name}.{name}" not in documented:
+                logger.warning(
+                    "%s.%s is exported but has no entry in the reference (document it, or add "
+                    "an autodata line to its page)",
+                    module_name,
+                    name,
+                )
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("env-check-consistency", _check_public_names)
     app.add_config_value("sqlqueue_cli_parser", "sqlqueue._cli:_parser", "env")
     app.add_directive("sqlqueue-cli", CliDirective)
     app.connect("missing-reference", _public_reference)
