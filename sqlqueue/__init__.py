@@ -27,6 +27,7 @@ from sqlqueue._errors import (
     UnsupportedDatabase,
 )
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
+from sqlqueue._job_action import JobAction
 from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
@@ -60,6 +61,7 @@ __all__ = [
     "HandlerSignal",
     "Health",
     "Job",
+    "JobAction",
     "JobContext",
     "JobLogFilter",
     "JobNotFound",

@@ -25,9 +25,9 @@ from sqlqueue._enqueue import (
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
-from sqlqueue._limits import check_filter, check_integer, check_text
+from sqlqueue._limits import check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
-from sqlqueue._operations import Operations
+from sqlqueue._operations import DEFAULT_BATCH_SIZE, Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._rate_limit import RateLimit
@@ -384,12 +384,14 @@ class Queue(Operations):
         check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.store.get_job(job_id)
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, *, by: str | None = None, reason: str | None = None) -> Job:
         """Cancel a queued or failed job now, or ask a running job's handler to stop
         (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
-        Returns the job as it now is."""
+        Returns the job as it now is. With ``by`` and ``reason`` (an operator's cancel), the
+        job records who and why (:meth:`job_actions`)."""
+        record = self._record("cancel", by, reason)
         check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
-        return self.store.cancel(job_id)
+        return self.store.cancel(job_id, record)
 
     def cancel_where(
         self,
@@ -397,14 +399,45 @@ class Queue(Operations):
         job_type: str | None = None,
         queue: str | None = None,
         group_key: str | None = None,
+        status: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_ids: Iterable[int] | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> int:
-        """Cancel every queued or failed job matching all the given filters; return how many."""
-        if job_type is None and queue is None and group_key is None:
+        """Cancel every queued or failed job matching all the given filters (as
+        :meth:`jobs` reads them; ``status`` narrows to ``"queued"`` or ``"failed"``), in
+        batches of ``batch_size`` (one short transaction each); return how many. With ``by``
+        and ``reason``, each job records who and why (:meth:`job_actions`)."""
+        if all(
+            value is None
+            for value in (job_type, queue, group_key, error_contains, since, until, job_ids)
+        ):
             raise ConfigurationError(
-                "cancel_where needs at least one of job_type, queue, group_key"
+                "cancel_where needs at least one of job_type, queue, group_key, "
+                "error_contains, since, until, job_ids"
             )
-        check_filter(job_type=job_type, queue=queue, group_key=group_key)
-        return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
+        if error_contains == "":
+            raise ConfigurationError(
+                "error_contains must not be empty (it would match every job); pass None for "
+                "no filter"
+            )
+        record = self._record("cancel_where", by, reason)
+        if record is not None:
+            record = replace(record, action="cancel")
+        job_filter = self._job_filter(
+            status, job_type, queue, error_contains, since, until, job_ids, group_key, None
+        )
+        return len(
+            self._in_batches(
+                lambda n: self.admin.cancel_batch(job_filter, limit=n, record=record),
+                None,
+                batch_size,
+            )
+        )
 
     def rebind(self, engine: Engine | str, *, schema: str | EllipsisType | None = ...) -> Queue:
         """The same tasks, schedules and settings on another database (the CLI's

@@ -22,6 +22,7 @@ PUBLIC = {
     "Health",
     "HandlerSignal",
     "Job",
+    "JobAction",
     "JobContext",
     "JobLogFilter",
     "JobNotFound",
