@@ -48,6 +48,7 @@ PUBLIC = {
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
+    "WorkerInfo",
     "exponential",
     "linear",
     "migrate",
