@@ -44,6 +44,7 @@ from sqlqueue._stats import (
 )
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
+from sqlqueue._worker_info import WorkerInfo
 
 __all__ = [
     "Activity",
@@ -88,6 +89,7 @@ __all__ = [
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
+    "WorkerInfo",
     "exponential",
     "linear",
     "migrate",

@@ -20,6 +20,7 @@ from sqlqueue._cli_text import (
     short,
     table,
 )
+from sqlqueue._cli_workers import worker_of, worker_text
 from sqlqueue._errors import ConfigurationError, JobNotFound
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._queue import Queue
@@ -213,7 +214,11 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     job = queue.get_job(args.job_id)
     if job is None:
         raise JobNotFound(f"there is no job {args.job_id}")
-    print(json_text(job.to_dict()) if args.json else job_details(job))
+    worker = worker_of(queue, job)
+    if args.json:
+        print(json_text({**job.to_dict(), "worker": None if worker is None else worker.to_dict()}))
+    else:
+        print(job_details(job, worker=worker_text(job, worker)))
     return 0
 
 

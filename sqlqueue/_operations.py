@@ -39,6 +39,7 @@ from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.job_actions import WAITING, Record
+from sqlqueue._worker_info import WorkerInfo
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -128,6 +129,13 @@ class Operations:
             live_workers=live,
             overdue=overdue,
         )
+
+    def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:
+        """The worker processes alive now (their last heartbeat less than three heartbeat
+        intervals ago, by the database clock), live first, by host and pid; ``include_gone``:
+        also the workers that vanished without a clean exit (killed, lost their host) in the
+        last day. A worker that stopped cleanly has removed itself."""
+        return self.admin.workers(include_gone=include_gone)
 
     def activity(self, *, minutes: int = 60) -> Activity:
         """Jobs that succeeded, failed (waiting for a retry) and died in each of the last

@@ -49,6 +49,7 @@ PUBLIC = {
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
+    "WorkerInfo",
     "exponential",
     "linear",
     "migrate",

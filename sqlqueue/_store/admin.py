@@ -31,6 +31,7 @@ from sqlqueue._store.job_actions import Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue._store.workers import LiveWorker, OverdueType
+from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Admin"]
@@ -245,6 +246,12 @@ class Admin:
     def live_workers(self) -> list[LiveWorker]:
         """See :func:`workers.read_live_workers`."""
         return self._read(lambda conn: workers.read_live_workers(conn, self.dialect))
+
+    def workers(self, *, include_gone: bool) -> list[WorkerInfo]:
+        """See :func:`workers.read_workers`."""
+        return self._read(
+            lambda conn: workers.read_workers(conn, self.dialect, include_gone=include_gone)
+        )
 
     def overdue_types(self, *, queues: Sequence[str], older_than: float) -> list[OverdueType]:
         """See :func:`workers.read_overdue_types`."""

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, select
 
 from sqlqueue._schema import jobs, workers
+from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "announce_worker",
     "read_live_workers",
     "read_overdue_types",
+    "read_workers",
     "remove_worker",
 ]
 
@@ -93,6 +95,32 @@ def read_live_workers(conn: Connection, dialect: Dialect) -> list[LiveWorker]:
             id=row.id,
             queues=frozenset(row.queues),
             job_types=None if row.job_types is None else frozenset(row.job_types),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def read_workers(conn: Connection, dialect: Dialect, *, include_gone: bool) -> list[WorkerInfo]:
+    """The workers' rows, live ones first, each group by host, pid and id; ``include_gone``: the
+    expired rows too (workers gone without a word, kept a day)."""
+    alive = (workers.c.expires_at > dialect.now()).label("alive")
+    query = select(workers, alive).order_by(
+        alive.desc(), workers.c.host, workers.c.pid, workers.c.id
+    )
+    if not include_gone:
+        query = query.where(workers.c.expires_at > dialect.now())
+    return [
+        WorkerInfo(
+            id=row.id,
+            host=row.host,
+            pid=int(row.pid),
+            version=row.version,
+            queues={str(name): int(limit) for name, limit in dict(row.queues).items()},
+            started_at=row.started_at,
+            last_seen_at=row.last_seen_at,
+            running=int(row.running),
+            stopping=bool(row.stopping),
+            alive=bool(row.alive),
         )
         for row in conn.execute(query)
     ]
