@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job, JobStatus
+from sqlqueue._job_action import JobAction
 from sqlqueue._stats import Activity, Health
 from sqlqueue.web._chart import chart_of
 from sqlqueue.web._query import MAX_JOB_ID, job_list_filter
@@ -56,7 +57,6 @@ async def overview(request: Request) -> Response:
             "chart": chart_of(activity),
             "activity": activity,
             "max_queued_age": settings.max_queued_age,
-            "refresh_seconds": settings.refresh_seconds,
         },
     )
 
@@ -90,7 +90,7 @@ async def job_list(request: Request) -> Response:
     jobs = found[:PAGE_SIZE]
     notice = {
         key: request.query_params[key]
-        for key in ("requeued", "discarded")
+        for key in ("requeued", "discarded", "cancelled")
         if request.query_params.get(key, "").isdigit()
     }
     return render(
@@ -106,23 +106,37 @@ async def job_list(request: Request) -> Response:
     )
 
 
-def _job_and_batch(settings: WebSettings, job_id: int) -> tuple[Job | None, BatchStatus | None]:
-    """The job, and the counts of its batch if it has one."""
+def _job_and_batch(
+    settings: WebSettings, job_id: int
+) -> tuple[Job | None, BatchStatus | None, list[JobAction]]:
+    """The job, the counts of its batch if it has one, and what operators did to it."""
     queue = settings.queue
     job = queue.get_job(job_id)
-    if job is None or job.batch_id is None:
-        return job, None
-    return job, queue.get_batch(job.batch_id)
+    if job is None:
+        return None, None, []
+    batch = None if job.batch_id is None else queue.get_batch(job.batch_id)
+    return job, batch, queue.job_actions(job_id)
 
 
 async def job_page(request: Request) -> Response:
-    """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued or
-    discarded it, and its batch's counts."""
+    """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued,
+    discarded, cancelled or rescheduled it, its batch's counts, and the actions on a waiting
+    job (cancel, retry now, reschedule)."""
     settings = _viewer(request)
     job_id: int = request.path_params["job_id"]
     if not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(404, f"there is no job {job_id}")
-    job, batch = await run_in_threadpool(_job_and_batch, settings, job_id)
+    job, batch, actions = await run_in_threadpool(_job_and_batch, settings, job_id)
     if job is None:
         raise HTTPException(404, f"there is no job {job_id}")
-    return render(request, "job.html", {"job": job, "batch": batch})
+    retried = request.query_params.get("retried", "")
+    return render(
+        request,
+        "job.html",
+        {
+            "job": job,
+            "batch": batch,
+            "actions": actions,
+            "retried": int(retried) if retried in ("0", "1") else None,
+        },
+    )
