@@ -12,7 +12,7 @@ where the operator has ticked jobs is not swapped under their hand.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import sqlqueue
@@ -113,6 +113,9 @@ def test_the_periodic_page_shows_each_schedule_its_next_slot_and_its_last_slots_
             expect(row.locator(".tz")).to_have_text(schedule.timezone)
             upcoming = schedule.next_slot(now).strftime("%Y-%m-%d %H:%M:%S")
             expect(row.locator(".next-slot")).to_contain_text(upcoming)
+            if schedule.timezone != "UTC":  # and in UTC, as every other time on the page
+                in_utc = schedule.next_slot(now).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                expect(row.locator(".next-slot")).to_contain_text(f"({in_utc})")
         rollup = page.locator('#schedules tr[data-task="reports.rollup"] .last-job')
         expect(rollup).to_contain_text(f"#{by_task['reports.rollup']}")
         expect(rollup.locator(".status")).to_have_text("succeeded")
@@ -140,7 +143,7 @@ def batched(backend: Backend) -> tuple[sqlqueue.Queue, sqlqueue.Batch]:
         return None
 
     with queue.engine.begin() as conn:
-        queue.enqueue_batch(  # an older batch, still waiting
+        queue.enqueue_batch(  # an older batch
             conn, [sqlqueue.JobRequest(job_type="exports.render_page", payload={"page": 0})]
         )
     drain(queue)

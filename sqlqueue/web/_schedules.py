@@ -6,7 +6,7 @@ shows those of the queue it was created with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -30,6 +30,11 @@ class ScheduleView:
     next_slot: datetime
     last_slot: datetime
     last_job: Job | None
+
+    @property
+    def next_slot_utc(self) -> datetime:
+        """The next slot in UTC, the time every other date on the page is in."""
+        return self.next_slot.astimezone(UTC)
 
 
 def read_schedules(queue: Queue) -> tuple[datetime, list[ScheduleView]]:
