@@ -370,7 +370,7 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         concurrency=10,
     )
     print()
-    print(middleware.table(found))
+    print(middleware.table(found, middleware.call_overhead_us()))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 

@@ -107,41 +107,57 @@ def check_kind(chain: Sequence[Middleware], task_name: str, is_async: bool) -> N
             )
 
 
+#: The fields of a claimed job's :class:`Job` that the claim does not read.
+_UNREAD: dict[str, Any] = {
+    "status": JobStatus.RUNNING,
+    "finished_at": None,
+    "result": None,
+    "progress": None,
+    "idempotency_key": None,
+    "group_key": None,
+    "cancel_requested_at": None,
+    "locked_by": None,
+    "requeued_from": None,
+    "requeued_as": None,
+    "requeued_at": None,
+    "requeued_by": None,
+    "requeue_reason": None,
+    "discarded_at": None,
+    "discarded_by": None,
+    "discard_reason": None,
+}
+
+
 def public_job(job: ClaimedJob) -> Job:
     """The claimed job as a middleware sees it: a :class:`~sqlqueue.Job` in ``running``, as the
     claim read it (what the claim does not read — idempotency and group keys, requeue and
-    discard records — is ``None``)."""
+    discard records — is ``None``).
+
+    Made once per attempt, so it fills the frozen instance's ``__dict__`` at once instead of
+    through the dataclass ``__init__`` (one guarded ``__setattr__`` per field: most of what an
+    empty middleware would cost)."""
     errors = job.errors
-    return Job(
+    public = object.__new__(Job)
+    fields = public.__dict__
+    fields.update(_UNREAD)
+    fields.update(
         id=job.id,
         job_type=job.job_type,
         queue=job.queue,
         priority=job.priority,
         payload=job.payload,
-        status=JobStatus.RUNNING,
         attempts=job.attempt,
         max_attempts=job.max_attempts,
         next_run_at=job.next_run_at,
         created_at=job.created_at,
         updated_at=job.started_at,
         started_at=job.started_at,
-        finished_at=None,
-        result=None,
-        progress=None,
         last_error=str(errors[-1]["error"]) if errors else None,
         errors=tuple(error_record(entry) for entry in errors) if errors else (),
-        idempotency_key=None,
-        group_key=None,
-        cancel_requested_at=None,
-        locked_by=None,
         lease_expires_at=job.lease_expires_at,
-        requeued_from=None,
-        requeued_as=None,
-        requeued_at=None,
-        requeued_by=None,
-        requeue_reason=None,
         batch_id=job.batch_id,
     )
+    return public
 
 
 def compose(

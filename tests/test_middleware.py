@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 import sqlqueue
+from sqlqueue._middleware import public_job
+from sqlqueue._store.rows import ClaimedJob
 from sqlqueue.testing import drain
 from tests._support import count_jobs
 from tests.conftest import Backend
@@ -292,3 +295,26 @@ def test_an_on_enqueue_hook_must_return_a_request(backend: Backend) -> None:
     ):
         queue.enqueue(conn, "t")
     assert count_jobs(backend.engine) == 0
+
+
+def test_the_job_a_middleware_sees_has_every_field_of_a_job() -> None:
+    now = datetime.now(UTC)
+    claimed = ClaimedJob(
+        id=3,
+        job_type="t",
+        queue="q",
+        priority=1,
+        payload={"a": 1},
+        attempt=2,
+        max_attempts=4,
+        errors=({"attempt": 1, "at": now.isoformat(), "error": "E: x", "kind": "error"},),
+        next_run_at=now,
+        created_at=now,
+        batch_id=None,
+        started_at=now,
+        lease_expires_at=now,
+    )
+    job = public_job(claimed)
+    assert set(vars(job)) == {field.name for field in dataclasses.fields(sqlqueue.Job)}
+    assert (job.attempts, job.last_error, job.errors[0].error) == (2, "E: x", "E: x")
+    assert job == dataclasses.replace(job)  # a Job like any other
