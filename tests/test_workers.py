@@ -5,6 +5,7 @@ database holds (a job's due time, a worker's last heartbeat) so each case is exa
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 
 import pytest
@@ -177,3 +178,32 @@ def test_health_cli_takes_max_unserved(backend: Backend) -> None:
 def test_health_refuses_a_negative_max_unserved(backend: Backend) -> None:
     with pytest.raises(sqlqueue.ConfigurationError, match="thresholds"):
         backend.queue().health(max_unserved=-1)
+
+
+def test_a_stopping_worker_says_so_while_its_last_job_finishes(backend: Backend) -> None:
+    queue = backend.queue(lease_seconds=30.0)
+    release = threading.Event()
+    started = threading.Event()
+
+    @queue.task("slow")
+    def slow() -> None:
+        started.set()
+        release.wait(60)
+
+    with backend.engine.begin() as conn:
+        queue.enqueue(conn, "slow")
+    worker = queue.worker(poll_interval=0.05)
+    running = WorkerThread(worker)
+    running.thread.start()
+    try:
+        assert started.wait(30), "the job never started"
+        worker.stop()  # no new claims; the running job may finish
+        (info,) = wait_until(
+            lambda: [w for w in queue.workers() if w.stopping],
+            what="the worker's row to say it is stopping",
+        )
+        assert (info.alive, info.running) == (True, 1)
+    finally:
+        release.set()
+        running.stop()
+    assert queue.workers(include_gone=True) == []
