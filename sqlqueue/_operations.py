@@ -100,13 +100,17 @@ class Operations:
         max_queued_age: float = 300.0,
         max_dead_last_hour: int = 10,
         max_same_error: int = 20,
+        max_unserved: float = 300.0,
     ) -> Health:
         """The alarms: more than ``max_dead_last_hour`` unhandled deaths in the last hour,
         more than ``max_same_error`` failed/dead jobs with one error, a due job older than
         ``max_queued_age`` seconds in a queue that is not paused (``queued_age``) — or, where
         live workers serve that queue but none has a task for the job's type,
-        ``unknown_type``, naming the types. ``.ok`` when none is raised."""
-        if max_queued_age < 0 or max_dead_last_hour < 0 or max_same_error < 0:
+        ``unknown_type``, naming the types — and ``no_workers``: a queue (not paused) has
+        due jobs and no live worker has served it for more than ``max_unserved`` seconds,
+        counted on the database clock from its oldest due job's due time or the last heartbeat
+        of a worker serving it, whichever is later. ``.ok`` when none is raised."""
+        if min(max_queued_age, max_dead_last_hour, max_same_error, max_unserved) < 0:
             raise ConfigurationError("health thresholds must be >= 0")
         stats = self.stats()
         late = [
@@ -121,6 +125,11 @@ class Operations:
         overdue = (
             self.admin.overdue_types(queues=served, older_than=max_queued_age) if served else []
         )
+        # And only a queue whose oldest due job waited over max_unserved: every worker's row.
+        unserved = any(
+            (queue.oldest_queued_age_seconds or 0.0) > max_unserved and not queue.paused
+            for queue in stats.queues.values()
+        )
         return check_health(
             stats,
             max_queued_age=max_queued_age,
@@ -128,6 +137,8 @@ class Operations:
             max_same_error=max_same_error,
             live_workers=live,
             overdue=overdue,
+            max_unserved=max_unserved,
+            seen_workers=self.admin.seen_workers() if unserved else (),
         )
 
     def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:

@@ -30,7 +30,7 @@ from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.job_actions import Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
-from sqlqueue._store.workers import LiveWorker, OverdueType
+from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
 from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
@@ -252,6 +252,10 @@ class Admin:
         return self._read(
             lambda conn: workers.read_workers(conn, self.dialect, include_gone=include_gone)
         )
+
+    def seen_workers(self) -> list[SeenWorker]:
+        """See :func:`workers.read_seen_workers`."""
+        return self._read(lambda conn: workers.read_seen_workers(conn, self.dialect))
 
     def overdue_types(self, *, queues: Sequence[str], older_than: float) -> list[OverdueType]:
         """See :func:`workers.read_overdue_types`."""

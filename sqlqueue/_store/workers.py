@@ -19,9 +19,11 @@ __all__ = [
     "GONE_KEPT_SECONDS",
     "LiveWorker",
     "OverdueType",
+    "SeenWorker",
     "announce_worker",
     "read_live_workers",
     "read_overdue_types",
+    "read_seen_workers",
     "read_workers",
     "remove_worker",
 ]
@@ -50,6 +52,16 @@ class OverdueType:
     job_type: str
     count: int
     age_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeenWorker:
+    """A worker's row as the ``no_workers`` alarm needs it: the queues it serves, whether it
+    is alive, and how long ago it last wrote its row (seconds, database clock)."""
+
+    queues: frozenset[str]
+    alive: bool
+    seen_seconds_ago: float
 
 
 def announce_worker(
@@ -121,6 +133,24 @@ def read_workers(conn: Connection, dialect: Dialect, *, include_gone: bool) -> l
             running=int(row.running),
             stopping=bool(row.stopping),
             alive=bool(row.alive),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def read_seen_workers(conn: Connection, dialect: Dialect) -> list[SeenWorker]:
+    """Every worker's row, live or gone (gone rows are kept a day), with its age."""
+    current = dialect.now()
+    query = select(
+        workers.c.queues,
+        (workers.c.expires_at > current).label("alive"),
+        dialect.seconds_between(current, workers.c.last_seen_at).label("ago"),
+    )
+    return [
+        SeenWorker(
+            queues=frozenset(row.queues),
+            alive=bool(row.alive),
+            seen_seconds_ago=max(0.0, float(row.ago)),
         )
         for row in conn.execute(query)
     ]
