@@ -19,8 +19,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import sqlqueue
+from sqlqueue._moments import parse_run_time
 from sqlqueue.web import create_app
-from sqlqueue.web._times import parse_run_at
 from tests._support import drain, enqueue
 from tests._support.web import browser_client, populated, token_of
 from tests.conftest import Backend
@@ -197,7 +197,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 def test_a_typed_run_time_is_a_future_time_or_a_clear_error(text: str) -> None:
     problem: str | None = None
     try:
-        moment = parse_run_at(text, now=NOW)
+        moment = parse_run_time(text, now=NOW)
     except sqlqueue.ConfigurationError as error:
         problem = str(error)
     if problem is not None:

@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sqlqueue._errors import ConfigurationError
+from sqlqueue._moments import parse_run_time
 from sqlqueue.web._actions import checked, field, see
-from sqlqueue.web._times import parse_run_at
 
 __all__ = ["cancel_job", "reschedule_job", "retry_job"]
 
@@ -50,7 +50,7 @@ async def reschedule_job(request: Request) -> Response:
 
     def act() -> None:
         try:
-            run_at = parse_run_at(when, now=queue.database_now())
+            run_at = parse_run_time(when, now=queue.database_now())
         except ConfigurationError as error:
             raise HTTPException(400, str(error)) from None
         queue.reschedule(job_id, run_at, by=settings.who(request), reason=reason)
