@@ -354,3 +354,34 @@ def test_the_overview_and_lists_refresh_in_place_until_paused(backend: Backend, 
         page.clock.run_for(5_500)
         expect(page.locator("#jobs tbody tr").first).not_to_have_attribute("data-job-id", row_id)
         page.goto("about:blank")
+
+
+def test_without_javascript_everything_but_the_refresh_works(
+    backend: Backend, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    queue, ids = outside_the_browser_loop(populated, backend)
+    context = chromium.new_context(java_script_enabled=False)
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    with serving(create_app(queue, current_user=lambda request: "lin")) as base:
+        tab.goto(base + "/")
+        expect(tab.locator("#refresh-toggle")).to_be_hidden()  # nothing to pause
+        tab.goto(f"{base}/jobs?type=flaky")
+        tab.get_by_label(f"pick job {ids['failed'][0]}").check()
+        tab.get_by_role("button", name="Cancel…").click()
+        expect(tab.locator("h1")).to_have_text("Cancel 1 job?")
+        tab.get_by_label("reason to cancel them").fill("no script needed")
+        tab.get_by_role("button", name="Yes, cancel 1 job").click()
+        expect(tab.locator(".notice")).to_have_text("Cancelled 1 job(s).")
+        tab.goto(f"{base}/jobs/{ids['queued'][0]}")
+        tab.get_by_label("new run time").fill("+1d")
+        tab.get_by_label("reason to reschedule").fill("tomorrow")
+        tab.get_by_role("button", name="Reschedule").click()
+        expect(tab.locator("#history")).to_contain_text("tomorrow")
+    context.close()
+    failed = queue.get_job(ids["failed"][0])
+    assert failed is not None
+    assert failed.status is sqlqueue.JobStatus.CANCELLED
+    assert [a.action for a in queue.job_actions(ids["queued"][0])] == ["reschedule"]
