@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import faults, memory, peers, report, side_by_side
+from bench import faults, memory, middleware, peers, report, side_by_side
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -83,7 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--json", type=Path, metavar="PATH", help="also write every run here as JSON")
     add("--compare", type=Path, metavar="OLD", help="print changes against this saved run")
     add("--show", type=Path, metavar="SAVED", help="print a saved run's table; measure nothing")
-    add("--only", help=f"scenarios to run, of {','.join(SCENARIOS)} (all)")
+    add(
+        "--only",
+        help=f"scenarios to run, of {','.join(SCENARIOS)} (all); or 'middleware' alone: drain "
+        "throughput with no middleware and with one empty one (bench/middleware.py)",
+    )
     add(
         "--memory",
         type=int,
@@ -259,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare:
             _print_compare(args.compare, results)
         return 0
+    if args.only == "middleware":
+        return _middleware(args, parser)
     settings = _settings(args, parser)
     facts = environment(list(settings.backends), settings.target)
     facts["settings"] = {
@@ -346,6 +352,26 @@ def _peers(settings: Settings, facts: dict[str, Any], path: Path | None) -> int:
     if path:
         side_by_side.save(path, results, facts)
         print(f"wrote {path}")
+    return 0
+
+
+def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    backends = _names(args.backends)
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--backends: expected sqlite, postgresql, mysql, got {args.backends!r}")
+    load = _load()
+    found = middleware.measure(
+        backends,
+        Target(
+            postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir, mysql_url=args.mysql_url
+        ),
+        runs=args.runs or (1 if args.quick else 5),
+        jobs=args.drain_jobs or (300 if args.quick else 5000),
+        concurrency=10,
+    )
+    print()
+    print(middleware.table(found, middleware.call_overhead_us()))
+    print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 
 

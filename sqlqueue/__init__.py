@@ -27,6 +27,7 @@ from sqlqueue._errors import (
     UnsupportedDatabase,
 )
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
+from sqlqueue._job_action import JobAction
 from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
@@ -43,6 +44,7 @@ from sqlqueue._stats import (
 )
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
+from sqlqueue._worker_info import WorkerInfo
 
 __all__ = [
     "Activity",
@@ -60,6 +62,7 @@ __all__ = [
     "HandlerSignal",
     "Health",
     "Job",
+    "JobAction",
     "JobContext",
     "JobLogFilter",
     "JobNotFound",
@@ -86,6 +89,7 @@ __all__ = [
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
+    "WorkerInfo",
     "exponential",
     "linear",
     "migrate",

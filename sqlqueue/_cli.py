@@ -1,6 +1,6 @@
 """The ``sqlqueue`` command: ``migrate`` the schema, run a ``worker``, and operate the queue
-(``stats``, ``health``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``), and
-serve the internal ``web`` page.
+(``stats``, ``health``, ``workers``, ``jobs``, ``dead``, ``cancel``, ``prune``, ``pause``,
+``resume``), and serve the internal ``web`` page.
 
 The database comes from ``--database-url`` or ``SQLQUEUE_DATABASE_URL``, the schema of
 sqlqueue's tables in it from ``--schema`` or ``SQLQUEUE_SCHEMA`` (PostgreSQL; default: the
@@ -28,6 +28,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlqueue import __version__
 from sqlqueue._cli_act import add_acting_commands
 from sqlqueue._cli_ops import add_commands
+from sqlqueue._cli_workers import add_workers_command
 from sqlqueue._errors import (
     ConfigurationError,
     DatabaseError,
@@ -239,6 +240,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_commands(commands, _database_option)
     add_acting_commands(commands, _database_option)
+    add_workers_command(commands, _database_option)
 
     web_cmd = commands.add_parser(
         "web",

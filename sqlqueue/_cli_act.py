@@ -1,6 +1,7 @@
-"""The acting commands of ``sqlqueue``: dead (list, requeue, discard), cancel, prune, pause
-and resume. Like the reading ones (``_cli_ops``), each builds a bare :class:`~sqlqueue.Queue`
-on the database URL and calls what an app would; ``--json`` prints what those calls return.
+"""The acting commands of ``sqlqueue``: dead (list, requeue, discard), cancel, run-now,
+reschedule, prune, pause and resume. Like the reading ones (``_cli_ops``), each builds a bare
+:class:`~sqlqueue.Queue` on the database URL and calls what an app would; ``--json`` prints
+what those calls return.
 
 Given job ids, ``dead requeue``/``dead discard`` and ``cancel`` act on each job on their own
 and say what became of every one (exit 1 if any could not be acted on, as the API raises);
@@ -28,6 +29,7 @@ from sqlqueue._cli_ops import (
 from sqlqueue._cli_text import json_text, parse_duration, short, spoken_duration, table
 from sqlqueue._errors import ConfigurationError, JobStateError
 from sqlqueue._job import Job, JobStatus
+from sqlqueue._moments import parse_run_time
 from sqlqueue._queue import Queue
 
 __all__ = ["add_acting_commands"]
@@ -81,8 +83,27 @@ def add_acting_commands(
     cancel.add_argument("--type", dest="job_type")
     cancel.add_argument("--queue")
     cancel.add_argument("--group-key")
+    cancel.add_argument("--by", help="who acts (with --reason: recorded on each job)")
+    cancel.add_argument("--reason", help="why (with --by: recorded on each job)")
     cancel.add_argument("--dry-run", action="store_true", help="show what would change")
     json_option(cancel)
+
+    run_now = command(
+        "run-now", _run_now, "make queued or failed jobs that wait for a later time due now"
+    )
+    run_now.add_argument("job_ids", type=job_id, nargs="+", metavar="ID")
+    run_now.add_argument("--by", required=True, help="who acts (recorded on each job)")
+    run_now.add_argument("--reason", required=True, help="why (recorded on each job)")
+    json_option(run_now)
+
+    reschedule = command("reschedule", _reschedule, "give a queued or failed job a new run time")
+    reschedule.add_argument("job_id", type=job_id, metavar="ID")
+    reschedule.add_argument(
+        "--at", required=True, help="ISO 8601 (UTC when it names no zone) or +30m, in 2h"
+    )
+    reschedule.add_argument("--by", required=True, help="who acts (recorded on the job)")
+    reschedule.add_argument("--reason", required=True, help="why (recorded on the job)")
+    json_option(reschedule)
 
     prune = command("prune", _prune, "delete finished jobs older than --older-than")
     prune.add_argument("--older-than", required=True, help="duration: 0, 90s, 30m, 12h, 7d")
@@ -255,20 +276,46 @@ def _cancel(queue: Queue, args: argparse.Namespace) -> int:
             else f"would cancel {len(jobs)} job(s): {id_list([j.id for j in jobs])}"
         )
         return 0
+    who = {"by": args.by, "reason": args.reason}
     if args.job_ids:
-        return _cancel_each(queue, args.job_ids, as_json=args.json)
-    count = queue.cancel_where(job_type=args.job_type, queue=args.queue, group_key=args.group_key)
+        return _cancel_each(queue, args.job_ids, as_json=args.json, **who)
+    count = queue.cancel_where(
+        job_type=args.job_type, queue=args.queue, group_key=args.group_key, **who
+    )
     print(json_text({"cancelled": count}) if args.json else f"cancelled {count} job(s)")
     return 0
 
 
-def _cancel_each(queue: Queue, job_ids: list[int], *, as_json: bool) -> int:
+def _run_now(queue: Queue, args: argparse.Namespace) -> int:
+    count = queue.run_now(args.job_ids, by=args.by, reason=args.reason)
+    print(json_text({"made_due": count}) if args.json else f"{count} job(s) made due now")
+    return 0
+
+
+def _reschedule(queue: Queue, args: argparse.Namespace) -> int:
+    run_at = parse_run_time(args.at, now=queue.database_now(), option="--at")
+    job = queue.reschedule(args.job_id, run_at, by=args.by, reason=args.reason)
+    if args.json:
+        print(json_text({"id": job.id, "next_run_at": job.next_run_at.isoformat()}))
+    else:
+        print(f"job {job.id}: runs at {job.next_run_at:%Y-%m-%d %H:%M:%S} UTC")
+    return 0
+
+
+def _cancel_each(
+    queue: Queue,
+    job_ids: list[int],
+    *,
+    as_json: bool,
+    by: str | None = None,
+    reason: str | None = None,
+) -> int:
     """Cancel each job on its own, saying what became of every one; exit 1 if any could not
     be cancelled (not there, or already finished) — the others are cancelled all the same."""
     outcomes: list[dict[str, Any]] = []
     for job_id_ in job_ids:
         try:
-            job: Job = queue.cancel(job_id_)
+            job: Job = queue.cancel(job_id_, by=by, reason=reason)
         except JobStateError as error:  # JobNotFound included
             outcomes.append({"id": job_id_, "error": str(error)})
             continue

@@ -20,6 +20,7 @@ from sqlqueue._cli_text import (
     short,
     table,
 )
+from sqlqueue._cli_workers import worker_of, worker_text
 from sqlqueue._errors import ConfigurationError, JobNotFound
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._queue import Queue
@@ -60,6 +61,11 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     health.add_argument("--max-queued-age", default="5m", help="duration (default 5m)")
     health.add_argument("--max-dead-last-hour", type=int, default=10)
     health.add_argument("--max-same-error", type=int, default=20)
+    health.add_argument(
+        "--max-unserved",
+        default="5m",
+        help="duration a queue may have due jobs and no live worker (default 5m)",
+    )
     json_option(health)
 
     jobs = commands.add_parser("jobs", help="list or show jobs").add_subparsers(
@@ -161,6 +167,7 @@ def _health(queue: Queue, args: argparse.Namespace) -> int:
         max_queued_age=parse_duration(args.max_queued_age, option="--max-queued-age"),
         max_dead_last_hour=args.max_dead_last_hour,
         max_same_error=args.max_same_error,
+        max_unserved=parse_duration(args.max_unserved, option="--max-unserved"),
     )
     if args.json:
         print(json_text(health.to_dict()))
@@ -213,7 +220,11 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     job = queue.get_job(args.job_id)
     if job is None:
         raise JobNotFound(f"there is no job {args.job_id}")
-    print(json_text(job.to_dict()) if args.json else job_details(job))
+    worker = worker_of(queue, job)
+    if args.json:
+        print(json_text({**job.to_dict(), "worker": None if worker is None else worker.to_dict()}))
+    else:
+        print(job_details(job, worker=worker_text(job, worker)))
     return 0
 
 

@@ -104,8 +104,8 @@ def batch_details(batch: BatchStatus) -> str:
     return "\n".join(f"{name + ':':17} {_cell(value)}" for name, value in fields)
 
 
-def job_details(job: Job) -> str:
-    """Everything about one job, for ``sqlqueue jobs show``."""
+def job_details(job: Job, *, worker: str | None = None) -> str:
+    """Everything about one job, for ``sqlqueue jobs show`` (``worker``: who runs it)."""
     fields: list[tuple[str, Any]] = [
         ("id", job.id),
         ("type", job.job_type),
@@ -122,6 +122,7 @@ def job_details(job: Job) -> str:
         ("group key", job.group_key),
         ("batch", job.batch_id),
         ("locked by", job.locked_by),
+        ("worker", worker),
         ("requeued from", job.requeued_from),
         ("requeued as", job.requeued_as),
         ("requeued", _who_when_why(job.requeued_by, job.requeued_at, job.requeue_reason)),

@@ -21,6 +21,7 @@ from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
 from sqlqueue._limits import check_enqueue
+from sqlqueue._middleware import EnqueueHook
 from sqlqueue._payload import encode_payload
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
@@ -52,6 +53,8 @@ class EnqueueSettings:
     default_queue: str
     max_payload_bytes: int
     dialect: Dialect
+    #: The queue's ``on_enqueue`` hooks, in order.
+    hooks: Sequence[EnqueueHook] = ()
 
 
 @contextmanager
@@ -87,6 +90,7 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
         request.queue,
         request.max_attempts,
         request.external,
+        settings.hooks,
     )
 
 
@@ -104,9 +108,31 @@ def check_job(
     queue: str | None = None,
     max_attempts: int | None = None,
     external: bool = False,
+    hooks: Sequence[EnqueueHook] = (),
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
-    ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job."""
+    ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job. The
+    queue's ``on_enqueue`` ``hooks`` see the request first (only then is one built)."""
+    if hooks:
+        request = run_hooks(
+            hooks,
+            JobRequest(
+                job_type=job_type,
+                payload={} if payload is None else payload,
+                idempotency_key=idempotency_key,
+                group_key=group_key,
+                delay=delay,
+                run_at=run_at,
+                priority=priority,
+                queue=queue,
+                max_attempts=max_attempts,
+                external=external,
+            ),
+        )
+        job_type, payload = request.job_type, request.payload
+        idempotency_key, group_key = request.idempotency_key, request.group_key
+        delay, run_at, priority = request.delay, request.run_at, request.priority
+        queue, max_attempts, external = request.queue, request.max_attempts, request.external
     delay_seconds = check_enqueue(
         job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
     )
@@ -142,6 +168,20 @@ def check_job(
         "_run_at": run_at,
         "_delay": delay_seconds,
     }
+
+
+def run_hooks(hooks: Sequence[EnqueueHook], request: JobRequest) -> JobRequest:
+    """``request`` through each ``on_enqueue`` hook in turn; a hook returning anything but a
+    :class:`~sqlqueue.JobRequest` is a mistake named here."""
+    for hook in hooks:
+        request = hook(request)
+        if not isinstance(request, JobRequest):
+            name = getattr(hook, "__qualname__", repr(hook))
+            raise ConfigurationError(
+                f"the on_enqueue hook {name} returned {type(request).__name__}, not the "
+                "sqlqueue.JobRequest to write (return the request, or raise EnqueueError)"
+            )
+    return request
 
 
 def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list[int]:

@@ -24,7 +24,7 @@ from sqlalchemy import BigInteger, Column, DateTime, Integer, SmallInteger, Stri
 from sqlalchemy.types import TypeDecorator
 
 from sqlqueue._errors import ConfigurationError, EnqueueError, SqlqueueError
-from sqlqueue._schema import jobs, queues
+from sqlqueue._schema import job_actions, jobs, queues
 
 __all__ = [
     "EARLIEST",
@@ -364,12 +364,16 @@ _ACTION_COLUMNS: dict[str, tuple[Column[Any], Column[Any]]] = {
     "requeue": (jobs.c.requeued_by, jobs.c.requeue_reason),
     "discard": (jobs.c.discarded_by, jobs.c.discard_reason),
     "pause": (queues.c.paused_by, queues.c.pause_reason),
+    "cancel": (job_actions.c.by, job_actions.c.reason),
+    "run_now": (job_actions.c.by, job_actions.c.reason),
+    "reschedule": (job_actions.c.by, job_actions.c.reason),
 }
 
 
 def check_action(action: str, by: object, reason: object) -> None:
     """Hold who acted and why to the columns that record them for ``action`` (``requeue``,
-    ``discard``, ``pause``, or one of them ``_where``); raise ``ConfigurationError``."""
+    ``discard``, ``pause``, ``cancel``, ``run_now``, ``reschedule``, or one of them
+    ``_where``); raise ``ConfigurationError``."""
     if not by or not reason:
         raise ConfigurationError(f"{action} needs by= (who) and reason= (why)")
     by_column, reason_column = _ACTION_COLUMNS[action.removesuffix("_where")]

@@ -1,4 +1,5 @@
 """The operators' API on :class:`sqlqueue.Queue`: stats, health, search, dead-letter actions,
+actions on waiting jobs (run now, reschedule; each recorded with who and why), batches,
 retention and pause. It needs only the database (no task registry), so the CLI builds a bare
 ``Queue`` from a URL and calls the same methods an app would."""
 
@@ -6,15 +7,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from sqlqueue._batch import BatchStatus
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job, JobStatus
-from sqlqueue._limits import check_action, check_age, check_filter, check_integer, check_queue_name
+from sqlqueue._job_action import JobAction
+from sqlqueue._limits import (
+    check_action,
+    check_age,
+    check_filter,
+    check_integer,
+    check_moment,
+    check_queue_name,
+    check_text,
+)
 from sqlqueue._retention import check_prunable
-from sqlqueue._schema import jobs
+from sqlqueue._schema import batches, jobs
 from sqlqueue._stats import (
     Activity,
     Health,
@@ -26,6 +38,8 @@ from sqlqueue._stats import (
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
+from sqlqueue._store.job_actions import WAITING, Record
+from sqlqueue._worker_info import WorkerInfo
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -86,13 +100,17 @@ class Operations:
         max_queued_age: float = 300.0,
         max_dead_last_hour: int = 10,
         max_same_error: int = 20,
+        max_unserved: float = 300.0,
     ) -> Health:
         """The alarms: more than ``max_dead_last_hour`` unhandled deaths in the last hour,
         more than ``max_same_error`` failed/dead jobs with one error, a due job older than
         ``max_queued_age`` seconds in a queue that is not paused (``queued_age``) — or, where
         live workers serve that queue but none has a task for the job's type,
-        ``unknown_type``, naming the types. ``.ok`` when none is raised."""
-        if max_queued_age < 0 or max_dead_last_hour < 0 or max_same_error < 0:
+        ``unknown_type``, naming the types — and ``no_workers``: a queue (not paused) has
+        due jobs and no live worker has served it for more than ``max_unserved`` seconds,
+        counted on the database clock from its oldest due job's due time or the last heartbeat
+        of a worker serving it, whichever is later. ``.ok`` when none is raised."""
+        if min(max_queued_age, max_dead_last_hour, max_same_error, max_unserved) < 0:
             raise ConfigurationError("health thresholds must be >= 0")
         stats = self.stats()
         late = [
@@ -107,6 +125,11 @@ class Operations:
         overdue = (
             self.admin.overdue_types(queues=served, older_than=max_queued_age) if served else []
         )
+        # And only a queue whose oldest due job waited over max_unserved: every worker's row.
+        unserved = any(
+            (queue.oldest_queued_age_seconds or 0.0) > max_unserved and not queue.paused
+            for queue in stats.queues.values()
+        )
         return check_health(
             stats,
             max_queued_age=max_queued_age,
@@ -114,7 +137,16 @@ class Operations:
             max_same_error=max_same_error,
             live_workers=live,
             overdue=overdue,
+            max_unserved=max_unserved,
+            seen_workers=self.admin.seen_workers() if unserved else (),
         )
+
+    def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:
+        """The worker processes alive now (their last heartbeat less than three heartbeat
+        intervals ago, by the database clock), live first, by host and pid; ``include_gone``:
+        also the workers that vanished without a clean exit (killed, lost their host) in the
+        last day. A worker that stopped cleanly has removed itself."""
+        return self.admin.workers(include_gone=include_gone)
 
     def activity(self, *, minutes: int = 60) -> Activity:
         """Jobs that succeeded, failed (waiting for a retry) and died in each of the last
@@ -137,12 +169,60 @@ class Operations:
         job_ids: Iterable[int] | None = None,
         group_key: str | None = None,
         unhandled: bool = False,
+        batch_id: int | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Job]:
         """Jobs matching every given filter, newest first, at most ``limit``. Page on with
         ``before_id=`` the last id of the previous page. ``since``/``until`` bound the time of
         each job's latest change; ``error_contains`` searches ``last_error``; ``unhandled``
         keeps only dead jobs nobody has requeued or discarded (what :meth:`requeue_where` and
-        :meth:`discard_where` would take)."""
+        :meth:`discard_where` would take); ``batch_id``: the children of that batch;
+        ``idempotency_key``: the job enqueued with that key (a periodic slot's, for one)."""
+        if before_id is not None:
+            check_integer("before_id", before_id, jobs.c.id, ConfigurationError, low=0)
+        if idempotency_key is not None:
+            check_text(
+                "idempotency_key", idempotency_key, jobs.c.idempotency_key, ConfigurationError
+            )
+        job_filter = self._job_filter(
+            status, job_type, queue, error_contains, since, until, job_ids, group_key, batch_id
+        )
+        job_filter = replace(job_filter, unhandled=unhandled, idempotency_key=idempotency_key)
+        return self.admin.jobs(job_filter, limit=_page_limit(limit), before_id=before_id)
+
+    def count_jobs(
+        self,
+        *,
+        status: str | None = None,
+        job_type: str | None = None,
+        queue: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_ids: Iterable[int] | None = None,
+        group_key: str | None = None,
+        unhandled: bool = False,
+        batch_id: int | None = None,
+    ) -> int:
+        """How many jobs :meth:`jobs` would list with the same filters, however many pages
+        (what a bulk action's confirmation states). It counts rows: on a big table, narrow it."""
+        job_filter = self._job_filter(
+            status, job_type, queue, error_contains, since, until, job_ids, group_key, batch_id
+        )
+        return self.admin.count_jobs(replace(job_filter, unhandled=unhandled))
+
+    @staticmethod
+    def _job_filter(
+        status: str | None,
+        job_type: str | None,
+        queue: str | None,
+        error_contains: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        job_ids: Iterable[int] | None,
+        group_key: str | None,
+        batch_id: int | None,
+    ) -> JobFilter:
         ids = check_filter(
             job_type=job_type,
             queue=queue,
@@ -151,9 +231,10 @@ class Operations:
             since=since,
             until=until,
             job_ids=job_ids,
-            before_id=before_id,
         )
-        job_filter = JobFilter(
+        if batch_id is not None:
+            check_integer("batch_id", batch_id, batches.c.id, ConfigurationError, low=0)
+        return JobFilter(
             status=_status(status),
             job_type=job_type,
             queue=queue,
@@ -162,9 +243,21 @@ class Operations:
             until=until,
             job_ids=ids,
             group_key=group_key,
-            unhandled=unhandled,
+            batch_id=batch_id,
         )
-        return self.admin.jobs(job_filter, limit=_page_limit(limit), before_id=before_id)
+
+    def batches(self, *, limit: int = 50, before_id: int | None = None) -> list[BatchStatus]:
+        """The newest batches with their counts, at most ``limit``; page on with
+        ``before_id=`` the last id of the previous page."""
+        if before_id is not None:
+            check_integer("before_id", before_id, batches.c.id, ConfigurationError, low=0)
+        return self.admin.batches(limit=_page_limit(limit), before_id=before_id)
+
+    def job_actions(self, job_id: int) -> list[JobAction]:
+        """What operators did to job ``job_id`` besides requeue and discard (which the job
+        records itself): cancel, run now, reschedule — who, when, why, oldest first."""
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
+        return self.admin.job_actions(job_id)
 
     # -- dead letters --------------------------------------------------------------------------
 
@@ -246,15 +339,41 @@ class Operations:
         ids = check_filter(job_type=job_type, queue=queue, job_ids=job_ids)
         return self.admin.retry_now(JobFilter(job_type=job_type, queue=queue, job_ids=ids))
 
-    def run_now(self, job_ids: Iterable[int]) -> int:
+    def run_now(
+        self, job_ids: Iterable[int], *, by: str | None = None, reason: str | None = None
+    ) -> int:
         """Make the jobs ``job_ids`` that wait for a later time due now, whatever they wait
         for: a retry's backoff, a snooze, or the ``delay``/``run_at`` they were enqueued with
         (queued and failed jobs; others are left alone); return how many were waiting.
-        Attempt counts are kept. :func:`sqlqueue.testing.drain` uses it for snoozed jobs."""
-        ids = [int(job_id) for job_id in job_ids]
+        Attempt counts are kept. :func:`sqlqueue.testing.drain` uses it for snoozed jobs.
+        With ``by`` and ``reason`` (an operator's "retry now"), each job changed records who
+        and why (:meth:`job_actions`)."""
+        record = self._record("run_now", by, reason)
+        ids = check_filter(job_ids=job_ids) or []
         if not ids:
             return 0
-        return self.admin.retry_now(JobFilter(job_ids=ids), statuses=("queued", "failed"))
+        if record is None:
+            return self.admin.retry_now(JobFilter(job_ids=ids), statuses=WAITING)
+        return len(self.admin.make_due(JobFilter(job_ids=ids), statuses=WAITING, record=record))
+
+    def reschedule(self, job_id: int, run_at: datetime, *, by: str, reason: str) -> Job:
+        """Give queued or failed job ``job_id`` a new run time ``run_at`` (timezone-aware; its
+        attempts are kept), recording who and why; returns it. Any other status is a
+        :class:`~sqlqueue.JobStateError`, a job that is not there :class:`~sqlqueue.JobNotFound`."""
+        _who_and_why("reschedule", by, reason)
+        check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
+        check_moment("run_at", run_at, jobs.c.next_run_at, ConfigurationError)
+        detail = {"run_at": run_at.isoformat()}
+        record = Record(action="reschedule", by=by, reason=reason, detail=detail)
+        return self.admin.reschedule(job_id=job_id, run_at=run_at, record=record)
+
+    @staticmethod
+    def _record(action: str, by: str | None, reason: str | None) -> Record | None:
+        """Who acted and why, checked; ``None`` when neither is given."""
+        if by is None and reason is None:
+            return None
+        _who_and_why(action, by, reason)
+        return Record(action=action, by=str(by), reason=str(reason))
 
     @staticmethod
     def _dead_filter(

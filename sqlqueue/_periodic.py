@@ -62,6 +62,12 @@ class Periodic:
         slot: datetime = croniter(self.cron, local).get_prev(datetime)
         return slot
 
+    def next_slot(self, now: datetime) -> datetime:
+        """The first slot after ``now``."""
+        local = now.astimezone(ZoneInfo(self.timezone))
+        slot: datetime = croniter(self.cron, local).get_next(datetime)
+        return slot
+
     def key(self, slot: datetime) -> str:
         """The idempotency key of ``slot``'s job: one job per task and slot, ever."""
         return f"periodic:{self.task}:{slot.isoformat()}"

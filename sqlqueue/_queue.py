@@ -25,9 +25,10 @@ from sqlqueue._enqueue import (
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
-from sqlqueue._limits import check_filter, check_integer, check_text
+from sqlqueue._limits import check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
-from sqlqueue._operations import Operations
+from sqlqueue._middleware import EnqueueHook, Hooks, Middleware, Middlewares, check_kind
+from sqlqueue._operations import DEFAULT_BATCH_SIZE, Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._periodic import MissedSlots, Periodic
 from sqlqueue._rate_limit import RateLimit
@@ -137,6 +138,8 @@ class Queue(Operations):
         #: The producer and consumer spans (``None``: OpenTelemetry is not installed).
         self.tracing: Tracing | None = tracing_for(tracer_provider)
         self._tasks: dict[str, Task] = {}
+        self._middlewares = Middlewares()
+        self._hooks = Hooks()
         self._periodic: list[Periodic] = []
 
     def async_engine(self) -> Any:
@@ -196,11 +199,37 @@ class Queue(Operations):
                 circuit_breaker=circuit_breaker,
                 secrets=secret_fields_for(name, secret_fields, self.keyring),
                 tracing=self.tracing,
+                middlewares=self._middlewares,
             )
             self._tasks[name] = task
             return task
 
         return register
+
+    def middleware(self, middleware: Middleware) -> Middleware:
+        """Register ``def mw(job, call_next)`` (or ``async def``, awaiting ``call_next()``)
+        around every attempt of every task, the first registered outermost: code before,
+        ``result = call_next()`` runs the rest of the chain and the handler (and raises what
+        it raises), code after; what it returns is the result, what it raises is classified
+        like a handler's error. Around an async handler only an async middleware can run
+        (a sync one is refused here, with :class:`~sqlqueue.ConfigurationError`); around a sync
+        handler both run on the handler's thread. Use as a decorator; returns ``middleware``."""
+        for task in self._tasks.values():
+            check_kind((middleware,), task.name, task.is_async)
+        self._middlewares.add(middleware)
+        for task in self._tasks.values():
+            task.replan()
+        return middleware
+
+    def on_enqueue(self, hook: EnqueueHook) -> EnqueueHook:
+        """Register ``def hook(request: JobRequest) -> JobRequest``, called before each job is
+        written (``enqueue``, ``enqueue_many``, batches and their callbacks, ``ctx``'s
+        follow-ups, periodic jobs; sync or async): it returns the request to write — the same
+        or an altered copy (``dataclasses.replace``) — or raises :class:`~sqlqueue.EnqueueError`
+        to refuse it, and nothing of that call is written. Hooks run in registration order,
+        each on what the previous returned. Use as a decorator; returns ``hook``."""
+        self._hooks.add(hook)
+        return hook
 
     @property
     def periodic_schedules(self) -> Sequence[Periodic]:
@@ -250,6 +279,7 @@ class Queue(Operations):
             default_queue=self.default_queue,
             max_payload_bytes=self.max_payload_bytes,
             dialect=self.dialect,
+            hooks=self._hooks.chain,
         )
 
     def enqueue(
@@ -287,6 +317,7 @@ class Queue(Operations):
             queue,
             max_attempts,
             external,
+            self._hooks.chain,
         )
         return self._write(conn, [row])[0]
 
@@ -384,12 +415,14 @@ class Queue(Operations):
         check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
         return self.store.get_job(job_id)
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, *, by: str | None = None, reason: str | None = None) -> Job:
         """Cancel a queued or failed job now, or ask a running job's handler to stop
         (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
-        Returns the job as it now is."""
+        Returns the job as it now is. With ``by`` and ``reason`` (an operator's cancel), the
+        job records who and why (:meth:`job_actions`)."""
+        record = self._record("cancel", by, reason)
         check_integer("job_id", job_id, jobs.c.id, ConfigurationError, low=0)
-        return self.store.cancel(job_id)
+        return self.store.cancel(job_id, record)
 
     def cancel_where(
         self,
@@ -397,14 +430,45 @@ class Queue(Operations):
         job_type: str | None = None,
         queue: str | None = None,
         group_key: str | None = None,
+        status: str | None = None,
+        error_contains: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_ids: Iterable[int] | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> int:
-        """Cancel every queued or failed job matching all the given filters; return how many."""
-        if job_type is None and queue is None and group_key is None:
+        """Cancel every queued or failed job matching all the given filters (as
+        :meth:`jobs` reads them; ``status`` narrows to ``"queued"`` or ``"failed"``), in
+        batches of ``batch_size`` (one short transaction each); return how many. With ``by``
+        and ``reason``, each job records who and why (:meth:`job_actions`)."""
+        if all(
+            value is None
+            for value in (job_type, queue, group_key, error_contains, since, until, job_ids)
+        ):
             raise ConfigurationError(
-                "cancel_where needs at least one of job_type, queue, group_key"
+                "cancel_where needs at least one of job_type, queue, group_key, "
+                "error_contains, since, until, job_ids"
             )
-        check_filter(job_type=job_type, queue=queue, group_key=group_key)
-        return self.store.cancel_where(job_type=job_type, queue=queue, group_key=group_key)
+        if error_contains == "":
+            raise ConfigurationError(
+                "error_contains must not be empty (it would match every job); pass None for "
+                "no filter"
+            )
+        record = self._record("cancel_where", by, reason)
+        if record is not None:
+            record = replace(record, action="cancel")
+        job_filter = self._job_filter(
+            status, job_type, queue, error_contains, since, until, job_ids, group_key, None
+        )
+        return len(
+            self._in_batches(
+                lambda n: self.admin.cancel_batch(job_filter, limit=n, record=record),
+                None,
+                batch_size,
+            )
+        )
 
     def rebind(self, engine: Engine | str, *, schema: str | EllipsisType | None = ...) -> Queue:
         """The same tasks, schedules and settings on another database (the CLI's
@@ -423,6 +487,8 @@ class Queue(Operations):
         )
         other.keyring = self.keyring
         other.tracing = self.tracing  # one set of open spans for the tasks and the workers
+        other._middlewares = self._middlewares
+        other._hooks = self._hooks
         other._tasks = {name: replace(task, owner=other) for name, task in self._tasks.items()}
         other._periodic = list(self._periodic)
         return other

@@ -43,6 +43,7 @@ __all__ = [
     "duties",
     "email_sent",
     "finished_counts",
+    "job_actions",
     "jobs",
     "metadata",
     "queues",
@@ -57,7 +58,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -448,3 +449,23 @@ workers = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     **_MYSQL_TABLE,
 )
+
+# Operators' actions on jobs that leave no trace in the job's own columns (added by 0012): who
+# cancelled a job, made it due now or gave it a new run time, when and why, one row per job and
+# action, written in the transaction that changed the job (see sqlqueue/_store/job_actions.py).
+# Requeue and discard keep recording on the job row itself.
+job_actions = Table(
+    "sqlqueue_job_actions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("by", String(255), nullable=False),
+    Column("reason", Text, nullable=False),
+    # What the action set: {"run_at": ISO time} for a reschedule; null for the others.
+    Column("detail", JsonDocument, nullable=True),
+    Column("at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
+)
+# A job's actions, in order: what its page shows.
+Index("ix_sqlqueue_job_actions_job", job_actions.c.job_id, job_actions.c.id)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from sqlqueue._job import JobStatus
 from sqlqueue._store.readmodel import ActivityRows, PauseRow, StatsRows
-from sqlqueue._store.workers import LiveWorker, OverdueType
+from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
 
 __all__ = [
     "Activity",
@@ -141,7 +141,7 @@ def _queue_stats(
     )
 
 
-AlarmName = Literal["dead_jobs", "same_error", "queued_age", "unknown_type"]
+AlarmName = Literal["dead_jobs", "same_error", "queued_age", "unknown_type", "no_workers"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,12 +196,15 @@ def check_health(
     max_same_error: int,
     live_workers: Sequence[LiveWorker] = (),
     overdue: Sequence[OverdueType] = (),
+    max_unserved: float | None = None,
+    seen_workers: Sequence[SeenWorker] = (),
 ) -> Health:
     """The alarms, each raised when its figure is over its threshold: dead jobs growing fast,
     the same error across many jobs, due jobs nobody picks up (paused queues are waiting on
     purpose and raise none) — and among those, jobs of types that no live worker serving their
     queue has a task for (``overdue``: the late queues' jobs due longer than the threshold, by
-    type)."""
+    type) — and queues with due jobs that no live worker has served for over ``max_unserved``
+    seconds (``seen_workers``: every worker's row, live or gone)."""
     alarms: list[Alarm] = []
     if stats.dead_last_hour > max_dead_last_hour:
         alarms.append(
@@ -230,7 +233,42 @@ def check_health(
         if age is not None and age > max_queued_age and not queue.paused:
             late = [row for row in overdue if row.queue == name]
             alarms += _late_queue(name, age, max_queued_age, late, live_workers)
+    if max_unserved is not None:
+        alarms += _unserved_queues(stats, max_unserved, seen_workers)
     return Health(alarms=tuple(alarms), stats=stats)
+
+
+def _unserved_queues(
+    stats: Stats, threshold: float, seen_workers: Sequence[SeenWorker]
+) -> list[Alarm]:
+    """``no_workers`` for each queue (not paused) with due jobs that no live worker serves,
+    and none has for more than ``threshold`` seconds: the time since its oldest due job became
+    due, or since a worker serving it was last seen if that is later (a worker that stopped
+    cleanly left no row, so its queue counts from the oldest due job)."""
+    alarms: list[Alarm] = []
+    for name, queue in stats.queues.items():
+        age = queue.oldest_queued_age_seconds
+        if age is None or queue.paused:
+            continue
+        serving = [worker for worker in seen_workers if name in worker.queues]
+        if any(worker.alive for worker in serving):
+            continue
+        unserved = min([age, *(worker.seen_seconds_ago for worker in serving)])
+        if unserved <= threshold:
+            continue
+        since = "a worker serving it was last seen" if unserved < age else "its oldest job is due"
+        alarms.append(
+            Alarm(
+                name="no_workers",
+                figure=unserved,
+                threshold=threshold,
+                queue=name,
+                message=f"queue {name!r}: jobs are due and no live worker serves it, for "
+                f"{unserved:.0f} s since {since} (more than {threshold:g} s); start a worker "
+                f"for it (sqlqueue worker APP --queues {name})",
+            )
+        )
+    return alarms
 
 
 def _late_queue(

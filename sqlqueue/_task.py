@@ -14,6 +14,7 @@ from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._limits import check_declaration
+from sqlqueue._middleware import Middlewares, check_kind
 from sqlqueue._rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
 from sqlqueue._tracing import Tracing
@@ -129,6 +130,8 @@ class Task:
     secrets: SecretFields | None = None
     #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
     tracing: Tracing | None = None
+    #: The queue's middleware (``@queue.middleware``), around every attempt.
+    middlewares: Middlewares | None = None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     #: The name of the parameter annotated ``JobContext``, if the handler asks for one.
@@ -145,12 +148,18 @@ class Task:
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, got {self.timeout!r}")
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
+        if self.middlewares is not None:
+            check_kind(self.middlewares.chain, self.name, self.is_async)
         signature = inspect.signature(self.handler)
         object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "context_parameter", _context_parameter(self.handler, signature))
         object.__setattr__(
             self, "_payload_names", _payload_names(signature, self.context_parameter)
         )
+        object.__setattr__(self, "plan", plan(self))
+
+    def replan(self) -> None:
+        """Make the plan again: the queue's middleware changed."""
         object.__setattr__(self, "plan", plan(self))
 
     def payload_fits(self, payload: Mapping[str, Any]) -> bool:
@@ -280,6 +289,7 @@ def make_task(
     circuit_breaker: CircuitBreaker | None = None,
     secrets: SecretFields | None = None,
     tracing: Tracing | None = None,
+    middlewares: Middlewares | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -306,4 +316,5 @@ def make_task(
         circuit_breaker=circuit_breaker,
         secrets=secrets,
         tracing=tracing,
+        middlewares=middlewares,
     )

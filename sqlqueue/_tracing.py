@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._logs import current_worker
+from sqlqueue._middleware import compose
 from sqlqueue._payload import JSON_ENCODER
 
 try:
@@ -321,26 +322,28 @@ def _real(provider: TracerProvider) -> bool:
 
 def trace_step(task: Task, call: Callable[[ClaimedJob, dict[str, Any]], Any]) -> Any:
     """The ``trace`` step of sqlqueue/_worker/pipeline.py: the attempt's consumer span is the
-    current span while the handler runs."""
+    current span while the handler runs — a built-in middleware, composed like the app's
+    (sqlqueue/_middleware.py) but seeing the claimed row, whose trace context it continues."""
     tracing = task.tracing
     assert tracing is not None  # wanted only by tasks of a queue with tracing
 
-    if task.is_async:
-
-        async def traced_async(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
-            token = tracing.start_attempt(job)
-            try:
-                return await call(job, kwargs)
-            finally:
-                tracing.leave_attempt(token)
-
-        return traced_async
-
-    def traced_sync(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
+    async def traced_async(job: ClaimedJob, call_next: Callable[[], Any]) -> Any:
         token = tracing.start_attempt(job)
         try:
-            return call(job, kwargs)
+            return await call_next()
         finally:
             tracing.leave_attempt(token)
 
-    return traced_sync
+    def traced_sync(job: ClaimedJob, call_next: Callable[[], Any]) -> Any:
+        token = tracing.start_attempt(job)
+        try:
+            return call_next()
+        finally:
+            tracing.leave_attempt(token)
+
+    middleware = traced_async if task.is_async else traced_sync
+    return compose((middleware,), call, is_async=task.is_async, view=_claimed)
+
+
+def _claimed(job: ClaimedJob) -> ClaimedJob:
+    return job

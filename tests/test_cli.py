@@ -166,6 +166,7 @@ def test_jobs_list_show_cancel_prune_pause_resume(backend: Backend) -> None:
 COMMANDS = {
     "stats": ["stats"],
     "health": ["health"],
+    "workers": ["workers"],
     "jobs list": ["jobs", "list"],
     "jobs show": ["jobs", "show", "1"],
     "batch show": ["batch", "show", "1"],

@@ -169,9 +169,10 @@ def test_health_names_the_types_no_live_worker_knows_and_how_long_they_waited(
         assert alarm.to_dict()["job_types"] == ["typed.b", "typed.c"]
         # Under the threshold: nothing to say.
         assert consumer.health(max_queued_age=3600).ok
-    # No live worker serves the queue at all: the queue's own alarm says so.
+    # No live worker serves the queue at all: the queue's own alarm says so (and no_workers:
+    # the stopped worker left no row, so the queue counts as unserved since its jobs were due).
     health = consumer.health(max_queued_age=300)
-    assert [alarm.name for alarm in health.alarms] == ["queued_age"]
+    assert [alarm.name for alarm in health.alarms] == ["queued_age", "no_workers"]
     assert "is any worker serving it?" in health.alarms[0].message
 
 

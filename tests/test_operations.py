@@ -122,14 +122,16 @@ def test_health_raises_each_alarm_over_its_threshold_and_none_under(backend: Bac
     stuck = enqueue(queue, "ok", 1)
     age_jobs(queue, stuck, by=timedelta(minutes=10))
 
-    healthy = queue.health(max_queued_age=3600, max_dead_last_hour=3, max_same_error=3)
+    healthy = queue.health(
+        max_queued_age=3600, max_dead_last_hour=3, max_same_error=3, max_unserved=3600
+    )
     assert healthy.ok
     assert healthy.alarms == ()
 
     sick = queue.health(max_queued_age=300, max_dead_last_hour=2, max_same_error=2)
     assert not sick.ok
     by_name = {alarm.name: alarm for alarm in sick.alarms}
-    assert set(by_name) == {"dead_jobs", "same_error", "queued_age"}
+    assert set(by_name) == {"dead_jobs", "same_error", "queued_age", "no_workers"}
     assert (by_name["dead_jobs"].figure, by_name["dead_jobs"].threshold) == (3, 2)
     assert by_name["same_error"].error == "ConnectionError: same"
     assert by_name["queued_age"].queue == "mail"

@@ -42,7 +42,7 @@ def test_a_jobs_page_shows_its_batch_counts_and_callback(backend: Backend) -> No
     web = client(queue)
 
     running = _batch_row(web.get(f"/jobs/{batch.job_ids[0]}").text)
-    assert f"#{batch.id}: 0 of 3 ended (0 succeeded, 0 dead, 0 cancelled)" in running
+    assert f"#{batch.id}</a>: 0 of 3 ended (0 succeeded, 0 dead, 0 cancelled)" in running
     assert "finished" not in running
 
     drain(queue, queues=["default"])
@@ -52,7 +52,7 @@ def test_a_jobs_page_shows_its_batch_counts_and_callback(backend: Backend) -> No
     callback = status.callback_job_id
     for job_id in (batch.job_ids[0], callback):  # a child, and the callback it completes
         row = _batch_row(web.get(f"/jobs/{job_id}").text)
-        assert f"#{batch.id}: 3 of 3 ended (2 succeeded, 1 dead, 0 cancelled), finished " in row
+        assert f"#{batch.id}</a>: 3 of 3 ended (2 succeeded, 1 dead, 0 cancelled), finished " in row
         assert f'callback <a href="/jobs/{callback}">#{callback}</a>' in row
 
     assert 'id="batch"' not in web.get(f"/jobs/{plain}").text

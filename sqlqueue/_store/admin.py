@@ -10,14 +10,28 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, column, select, table
 
+from sqlqueue._batch import BatchStatus
 from sqlqueue._errors import SchemaNotMigrated
 from sqlqueue._job import Job
+from sqlqueue._job_action import JobAction
 from sqlqueue._schema import VERSION_TABLE
-from sqlqueue._store import aging, counts, deadletter, due, maintenance, readmodel, workers
+from sqlqueue._store import (
+    aging,
+    batches,
+    counts,
+    deadletter,
+    due,
+    job_actions,
+    maintenance,
+    readmodel,
+    workers,
+)
 from sqlqueue._store.filters import JobFilter
+from sqlqueue._store.job_actions import Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
-from sqlqueue._store.workers import LiveWorker, OverdueType
+from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
+from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Admin"]
@@ -233,10 +247,60 @@ class Admin:
         """See :func:`workers.read_live_workers`."""
         return self._read(lambda conn: workers.read_live_workers(conn, self.dialect))
 
+    def workers(self, *, include_gone: bool) -> list[WorkerInfo]:
+        """See :func:`workers.read_workers`."""
+        return self._read(
+            lambda conn: workers.read_workers(conn, self.dialect, include_gone=include_gone)
+        )
+
+    def seen_workers(self) -> list[SeenWorker]:
+        """See :func:`workers.read_seen_workers`."""
+        return self._read(lambda conn: workers.read_seen_workers(conn, self.dialect))
+
     def overdue_types(self, *, queues: Sequence[str], older_than: float) -> list[OverdueType]:
         """See :func:`workers.read_overdue_types`."""
         return self._read(
             lambda conn: workers.read_overdue_types(
                 conn, self.dialect, queues=queues, older_than=older_than
+            )
+        )
+
+    # -- actions on waiting jobs, recorded (see job_actions) -----------------------------------
+
+    def count_jobs(self, job_filter: JobFilter) -> int:
+        """How many jobs match ``job_filter``."""
+        return self._read(lambda conn: readmodel.count_jobs(conn, job_filter))
+
+    def batches(self, *, limit: int, before_id: int | None) -> list[BatchStatus]:
+        """See :func:`batches.read_batches`."""
+        return self._snapshot(
+            lambda conn: batches.read_batches(conn, limit=limit, before_id=before_id)
+        )
+
+    def job_actions(self, job_id: int) -> list[JobAction]:
+        """See :func:`job_actions.read_job_actions`."""
+        return self._read(lambda conn: job_actions.read_job_actions(conn, job_id))
+
+    def reschedule(self, *, job_id: int, run_at: datetime, record: Record) -> Job:
+        """See :func:`job_actions.reschedule_job`."""
+        return self._write(
+            lambda conn: job_actions.reschedule_job(conn, self.dialect, job_id, run_at, record)
+        )
+
+    def make_due(
+        self, job_filter: JobFilter, *, statuses: Sequence[str], record: Record | None
+    ) -> list[int]:
+        """See :func:`job_actions.make_due`."""
+        return self._write(
+            lambda conn: job_actions.make_due(conn, self.dialect, job_filter, statuses, record)
+        )
+
+    def cancel_batch(
+        self, job_filter: JobFilter, *, limit: int, record: Record | None
+    ) -> list[int]:
+        """See :func:`job_actions.cancel_batch`."""
+        return self._write(
+            lambda conn: job_actions.cancel_batch(
+                conn, self.dialect, job_filter, limit=limit, record=record
             )
         )

@@ -38,6 +38,7 @@ __all__ = [
     "forget_finished",
     "insert_children",
     "read_batch",
+    "read_batches",
     "settle",
 ]
 
@@ -280,6 +281,18 @@ def read_batch(conn: Connection, batch_id: int) -> BatchStatus | None:
     )
     row = conn.execute(query).mappings().first()
     return _status(row) if row is not None else None
+
+
+def read_batches(conn: Connection, *, limit: int, before_id: int | None) -> list[BatchStatus]:
+    """The newest ``limit`` batches with ids below ``before_id``, each with its counts."""
+    query = (
+        select(batches, *(_live_count(status) for status in _LIVE))
+        .order_by(batches.c.id.desc())
+        .limit(limit)
+    )
+    if before_id is not None:
+        query = query.where(batches.c.id < before_id)
+    return [_status(row) for row in conn.execute(query).mappings()]
 
 
 def _status(row: RowMapping) -> BatchStatus:

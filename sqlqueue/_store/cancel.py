@@ -15,6 +15,7 @@ from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import exactly
+from sqlqueue._store.job_actions import Record, record_actions
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
@@ -23,8 +24,11 @@ __all__ = ["cancel_job", "cancel_jobs"]
 _WAITING = ("queued", "failed")
 
 
-def cancel_job(conn: Connection, dialect: Dialect, job_id: int) -> Job:
-    """Cancel one job (or ask its handler to stop, if it runs); return it as it now is."""
+def cancel_job(
+    conn: Connection, dialect: Dialect, job_id: int, record: Record | None = None
+) -> Job:
+    """Cancel one job (or ask its handler to stop, if it runs); return it as it now is.
+    ``record``: who asked and why, written down in the same transaction."""
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
     if row is None:
         raise JobNotFound(f"there is no job {job_id}")
@@ -52,6 +56,7 @@ def cancel_job(conn: Connection, dialect: Dialect, job_id: int) -> Job:
         endings = Endings()
         endings.ended(updated["batch_id"], "cancelled")
         settle(conn, dialect, endings)
+    record_actions(conn, dialect, [job_id], record)
     return row_to_job(updated)
 
 

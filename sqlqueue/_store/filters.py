@@ -21,7 +21,7 @@ class JobFilter:
 
     ``since``/``until`` bound ``updated_at``, the time of the job's latest change (enqueued,
     failed, finished, requeued or discarded). ``unhandled`` keeps only dead jobs that nobody has
-    requeued or discarded yet.
+    requeued or discarded yet. ``statuses``: any of these (with ``status``, both must hold).
     """
 
     status: str | None = None
@@ -33,6 +33,9 @@ class JobFilter:
     job_ids: Sequence[int] | None = None
     group_key: str | None = None
     unhandled: bool = False
+    statuses: Sequence[str] | None = None
+    batch_id: int | None = None
+    idempotency_key: str | None = None
 
     def clauses(self) -> list[ColumnElement[bool]]:
         """The filter as WHERE conditions on ``sqlqueue_jobs``, values bound."""
@@ -55,6 +58,12 @@ class JobFilter:
             where.append(jobs.c.id.in_(list(self.job_ids)))
         if self.unhandled:
             where.extend(unhandled_dead())
+        if self.statuses is not None:
+            where.append(jobs.c.status.in_(list(self.statuses)))
+        if self.batch_id is not None:
+            where.append(jobs.c.batch_id == self.batch_id)
+        if self.idempotency_key is not None:
+            where.append(jobs.c.idempotency_key == self.idempotency_key)
         return where
 
 

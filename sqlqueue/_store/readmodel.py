@@ -26,6 +26,7 @@ __all__ = [
     "ActivityRows",
     "PauseRow",
     "StatsRows",
+    "count_jobs",
     "find_jobs",
     "paused_queues",
     "read_activity",
@@ -152,6 +153,12 @@ def find_jobs(
     if before_id is not None:
         query = query.where(jobs.c.id < before_id)
     return [row_to_job(row) for row in conn.execute(query).mappings()]
+
+
+def count_jobs(conn: Connection, job_filter: JobFilter) -> int:
+    """How many jobs match ``job_filter``."""
+    query = select(func.count()).select_from(jobs).where(*job_filter.clauses())
+    return int(conn.execute(query).scalar_one())
 
 
 def paused_queues(conn: Connection) -> list[str]:

@@ -14,6 +14,7 @@ from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes
 from sqlqueue._store.gates import GateTransactions
+from sqlqueue._store.job_actions import Record
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
@@ -241,9 +242,9 @@ class Store(GateTransactions):
 
         return translated(self.dialect, read)
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, record: Record | None = None) -> Job:
         """Cancel one job, or ask its handler to stop (see :mod:`sqlqueue._store.cancel`)."""
-        return self._in_write(lambda conn: cancel.cancel_job(conn, self.dialect, job_id))
+        return self._in_write(lambda conn: cancel.cancel_job(conn, self.dialect, job_id, record))
 
     def cancel_where(
         self, *, job_type: str | None, queue: str | None, group_key: str | None

@@ -12,15 +12,19 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, select
 
 from sqlqueue._schema import jobs, workers
+from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
 __all__ = [
     "GONE_KEPT_SECONDS",
     "LiveWorker",
     "OverdueType",
+    "SeenWorker",
     "announce_worker",
     "read_live_workers",
     "read_overdue_types",
+    "read_seen_workers",
+    "read_workers",
     "remove_worker",
 ]
 
@@ -48,6 +52,16 @@ class OverdueType:
     job_type: str
     count: int
     age_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeenWorker:
+    """A worker's row as the ``no_workers`` alarm needs it: the queues it serves, whether it
+    is alive, and how long ago it last wrote its row (seconds, database clock)."""
+
+    queues: frozenset[str]
+    alive: bool
+    seen_seconds_ago: float
 
 
 def announce_worker(
@@ -93,6 +107,50 @@ def read_live_workers(conn: Connection, dialect: Dialect) -> list[LiveWorker]:
             id=row.id,
             queues=frozenset(row.queues),
             job_types=None if row.job_types is None else frozenset(row.job_types),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def read_workers(conn: Connection, dialect: Dialect, *, include_gone: bool) -> list[WorkerInfo]:
+    """The workers' rows, live ones first, each group by host, pid and id; ``include_gone``: the
+    expired rows too (workers gone without a word, kept a day)."""
+    alive = (workers.c.expires_at > dialect.now()).label("alive")
+    query = select(workers, alive).order_by(
+        alive.desc(), workers.c.host, workers.c.pid, workers.c.id
+    )
+    if not include_gone:
+        query = query.where(workers.c.expires_at > dialect.now())
+    return [
+        WorkerInfo(
+            id=row.id,
+            host=row.host,
+            pid=int(row.pid),
+            version=row.version,
+            queues={str(name): int(limit) for name, limit in dict(row.queues).items()},
+            started_at=row.started_at,
+            last_seen_at=row.last_seen_at,
+            running=int(row.running),
+            stopping=bool(row.stopping),
+            alive=bool(row.alive),
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def read_seen_workers(conn: Connection, dialect: Dialect) -> list[SeenWorker]:
+    """Every worker's row, live or gone (gone rows are kept a day), with its age."""
+    current = dialect.now()
+    query = select(
+        workers.c.queues,
+        (workers.c.expires_at > current).label("alive"),
+        dialect.seconds_between(current, workers.c.last_seen_at).label("ago"),
+    )
+    return [
+        SeenWorker(
+            queues=frozenset(row.queues),
+            alive=bool(row.alive),
+            seen_seconds_ago=max(0.0, float(row.ago)),
         )
         for row in conn.execute(query)
     ]

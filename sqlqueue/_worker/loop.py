@@ -166,6 +166,8 @@ class Worker:
         self._request_stop()
 
     def _request_stop(self) -> None:
+        if self._upkeep is not None and not self._stop_requested.is_set():
+            self._upkeep.stopping_now()
         self._stop_requested.set()
         self._wake.set()
         if self._contexts is not None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sqlqueue._middleware import compose
 from sqlqueue._tracing import trace_step
 
 if TYPE_CHECKING:
@@ -72,11 +73,24 @@ def _open_secrets(task: Task, call: Call) -> Call:
     return open_sync
 
 
+def _middleware(task: Task, call: Call) -> Call:
+    """The ``middleware`` step: the queue's middleware around the call, the first registered
+    outermost (see sqlqueue/_middleware.py for where sync and async ones run)."""
+    assert task.middlewares is not None  # wanted only by tasks of a queue with middleware
+    return compose(task.middlewares.chain, call, is_async=task.is_async)
+
+
 #: The extra steps around handler calls, outermost first; read when a task is made.
 STEPS: tuple[Step, ...] = (
     # The attempt's consumer span, current while the handler runs (sqlqueue/_tracing.py): the
     # outermost, so that whatever the inner steps do happens in the attempt's trace.
     Step(name="trace", wanted=lambda task: task.tracing is not None, around=trace_step),
+    # The app's middleware (@queue.middleware): inside the span, outside the decrypted secrets.
+    Step(
+        name="middleware",
+        wanted=lambda task: task.middlewares is not None and bool(task.middlewares.chain),
+        around=_middleware,
+    ),
     Step(name="secrets", wanted=lambda task: task.secrets is not None, around=_open_secrets),
 )
 

@@ -81,6 +81,7 @@ class Upkeep:
         self._single_writer = queue.dialect.single_writer
         self.pauses = Pauses(queue.admin, served)
         self._reading: asyncio.Future[None] | None = None
+        self._stopping: asyncio.Future[None] | None = None
         retention = queue.retention
         self._retention = (
             RetentionDuty(
@@ -129,6 +130,16 @@ class Upkeep:
         """Write this worker's row in the live workers' table (see registry.py)."""
         running = self._running()
         await self._db.call(lambda: self._registration.announce(running=running, stopping=stopping))
+
+    def stopping_now(self) -> None:
+        """The worker began to shut down: say so in its row at once (on the loop), so operators
+        see it stopping while its last jobs finish."""
+
+        async def announce() -> None:
+            with contextlib.suppress(DatabaseError):
+                await self.announce(True)
+
+        self._stopping = asyncio.ensure_future(announce())
 
     def start(self, stopping: Callable[[], bool]) -> list[asyncio.Task[None]]:
         """The periodic tasks; ``stopping`` ends a retention pass early."""
@@ -189,6 +200,8 @@ class Upkeep:
     async def stop(self) -> None:
         """Leave the live workers' table, and give up the retention duty, so another worker
         takes it at its next pass."""
+        if self._stopping is not None:  # written before the row goes, never after
+            await asyncio.gather(self._stopping, return_exceptions=True)
         with contextlib.suppress(DatabaseError):
             await self._db.call(self._registration.withdraw)
         if self._retention is not None:

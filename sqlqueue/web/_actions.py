@@ -7,6 +7,7 @@ refused request changes nothing."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -20,20 +21,26 @@ from sqlqueue.web._render import link
 from sqlqueue.web._settings import Action, WebSettings, settings_of
 
 __all__ = [
+    "checked",
     "discard_job",
     "discard_matching",
+    "field",
     "pause_queue",
     "requeue_job",
     "requeue_matching",
     "resume_queue",
+    "see",
 ]
 
 _MAX_REASON = 2000
 
 
-async def _checked(request: Request, action: Action) -> tuple[WebSettings, FormData]:
+async def checked(
+    request: Request, action: Action | Callable[[FormData], Action]
+) -> tuple[WebSettings, FormData]:
     """The form of a POST that comes from the page itself, whose token and permission hold;
-    403 otherwise (the form is read only once the origin holds)."""
+    403 otherwise (the form is read only once the origin holds). ``action`` may be read from
+    the form (a bulk action names its own)."""
     settings = settings_of(request)
     refused = origin_problem(request)
     if refused is not None:
@@ -42,11 +49,11 @@ async def _checked(request: Request, action: Action) -> tuple[WebSettings, FormD
     refused = token_problem(request, form, settings.secret_key, time.time())
     if refused is not None:
         raise HTTPException(403, refused)
-    settings.require(request, action)
+    settings.require(request, action(form) if callable(action) else action)
     return settings, form
 
 
-def _field(form: FormData, name: str, what: str) -> str:
+def field(form: FormData, name: str, what: str) -> str:
     """Form field ``name``, stripped; 400 when it is missing, blank, too long or holds a NUL."""
     value = form.get(name)
     text = value.strip() if isinstance(value, str) else ""
@@ -59,7 +66,7 @@ def _field(form: FormData, name: str, what: str) -> str:
     return text
 
 
-def _see(
+def see(
     request: Request, name: str, query: dict[str, object] | None = None, **path: object
 ) -> Response:
     """Post/redirect/get: reloading the page that follows never repeats the action."""
@@ -68,31 +75,31 @@ def _see(
 
 async def requeue_job(request: Request) -> Response:
     """Requeue one dead job as a new job; back to the dead job, which now links to it."""
-    settings, form = await _checked(request, "requeue")
-    reason = _field(form, "reason", "a reason")
+    settings, form = await checked(request, "requeue")
+    reason = field(form, "reason", "a reason")
     job_id: int = request.path_params["job_id"]
     await run_in_threadpool(
         lambda: settings.queue.requeue(job_id, by=settings.who(request), reason=reason)
     )
-    return _see(request, "job", job_id=job_id)
+    return see(request, "job", job_id=job_id)
 
 
 async def discard_job(request: Request) -> Response:
     """Mark one dead job handled without running it."""
-    settings, form = await _checked(request, "discard")
-    reason = _field(form, "reason", "a reason")
+    settings, form = await checked(request, "discard")
+    reason = field(form, "reason", "a reason")
     job_id: int = request.path_params["job_id"]
     await run_in_threadpool(
         lambda: settings.queue.discard(job_id, by=settings.who(request), reason=reason)
     )
-    return _see(request, "job", job_id=job_id)
+    return see(request, "job", job_id=job_id)
 
 
 async def _matching(request: Request, action: Action) -> Response:
     """``action`` on every unhandled dead job matching the form's filter (which must narrow
     it); back to the list, with how many were done."""
-    settings, form = await _checked(request, action)
-    reason = _field(form, "reason", "a reason")
+    settings, form = await checked(request, action)
+    reason = field(form, "reason", "a reason")
     wanted = job_list_filter(form)
     if not wanted.narrows_dead:
         raise HTTPException(
@@ -114,7 +121,7 @@ async def _matching(request: Request, action: Action) -> Response:
 
     done = await run_in_threadpool(act)
     past = "requeued" if action == "requeue" else "discarded"
-    return _see(request, "jobs", {**wanted.query(), "status": "dead", past: len(done)})
+    return see(request, "jobs", {**wanted.query(), "status": "dead", past: len(done)})
 
 
 async def requeue_matching(request: Request) -> Response:
@@ -129,18 +136,18 @@ async def discard_matching(request: Request) -> Response:
 
 async def pause_queue(request: Request) -> Response:
     """Stop workers claiming from a queue; back to the overview."""
-    settings, form = await _checked(request, "pause")
-    name = _field(form, "queue", "a queue")
-    reason = _field(form, "reason", "a reason")
+    settings, form = await checked(request, "pause")
+    name = field(form, "queue", "a queue")
+    reason = field(form, "reason", "a reason")
     await run_in_threadpool(
         lambda: settings.queue.pause(name, by=settings.who(request), reason=reason)
     )
-    return _see(request, "overview")
+    return see(request, "overview")
 
 
 async def resume_queue(request: Request) -> Response:
     """Let workers claim from a paused queue again."""
-    settings, form = await _checked(request, "pause")
-    name = _field(form, "queue", "a queue")
+    settings, form = await checked(request, "pause")
+    name = field(form, "queue", "a queue")
     await run_in_threadpool(settings.queue.resume, name)
-    return _see(request, "overview")
+    return see(request, "overview")

@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 
 from sqlqueue._errors import ConfigurationError, DatabaseError, JobNotFound, JobStateError
 from sqlqueue._queue import Queue
-from sqlqueue.web import _actions, _pages
+from sqlqueue.web import _actions, _bulk, _groups, _job_actions, _pages, _schedules, _workers
 from sqlqueue.web._csrf import secret_key_of
 from sqlqueue.web._guard import Guard
 from sqlqueue.web._hosts import AllowedHosts
@@ -36,9 +36,23 @@ def _routes() -> list[BaseRoute]:
         Route("/jobs", _pages.job_list, name="jobs"),
         Route("/jobs/requeue", _actions.requeue_matching, methods=post, name="requeue_matching"),
         Route("/jobs/discard", _actions.discard_matching, methods=post, name="discard_matching"),
+        Route("/jobs/bulk", _bulk.confirm_bulk, methods=post, name="bulk"),
+        Route("/jobs/bulk/confirm", _bulk.run_bulk, methods=post, name="bulk_confirm"),
         Route("/jobs/{job_id:int}", _pages.job_page, name="job"),
         Route("/jobs/{job_id:int}/requeue", _actions.requeue_job, methods=post, name="requeue"),
         Route("/jobs/{job_id:int}/discard", _actions.discard_job, methods=post, name="discard"),
+        Route("/jobs/{job_id:int}/cancel", _job_actions.cancel_job, methods=post, name="cancel"),
+        Route("/jobs/{job_id:int}/retry", _job_actions.retry_job, methods=post, name="retry"),
+        Route(
+            "/jobs/{job_id:int}/reschedule",
+            _job_actions.reschedule_job,
+            methods=post,
+            name="reschedule",
+        ),
+        Route("/workers", _workers.workers_page, name="workers"),
+        Route("/periodic", _schedules.periodic_page, name="periodic"),
+        Route("/batches", _groups.batch_list, name="batches"),
+        Route("/batches/{batch_id:int}", _groups.batch_page, name="batch"),
         Route("/queues/pause", _actions.pause_queue, methods=post, name="pause"),
         Route("/queues/resume", _actions.resume_queue, methods=post, name="resume"),
         Mount("/static", StaticFiles(packages=[("sqlqueue.web", "static")]), name="static"),
@@ -81,19 +95,21 @@ def create_app(
     current_user: CurrentUser | None = None,
     read_only: bool = False,
     max_queued_age: float = 300.0,
-    refresh_seconds: float = 10.0,
+    refresh_seconds: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
     secret_key: str | bytes | None = None,
 ) -> Starlette:
     """The web page of ``queue`` as an ASGI app.
 
     ``authorize(request, action)`` answers whether a request may ``"view"`` the pages or
-    ``"requeue"``, ``"discard"`` or ``"pause"`` (pause and resume queues); refused: 403, and
-    the page hides what it may not do (default: everyone may do everything — put the app
-    behind your own login). ``current_user(request)`` names who acts, recorded on each job an
-    action changes (default ``"web"``). ``read_only=True`` hides and refuses every action.
-    ``max_queued_age``: a queue whose oldest due job waited longer (seconds) is flagged.
-    ``refresh_seconds``: how often the overview's chart reloads itself.
+    ``"requeue"``, ``"discard"``, ``"pause"`` (pause and resume queues), ``"cancel"``,
+    ``"retry"`` (make a waiting job due now) or ``"reschedule"`` — one job or a filtered
+    selection; refused: 403, and the page hides what it may not do (default: everyone may do
+    everything — put the app behind your own login). ``current_user(request)`` names who acts,
+    recorded on each job an action changes (default ``"web"``). ``read_only=True`` hides and
+    refuses every action. ``max_queued_age``: a queue whose oldest due job waited longer
+    (seconds) is flagged. ``refresh_seconds``: how often the overview and the lists reload
+    their figures in place (a button on the page pauses it).
 
     ``allowed_hosts``: the hosts the page is served as, each a name or address with an optional
     port (``"ops.example.com"``, ``"localhost:8080"``, ``"[::1]:8080"``; ``"*"``: any, only

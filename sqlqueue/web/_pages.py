@@ -4,6 +4,8 @@ event loop on the database."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -11,6 +13,7 @@ from starlette.responses import Response
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job, JobStatus
+from sqlqueue._job_action import JobAction
 from sqlqueue._stats import Activity, Health
 from sqlqueue.web._chart import chart_of
 from sqlqueue.web._query import MAX_JOB_ID, job_list_filter
@@ -25,12 +28,13 @@ PAGE_SIZE = 50
 CHART_MINUTES = 60
 
 
-def _reads(settings: WebSettings) -> tuple[Health, Activity]:
-    """The overview's two reads: stats with their alarms, and the chart's last hour."""
+async def _reads(settings: WebSettings) -> tuple[Health, Activity]:
+    """The overview's two reads, side by side in two threads (each on its own connection): the
+    page waits for the longer, not for both — stats with their alarms, and the chart's hour."""
     queue = settings.queue
-    return (
-        queue.health(max_queued_age=settings.max_queued_age),
-        queue.activity(minutes=CHART_MINUTES),
+    return await asyncio.gather(
+        run_in_threadpool(lambda: queue.health(max_queued_age=settings.max_queued_age)),
+        run_in_threadpool(lambda: queue.activity(minutes=CHART_MINUTES)),
     )
 
 
@@ -45,7 +49,7 @@ async def overview(request: Request) -> Response:
     """Counts by status per queue and job type, ages, recent failures, top errors, paused
     queues and the last hour's chart."""
     settings = _viewer(request)
-    health, activity = await run_in_threadpool(_reads, settings)
+    health, activity = await _reads(settings)
     return render(
         request,
         "overview.html",
@@ -56,7 +60,6 @@ async def overview(request: Request) -> Response:
             "chart": chart_of(activity),
             "activity": activity,
             "max_queued_age": settings.max_queued_age,
-            "refresh_seconds": settings.refresh_seconds,
         },
     )
 
@@ -90,7 +93,7 @@ async def job_list(request: Request) -> Response:
     jobs = found[:PAGE_SIZE]
     notice = {
         key: request.query_params[key]
-        for key in ("requeued", "discarded")
+        for key in ("requeued", "discarded", "cancelled")
         if request.query_params.get(key, "").isdigit()
     }
     return render(
@@ -106,23 +109,37 @@ async def job_list(request: Request) -> Response:
     )
 
 
-def _job_and_batch(settings: WebSettings, job_id: int) -> tuple[Job | None, BatchStatus | None]:
-    """The job, and the counts of its batch if it has one."""
+def _job_and_batch(
+    settings: WebSettings, job_id: int
+) -> tuple[Job | None, BatchStatus | None, list[JobAction]]:
+    """The job, the counts of its batch if it has one, and what operators did to it."""
     queue = settings.queue
     job = queue.get_job(job_id)
-    if job is None or job.batch_id is None:
-        return job, None
-    return job, queue.get_batch(job.batch_id)
+    if job is None:
+        return None, None, []
+    batch = None if job.batch_id is None else queue.get_batch(job.batch_id)
+    return job, batch, queue.job_actions(job_id)
 
 
 async def job_page(request: Request) -> Response:
-    """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued or
-    discarded it, and its batch's counts."""
+    """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued,
+    discarded, cancelled or rescheduled it, its batch's counts, and the actions on a waiting
+    job (cancel, retry now, reschedule)."""
     settings = _viewer(request)
     job_id: int = request.path_params["job_id"]
     if not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(404, f"there is no job {job_id}")
-    job, batch = await run_in_threadpool(_job_and_batch, settings, job_id)
+    job, batch, actions = await run_in_threadpool(_job_and_batch, settings, job_id)
     if job is None:
         raise HTTPException(404, f"there is no job {job_id}")
-    return render(request, "job.html", {"job": job, "batch": batch})
+    retried = request.query_params.get("retried", "")
+    return render(
+        request,
+        "job.html",
+        {
+            "job": job,
+            "batch": batch,
+            "actions": actions,
+            "retried": int(retried) if retried in ("0", "1") else None,
+        },
+    )

@@ -78,7 +78,8 @@ def render(
     request: Request, template: str, context: Mapping[str, Any], *, status_code: int = 200
 ) -> HTMLResponse:
     """``template`` rendered for ``request``, with the helpers every page uses: ``url``,
-    ``static``, ``may`` (which actions to show), the CSRF field, and its cookie set."""
+    ``static``, ``may`` (which actions to show), how often lists refresh, the CSRF field, and
+    its cookie set."""
     settings = settings_of(request)
     nonce = nonce_for(request)
     allowed = {action: settings.may(request, action) for action in ACTIONS}
@@ -88,6 +89,7 @@ def render(
         static=lambda path: link(request, "static", path=path),
         may=allowed,
         read_only=settings.read_only,
+        refresh_seconds=settings.refresh_seconds,
         csrf_field=FIELD,
         csrf_token=form_token(request, settings.secret_key, nonce, time.time()),
         **context,

@@ -23,9 +23,18 @@ __all__ = [
     "web_user",
 ]
 
-#: What ``authorize(request, action)`` is asked: seeing the pages, and each kind of change.
-Action = Literal["view", "requeue", "discard", "pause"]
-ACTIONS: tuple[Action, ...] = ("view", "requeue", "discard", "pause")
+#: What ``authorize(request, action)`` is asked: seeing the pages, and each kind of change
+#: (``"retry"``: make a waiting job due now; ``"reschedule"``: give it another run time).
+Action = Literal["view", "requeue", "discard", "pause", "cancel", "retry", "reschedule"]
+ACTIONS: tuple[Action, ...] = (
+    "view",
+    "requeue",
+    "discard",
+    "pause",
+    "cancel",
+    "retry",
+    "reschedule",
+)
 
 #: ``authorize(request, action) -> bool``: may this request do ``action``?
 Authorize = Callable[[Request, str], bool]
@@ -52,7 +61,7 @@ class WebSettings:
     current_user: CurrentUser = web_user
     read_only: bool = False
     max_queued_age: float = 300.0
-    refresh_seconds: float = 10.0
+    refresh_seconds: float = 5.0
     #: The key that signs the forms' CSRF tokens (see :mod:`sqlqueue.web._csrf`).
     secret_key: bytes = field(repr=False)
 

@@ -1,0 +1,193 @@
+"""What an empty middleware costs: drain throughput of no-op jobs with no middleware and with
+one that only calls ``call_next()``, measured in the same run, alternately.
+
+Each drain gets a fresh database and a backlog of ``jobs`` no-op jobs, then one burst worker
+in this process (``concurrency`` slots) empties it; throughput is jobs divided by the drain
+window on the database clock (earliest ``started_at`` to latest ``finished_at``), as in
+bench/drain.py. The two variants take turns (A B B A …) so that a machine getting busier or
+quieter weighs on both alike; the figure is the median of each and the cost in per cent of
+the plain drain's throughput.
+
+``python -m bench --only middleware`` (``--runs``, ``--backends``, ``--drain-jobs``) or
+``python -m bench.middleware``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import sqlqueue
+from bench.databases import DEFAULT_MYSQL_URL, DEFAULT_POSTGRES_URL, Target, fresh_database
+from bench.drain import _timestamp as moment
+from bench.names import NOOP
+
+__all__ = ["Figure", "main", "measure", "table"]
+
+#: The variants measured: how many empty middlewares each registers.
+VARIANTS = {"no middleware": 0, "1 empty middleware": 1}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    """One backend's drains: jobs per second of each variant, every run."""
+
+    backend: str
+    jobs: int
+    concurrency: int
+    runs: dict[str, list[float]]
+
+    def median(self, variant: str) -> float:
+        """The median throughput of ``variant``."""
+        return statistics.median(self.runs[variant])
+
+    @property
+    def cost_percent(self) -> float:
+        """How much slower the drain with one empty middleware is, in per cent."""
+        plain = self.median("no middleware")
+        return 100.0 * (plain - self.median("1 empty middleware")) / plain
+
+
+def _empty(job: sqlqueue.Job, call_next: Callable[[], Any]) -> Any:
+    return call_next()
+
+
+def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> float:
+    queue = sqlqueue.Queue(url)
+    queue.task(NOOP)(lambda: None)
+    for _ in range(middlewares):
+        queue.middleware(_empty)
+    try:
+        with queue.engine.begin() as conn:
+            queue.enqueue_many(conn, [sqlqueue.JobRequest(job_type=NOOP) for _ in range(jobs)])
+        queue.worker(concurrency=concurrency, poll_interval=0.05).run(burst=True)
+        with queue.engine.connect() as conn:
+            counts = sa.text("SELECT status, count(*) FROM sqlqueue_jobs GROUP BY status")
+            by_status = {str(status): int(n) for status, n in conn.execute(counts)}
+            first, last = conn.execute(
+                sa.text("SELECT min(started_at), max(finished_at) FROM sqlqueue_jobs")
+            ).one()
+        if by_status != {"succeeded": jobs}:
+            raise RuntimeError(f"the drain left {by_status}, expected {{'succeeded': {jobs}}}")
+        return jobs / (moment(last) - moment(first)).total_seconds()
+    finally:
+        queue.engine.dispose()
+
+
+def call_overhead_us(repeats: int = 7, calls: int = 20_000) -> float:
+    """What one empty middleware adds to one attempt's handler call, in microseconds: the
+    planned call of a no-op task with it minus without it, each the best of ``repeats`` timings
+    of ``calls`` calls (CPU work only, so far steadier than a drain on a busy machine)."""
+    from datetime import UTC, datetime
+
+    from sqlqueue._store.rows import ClaimedJob
+
+    now = datetime.now(UTC)
+    job = ClaimedJob(
+        id=1,
+        job_type=NOOP,
+        queue="default",
+        priority=0,
+        payload={},
+        attempt=1,
+        max_attempts=3,
+        errors=(),
+        next_run_at=now,
+        created_at=now,
+        batch_id=None,
+        started_at=now,
+        lease_expires_at=now,
+    )
+    best: dict[int, float] = {}
+    for middlewares in (0, 1):
+        queue = sqlqueue.Queue(f"sqlite:///{Path(tempfile.mkdtemp()) / 'plan.db'}")  # unused
+        task = queue.task(NOOP)(lambda: None)
+        for _ in range(middlewares):
+            queue.middleware(_empty)
+        call = task.plan.call
+        timings = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(calls):
+                call(job, {})
+            timings.append(time.perf_counter() - started)
+        best[middlewares] = min(timings) / calls
+        queue.engine.dispose()
+    return (best[1] - best[0]) * 1e6
+
+
+def measure(
+    backends: Sequence[str], target: Target, *, runs: int, jobs: int, concurrency: int
+) -> list[Figure]:
+    """Drain ``jobs`` no-op jobs ``runs`` times per variant on each backend, alternating."""
+    figures = []
+    for backend in backends:
+        found: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        for run in range(runs):
+            order = list(VARIANTS) if run % 2 == 0 else list(reversed(VARIANTS))
+            for name in order:
+                with fresh_database(backend, target) as url:
+                    rate = _drain_once(url, jobs, concurrency, VARIANTS[name])
+                found[name].append(rate)
+                print(f"  {backend} run {run + 1}/{runs} {name}: {rate:,.0f} jobs/s", flush=True)
+        figures.append(Figure(backend=backend, jobs=jobs, concurrency=concurrency, runs=found))
+    return figures
+
+
+def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
+    """The figures as a text table (with ``overhead_us``: what that is per job, against each
+    drain's time per job)."""
+    lines = [
+        f"{'backend':<12} {'jobs':>6} {'slots':>5} {'no middleware':>15} "
+        f"{'1 empty middleware':>19} {'cost':>7}"
+    ]
+    for figure in figures:
+        lines.append(
+            f"{figure.backend:<12} {figure.jobs:>6} {figure.concurrency:>5} "
+            f"{figure.median('no middleware'):>11,.0f} j/s "
+            f"{figure.median('1 empty middleware'):>15,.0f} j/s {figure.cost_percent:>6.1f}%"
+        )
+    lines.append(
+        "jobs/s: median of the runs, drain window on the database clock; cost: how much lower "
+        "the throughput with one middleware that only calls call_next() is"
+    )
+    if overhead_us is not None:
+        lines.append(f"one empty middleware adds {overhead_us:.2f} µs to each attempt's call;")
+        for figure in figures:
+            per_job_us = 1e6 / figure.median("no middleware")
+            lines.append(
+                f"  {figure.backend}: {100 * overhead_us / per_job_us:.2f} % of its "
+                f"{per_job_us:,.0f} µs per job without middleware"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.middleware``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.middleware", description=__doc__)
+    parser.add_argument("--backends", default="sqlite", help="sqlite,postgresql,mysql (sqlite)")
+    parser.add_argument("--runs", type=int, default=5, help="drains per variant (5)")
+    parser.add_argument("--jobs", type=int, default=5000, help="jobs per drain (5000)")
+    parser.add_argument("--concurrency", type=int, default=10, help="worker slots (10)")
+    args = parser.parse_args(argv)
+    figures = measure(
+        [name.strip() for name in args.backends.split(",") if name.strip()],
+        Target(postgres_url=DEFAULT_POSTGRES_URL, mysql_url=DEFAULT_MYSQL_URL),
+        runs=args.runs,
+        jobs=args.jobs,
+        concurrency=args.concurrency,
+    )
+    print(table(figures, call_overhead_us()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

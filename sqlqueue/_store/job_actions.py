@@ -1,0 +1,169 @@
+"""Operators' actions on waiting jobs, each recorded with who and why in
+``sqlqueue_job_actions`` in the transaction that changes the job: cancel (one job or every job a
+filter matches), make due now, and reschedule. Requeue and discard record on the job row
+itself (see :mod:`sqlqueue._store.deadletter`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, insert, select, update
+
+from sqlqueue._errors import JobNotFound, JobStateError
+from sqlqueue._job import Job
+from sqlqueue._job_action import JobAction
+from sqlqueue._schema import job_actions, jobs
+from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.filters import JobFilter
+from sqlqueue._store.rows import row_to_job
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "WAITING",
+    "Record",
+    "cancel_batch",
+    "make_due",
+    "read_job_actions",
+    "record_actions",
+    "reschedule_job",
+]
+
+#: The statuses of jobs waiting for a run: what cancel, reschedule and run-now change.
+WAITING = ("queued", "failed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One action to write down for each job it changed: what, who, why, and what it set."""
+
+    action: str
+    by: str
+    reason: str
+    detail: Mapping[str, Any] | None = None
+
+
+def record_actions(
+    conn: Connection, dialect: Dialect, job_ids: Iterable[int], record: Record | None
+) -> None:
+    """Write ``record`` for each of ``job_ids`` (nothing for ``None``), stamped by the database
+    clock."""
+    rows = (
+        [
+            {
+                "job_id": int(job_id),
+                "action": record.action,
+                "by": record.by,
+                "reason": record.reason,
+                "detail": None if record.detail is None else dict(record.detail),
+            }
+            for job_id in job_ids
+        ]
+        if record is not None
+        else []
+    )
+    if rows:
+        conn.execute(insert(job_actions).values(at=dialect.now()), rows)
+
+
+def read_job_actions(conn: Connection, job_id: int) -> list[JobAction]:
+    """The actions recorded on ``job_id``, oldest first."""
+    query = select(job_actions).where(job_actions.c.job_id == job_id).order_by(job_actions.c.id)
+    return [
+        JobAction(
+            job_id=row.job_id,
+            action=row.action,
+            by=row.by,
+            reason=row.reason,
+            detail=dict(row.detail) if row.detail else {},
+            at=row.at,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def _locked_job(conn: Connection, dialect: Dialect, job_id: int) -> RowMapping:
+    row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+    if row is None:
+        raise JobNotFound(f"there is no job {job_id}")
+    return row
+
+
+def reschedule_job(
+    conn: Connection, dialect: Dialect, job_id: int, run_at: datetime, record: Record
+) -> Job:
+    """Give a queued or failed job the run time ``run_at`` (its attempts are kept); return it."""
+    row = _locked_job(conn, dialect, job_id)
+    if row["status"] not in WAITING:
+        raise JobStateError(
+            f"job {job_id} is {row['status']}; only queued or failed jobs can be rescheduled"
+        )
+    updated = (
+        dialect.execute_returning(
+            conn,
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == row["status"])
+            .values(next_run_at=run_at, updated_at=dialect.now())
+            .returning(*jobs.c),
+        )
+        .mappings()
+        .one()
+    )
+    record_actions(conn, dialect, [job_id], record)
+    return row_to_job(updated)
+
+
+def make_due(
+    conn: Connection,
+    dialect: Dialect,
+    job_filter: JobFilter,
+    statuses: Sequence[str],
+    record: Record | None,
+) -> list[int]:
+    """Set ``next_run_at`` to now on every job in ``statuses`` matching ``job_filter`` whose
+    next run is still in the future; return their ids. Attempt counts are kept."""
+    current = dialect.now()
+    stmt = (
+        update(jobs)
+        .where(*job_filter.clauses(), jobs.c.status.in_(statuses), jobs.c.next_run_at > current)
+        .values(next_run_at=current, updated_at=current)
+        .returning(jobs.c.id)
+    )
+    ids = [int(job_id) for job_id in dialect.execute_returning(conn, stmt).scalars()]
+    record_actions(conn, dialect, ids, record)
+    return ids
+
+
+def cancel_batch(
+    conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, record: Record | None
+) -> list[int]:
+    """Cancel up to ``limit`` queued or failed jobs matching ``job_filter``, oldest first (rows
+    another transaction holds are skipped: a worker claiming one keeps it); return their ids.
+    Children of batches count in their batch in this transaction."""
+    chosen = dialect.skip_locked(
+        select(jobs.c.id)
+        .where(*job_filter.clauses(), jobs.c.status.in_(WAITING))
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+    ids = [int(job_id) for job_id in conn.execute(chosen).scalars()]
+    if not ids:
+        return []
+    current = dialect.now()
+    stmt = (
+        update(jobs)
+        .where(jobs.c.id.in_(ids), jobs.c.status.in_(WAITING))
+        .values(status="cancelled", finished_at=current, updated_at=current)
+        .returning(jobs.c.id, jobs.c.batch_id)
+    )
+    done = dialect.execute_returning(conn, stmt).all()
+    endings = Endings()
+    for _, batch_id in done:
+        endings.ended(batch_id, "cancelled")
+    if endings:
+        settle(conn, dialect, endings)
+    cancelled = sorted(int(job_id) for job_id, _ in done)
+    record_actions(conn, dialect, cancelled, record)
+    return cancelled
