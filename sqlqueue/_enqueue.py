@@ -8,7 +8,7 @@ task's secret fields are sealed. The INSERTs themselves live in the store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ __all__ = [
     "check_batch_children",
     "check_job",
     "enqueue_batch",
+    "register_connection_type",
     "to_connection",
     "write_rows",
 ]
@@ -42,6 +43,31 @@ __all__ = [
 #: What ``enqueue`` writes through: the caller's connection or ORM session (or an engine,
 #: which then gets a transaction of its own).
 Executable = Connection | Session | Engine
+
+
+#: How to write through another library's connection: its type, and a context manager that
+#: yields the SQLAlchemy ``Connection`` of that connection's current transaction.
+ConnectionAdapter = Callable[[Any], AbstractContextManager[Connection]]
+
+#: The adapters registered by integrations (``sqlqueue.django`` registers Django's
+#: connections), so that the core names no framework.
+_ADAPTERS: dict[type[Any], ConnectionAdapter] = {}
+
+
+def register_connection_type(cls: type[Any], adapter: ConnectionAdapter) -> None:
+    """Make enqueue write through instances of ``cls`` (and its subclasses) with ``adapter``.
+
+    The adapter must put the job in the transaction the connection is in, on that same
+    database connection: the guarantee is the one a SQLAlchemy ``Connection`` gives."""
+    _ADAPTERS[cls] = adapter
+
+
+def _adapter_for(target: object) -> ConnectionAdapter | None:
+    for cls in type(target).__mro__:
+        adapter = _ADAPTERS.get(cls)
+        if adapter is not None:
+            return adapter
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +91,15 @@ def to_connection(target: Executable) -> Iterator[Connection]:
         with target.begin() as conn:
             yield conn
     else:
-        raise ConfigurationError(
-            "enqueue writes in your transaction: pass a SQLAlchemy Connection or Session "
-            f"(or an Engine for a transaction of its own), got {type(target).__name__}"
-        )
+        adapter = _adapter_for(target)
+        if adapter is None:
+            raise ConfigurationError(
+                "enqueue writes in your transaction: pass a SQLAlchemy Connection or Session "
+                f"(or an Engine for a transaction of its own), got {type(target).__name__} "
+                '(a Django connection needs "sqlqueue.django" in INSTALLED_APPS)'
+            )
+        with adapter(target) as conn:
+            yield conn
 
 
 def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
