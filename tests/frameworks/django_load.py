@@ -196,10 +196,12 @@ def run_load(url: str, seconds: float, log_dir: Path) -> Figures:
             figures.seconds = time.monotonic() - started
             committed = len(figures.committed)
             wait_until(
-                lambda: rows(
-                    engine, "SELECT COUNT(*) FROM sqlqueue_jobs WHERE status = 'succeeded'"
-                )[0][0]
-                >= committed,
+                lambda: (
+                    rows(engine, "SELECT COUNT(*) FROM sqlqueue_jobs WHERE status = 'succeeded'")[
+                        0
+                    ][0]
+                    >= committed
+                ),
                 120,
                 what="the worker to run every committed order's job",
                 explain=lambda: (log_dir / "worker.log").read_text()[-3000:],
