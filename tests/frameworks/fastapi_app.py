@@ -43,7 +43,7 @@ def create_app(queue: sqlqueue.Queue, *, lifespan: Any = None) -> FastAPI:
     @app.post("/signups", status_code=201)
     async def sign_up(email: str, db: Session, fail: bool = False) -> dict[str, int]:
         async with db.begin():
-            result = await db.execute(users.insert().values(email=email))
+            result: Any = await db.execute(users.insert().values(email=email))
             user_id = int(result.inserted_primary_key[0])
             job_id = await welcome.enqueue_async(db, user_id=user_id)
             if fail:
