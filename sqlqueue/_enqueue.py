@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
 from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
@@ -40,9 +40,10 @@ __all__ = [
     "write_rows",
 ]
 
-#: What ``enqueue`` writes through: the caller's connection or ORM session (or an engine,
-#: which then gets a transaction of its own).
-Executable = Connection | Session | Engine
+#: What ``enqueue`` writes through: the caller's connection or ORM session (a scoped session,
+#: such as Flask-SQLAlchemy's ``db.session``, is its current session), or an engine, which
+#: then gets a transaction of its own.
+Executable = Connection | Session | scoped_session[Any] | Engine
 
 
 #: How to write through another library's connection: its type, and a context manager that
@@ -87,6 +88,8 @@ def to_connection(target: Executable) -> Iterator[Connection]:
         yield target
     elif isinstance(target, Session):
         yield target.connection()
+    elif isinstance(target, scoped_session):
+        yield target.connection()  # the current scope's session
     elif isinstance(target, Engine):
         with target.begin() as conn:
             yield conn
