@@ -66,7 +66,7 @@ def test_a_committed_request_s_job_is_run_by_flask_sqlqueue_worker(backend, app)
     response = app.test_client().post("/signups", data={"email": "b@example.com"})
     assert response.status_code == 201
     placed = response.get_json()
-    queue: sqlqueue.Queue = app.extensions["sqlqueue"]
+    queue = app.extensions["sqlqueue"]
     assert queue.get_job(placed["job"]).status == sqlqueue.JobStatus.QUEUED
 
     worker = flask_command(backend.url, "sqlqueue", "worker", "--burst", "--concurrency", "2")
