@@ -39,31 +39,42 @@ def _leave_to_django(engine: Engine) -> None:
         setattr(engine.dialect, method, _nothing)
 
 
-#: Per Django connection: the DB-API connection it had and the engine that borrows it (made
-#: again when Django reconnects). Weak keys: an entry goes with its thread's connection.
-_ENGINES: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Engine]] = (
-    weakref.WeakKeyDictionary()
-)
+class _Borrowing:
+    """One Django connection's engine, and the DB-API connection its pool holds now."""
+
+    def __init__(self, wrapper: BaseDatabaseWrapper) -> None:
+        self.raw = wrapper.connection
+        self.engine = _borrowing_engine(wrapper, self)
+
+    def connect(self) -> Any:
+        """The pool's creator: Django's current DB-API connection."""
+        return self.raw
+
+
+#: Per Django connection (one per thread and alias, living as long as the thread): its engine,
+#: made once, so the dialect's first-connect queries run once per thread. Weak keys: an entry
+#: goes with its thread's connection.
+_ENGINES: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Borrowing] = weakref.WeakKeyDictionary()
 
 
 def _engine_for(wrapper: BaseDatabaseWrapper) -> Engine:
-    raw = wrapper.connection
-    known = _ENGINES.get(wrapper)
-    if known is not None and known[0] is raw:
-        return known[1]
-    if known is not None:
-        known[1].dispose()
-    engine = _borrowing_engine(wrapper, raw)
-    _ENGINES[wrapper] = (raw, engine)
-    return engine
+    borrowing = _ENGINES.get(wrapper)
+    if borrowing is None:
+        borrowing = _ENGINES[wrapper] = _Borrowing(wrapper)
+    elif borrowing.raw is not wrapper.connection:
+        # Django reconnected (CONN_MAX_AGE, the end of a request): drop the pool's record of
+        # the old connection (closing it is a no-op here); the next checkout wraps the new one.
+        borrowing.raw = wrapper.connection
+        borrowing.engine.pool.dispose()
+    return borrowing.engine
 
 
-def _borrowing_engine(wrapper: BaseDatabaseWrapper, raw: Any) -> Engine:
-    """An engine whose one connection is ``raw``, with the SQLAlchemy driver Django uses."""
+def _borrowing_engine(wrapper: BaseDatabaseWrapper, borrowing: _Borrowing) -> Engine:
+    """An engine whose one connection is Django's, with the SQLAlchemy driver Django uses."""
     url: URL = database_url(wrapper.alias)
-    module = type(raw).__module__.partition(".")[0]
+    module = type(borrowing.raw).__module__.partition(".")[0]
     options: dict[str, Any] = {
-        "creator": lambda: raw,
+        "creator": borrowing.connect,
         "poolclass": StaticPool,
         "pool_reset_on_return": None,
     }
