@@ -47,6 +47,13 @@ def test_a_rolled_back_atomic_block_leaves_no_job_and_no_order(backend: Backend)
     assert rows(backend.engine, "SELECT COUNT(*) FROM shop_order") == [(0,)]
 
 
+def test_an_enqueue_outside_atomic_commits_at_once_like_a_save(backend: Backend):
+    prepare(backend.url)
+    placed = manage_json(backend.url, "place_order", "r3", "cup", "--autocommit")
+    assert placed["outside"] is True
+    assert rows(backend.engine, "SELECT status FROM sqlqueue_jobs") == [("queued",)]
+
+
 def test_sqlqueue_migrate_migrates_djangos_database(backend: Backend):
     done = manage(backend.url, "sqlqueue_migrate")
     assert done.stdout.startswith("sqlqueue: already up to date at revision")

@@ -21,10 +21,19 @@ class Command(BaseCommand):
         parser.add_argument("request")
         parser.add_argument("item")
         parser.add_argument("--fail", action="store_true")
+        parser.add_argument(
+            "--autocommit", action="store_true", help="no atomic() block: Django's autocommit"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         seen: dict[str, Any] = {}
         conn = connections["default"]
+        if options["autocommit"]:
+            order = Order.objects.create(request=options["request"], item=options["item"])
+            seen["job"] = ship.enqueue(conn, order_id=order.pk)
+            seen["outside"] = queue.get_job(seen["job"]) is not None  # committed at once
+            self.stdout.write(json.dumps(seen))
+            return
         try:
             with transaction.atomic():
                 order = Order.objects.create(request=options["request"], item=options["item"])
