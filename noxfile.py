@@ -46,6 +46,16 @@ def tests_backend(session: nox.Session, backend: str) -> None:
 
 
 @nox.session
+def django_load(session: nox.Session) -> None:
+    """The Django load test at the issue's length: 16 concurrent requests through gunicorn for
+    20 s per backend, some rolled back; prints the figures (0 lost, 0 duplicated, 0 ghosts)."""
+    session.install(".[test]")
+    session.run(
+        "pytest", "tests/frameworks/test_django_load.py", "-m", "slow", "-s", *session.posargs
+    )
+
+
+@nox.session
 def hypothesis(session: nox.Session) -> None:
     """The property tests (every test module that uses Hypothesis) with many more examples
     (``HYPOTHESIS_PROFILE=long``, see ``tests/_hypothesis.py``); pytest arguments after ``--``."""

@@ -172,9 +172,11 @@ def parse_queues(text: str) -> list[str] | dict[str, int]:
     return limits
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "sqlqueue", *, given: bool = False) -> argparse.ArgumentParser:
+    """The command line; ``given``: a framework's command that serves the app's own Queue (no
+    ``module:attribute`` to name, and its database unless ``--database-url`` says another)."""
     parser = argparse.ArgumentParser(
-        prog="sqlqueue", description="Background jobs on your SQLAlchemy database."
+        prog=prog, description="Background jobs on your SQLAlchemy database."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -182,14 +184,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    database_option = _given_database_option if given else _database_option
     migrate_cmd = commands.add_parser("migrate", help="create or upgrade sqlqueue's tables")
-    _database_option(migrate_cmd)
+    database_option(migrate_cmd)
     migrate_cmd.add_argument(
         "--verbose", action="store_true", help="also print alembic's log of each revision"
     )
 
     worker_cmd = commands.add_parser("worker", help="run a worker until SIGTERM/SIGINT")
-    worker_cmd.add_argument("queue", help="the Queue to serve, as module:attribute")
+    if not given:
+        worker_cmd.add_argument("queue", help="the Queue to serve, as module:attribute")
     worker_cmd.add_argument(
         "--queues",
         help="queues sharing --concurrency slots (mail,reports), or each with its own slots "
@@ -238,9 +242,9 @@ def _parser() -> argparse.ArgumentParser:
         help="exit once no job it has a task for is due and none is running (at once, with "
         "status 3, if the database cannot be reached or is not migrated)",
     )
-    add_commands(commands, _database_option)
-    add_acting_commands(commands, _database_option)
-    add_workers_command(commands, _database_option)
+    add_commands(commands, database_option)
+    add_acting_commands(commands, database_option)
+    add_workers_command(commands, database_option)
 
     web_cmd = commands.add_parser(
         "web",
@@ -251,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
         "machine, put it behind your own login, or pass --read-only. To mount it in your "
         "app with your own authorize= and current_user=, use sqlqueue.web.create_app.",
     )
-    _database_option(web_cmd)
+    database_option(web_cmd)
     web_cmd.add_argument(
         "--host",
         default="127.0.0.1",
@@ -287,13 +291,24 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _given_database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", help="default: the app's Queue's database")
+    parser.add_argument(
+        "--schema", help="the PostgreSQL schema of sqlqueue's tables (default: the Queue's)"
+    )
+
+
+def main(
+    argv: Sequence[str] | None = None, *, queue: Queue | None = None, prog: str = "sqlqueue"
+) -> int:
     """Entry point of the ``sqlqueue`` command; returns the exit status.
 
-    Output cut short by its reader (``sqlqueue stats | head -1``) ends quietly with 0: the
-    reader had what it wanted."""
+    Frameworks' commands (``flask sqlqueue …``, ``manage.py sqlqueue_migrate``) run the same
+    commands through here with the app's ``queue`` (its engine is used and never disposed)
+    and their own ``prog``. Output cut short by its reader (``sqlqueue stats | head -1``)
+    ends quietly with 0: the reader had what it wanted."""
     try:
-        status = _main(argv)
+        status = _main(argv, queue, prog)
         sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -302,11 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+def _main(argv: Sequence[str] | None, given: Queue | None, prog: str) -> int:
+    args = _parser(prog, given=given is not None).parse_args(argv)
     args.log_filter = configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
-        return _run(args)
+        return _run(args, given)
     except (UsageError, ConfigurationError) as error:
         return _fail(error, EXIT_USAGE)
     except DatabaseError as error:
@@ -320,11 +335,18 @@ def _fail(error: SqlqueueError, status: int) -> int:
     return status
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, given: Queue | None = None) -> int:
     if args.command == "migrate":
-        return _migrate(args)
+        return _migrate(args, given)
     if args.command == "worker":
-        return _worker(args)
+        return _worker(args, given)
+    if given is not None and not args.database_url:
+        schema = given.schema if args.schema is None else args.schema
+        check_schema(given.engine, schema)
+        queue = given if schema == given.schema else given.rebind(given.engine, schema=schema)
+        queue.admin.require_schema(SCHEMA_REVISION)
+        given_status: int = args.operate(queue, args)
+        return given_status
     engine = open_engine(args.database_url, existing=True, schema=args.schema)
     try:
         queue = Queue(engine, schema=args.schema)
@@ -335,20 +357,27 @@ def _run(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
-def _migrate(args: argparse.Namespace) -> int:
+def _migrate(args: argparse.Namespace, given: Queue | None = None) -> int:
     """Migrate, and say so in one line: from which revision to which, or that there was
     nothing to do (alembic's own log of each revision only with ``--verbose``)."""
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)
-    engine = open_engine(args.database_url, schema=args.schema)
+    schema = args.schema
+    if given is not None and not args.database_url:
+        schema = given.schema if schema is None else schema
+        check_schema(given.engine, schema)
+        engine = given.engine
+    else:
+        engine = open_engine(args.database_url, schema=schema)
     try:
-        admin = Queue(engine, schema=args.schema).admin
+        admin = Queue(engine, schema=schema).admin
         before = admin.schema_revision()
-        migrate(engine, schema=args.schema)
+        migrate(engine, schema=schema)
         after = admin.schema_revision()
     finally:
-        engine.dispose()
-    where = "" if args.schema is None else f" (schema {args.schema!r})"
+        if engine is not getattr(given, "engine", None):
+            engine.dispose()
+    where = "" if schema is None else f" (schema {schema!r})"
     if before == after:
         print(f"sqlqueue: already up to date at revision {after}{where}")
     else:
@@ -383,8 +412,10 @@ def _default_hosts(host: str, port: int) -> list[str]:
     return names if port == 0 else [f"{name}:{port}" for name in names]
 
 
-def _worker(args: argparse.Namespace) -> int:
-    queue = load_queue(args.queue)
+def _worker(args: argparse.Namespace, given: Queue | None = None) -> int:
+    queue = load_queue(args.queue) if given is None else given
+    if not queue.tasks and given is not None:
+        raise UsageError("the app's Queue has no task, so a worker could run nothing")
     if not queue.tasks:
         module_name = args.queue.partition(":")[0]
         where = getattr(sys.modules.get(module_name), "__file__", None)

@@ -8,13 +8,13 @@ task's secret fields are sealed. The INSERTs themselves live in the store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
 from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
@@ -36,13 +36,40 @@ __all__ = [
     "check_batch_children",
     "check_job",
     "enqueue_batch",
+    "register_connection_type",
     "to_connection",
     "write_rows",
 ]
 
-#: What ``enqueue`` writes through: the caller's connection or ORM session (or an engine,
-#: which then gets a transaction of its own).
-Executable = Connection | Session | Engine
+#: What ``enqueue`` writes through: the caller's connection or ORM session (a scoped session,
+#: such as Flask-SQLAlchemy's ``db.session``, is its current session), or an engine, which
+#: then gets a transaction of its own.
+Executable = Connection | Session | scoped_session[Any] | Engine
+
+
+#: How to write through another library's connection: its type, and a context manager that
+#: yields the SQLAlchemy ``Connection`` of that connection's current transaction.
+ConnectionAdapter = Callable[[Any], AbstractContextManager[Connection]]
+
+#: The adapters registered by integrations (``sqlqueue.django`` registers Django's
+#: connections), so that the core names no framework.
+_ADAPTERS: dict[type[Any], ConnectionAdapter] = {}
+
+
+def register_connection_type(cls: type[Any], adapter: ConnectionAdapter) -> None:
+    """Make enqueue write through instances of ``cls`` (and its subclasses) with ``adapter``.
+
+    The adapter must put the job in the transaction the connection is in, on that same
+    database connection: the guarantee is the one a SQLAlchemy ``Connection`` gives."""
+    _ADAPTERS[cls] = adapter
+
+
+def _adapter_for(target: object) -> ConnectionAdapter | None:
+    for cls in type(target).__mro__:
+        adapter = _ADAPTERS.get(cls)
+        if adapter is not None:
+            return adapter
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,14 +91,21 @@ def to_connection(target: Executable) -> Iterator[Connection]:
         yield target
     elif isinstance(target, Session):
         yield target.connection()
+    elif isinstance(target, scoped_session):
+        yield target.connection()  # the current scope's session
     elif isinstance(target, Engine):
         with target.begin() as conn:
             yield conn
     else:
-        raise ConfigurationError(
-            "enqueue writes in your transaction: pass a SQLAlchemy Connection or Session "
-            f"(or an Engine for a transaction of its own), got {type(target).__name__}"
-        )
+        adapter = _adapter_for(target)
+        if adapter is None:
+            raise ConfigurationError(
+                "enqueue writes in your transaction: pass a SQLAlchemy Connection or Session "
+                f"(or an Engine for a transaction of its own), got {type(target).__name__} "
+                '(a Django connection needs "sqlqueue.django" in INSTALLED_APPS)'
+            )
+        with adapter(target) as conn:
+            yield conn
 
 
 def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 import sqlqueue
+from sqlqueue._enqueue import _ADAPTERS, register_connection_type
 from sqlqueue._schema import jobs
 from sqlqueue._store._direct import DirectStatement
 from sqlqueue.dialects import dialect_for
@@ -224,6 +226,42 @@ def test_an_engine_gets_a_transaction_of_its_own(backend):
     queue, welcome = _queue_with_welcome(backend)
     job_id = welcome.enqueue(backend.engine, user_id=1)
     assert queue.get_job(job_id).status == "queued"
+
+
+def test_a_scoped_session_enqueues_in_its_current_session_s_transaction(backend):
+    # Flask-SQLAlchemy's db.session is a scoped_session: the job commits or rolls back with
+    # the session the scope holds.
+    queue, welcome = _queue_with_welcome(backend)
+    scoped = scoped_session(sessionmaker(backend.engine))
+    welcome.enqueue(scoped, user_id=1)
+    scoped.rollback()
+    assert count_jobs(backend.engine) == 0
+    kept = welcome.enqueue(scoped, user_id=2)
+    scoped.commit()
+    scoped.remove()
+    assert queue.get_job(kept).payload == {"user_id": 2}
+    assert count_jobs(backend.engine) == 1
+
+
+def test_enqueue_writes_through_a_registered_connection_type(backend):
+    # What sqlqueue.django does for Django's connections, without the core knowing Django.
+    class Handle:
+        def __init__(self, conn):
+            self.conn = conn
+
+    @contextmanager
+    def through(handle):
+        yield handle.conn
+
+    queue, welcome = _queue_with_welcome(backend)
+    register_connection_type(Handle, through)
+    try:
+        with backend.engine.connect() as conn:
+            job_id = welcome.enqueue(Handle(conn), user_id=1)
+            conn.rollback()
+        assert queue.get_job(job_id) is None
+    finally:
+        del _ADAPTERS[Handle]
 
 
 @pytest.mark.parametrize("target", [None, "not a connection", 42])

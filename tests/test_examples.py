@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import sqlalchemy as sa
 
 from sqlqueue import _schema as schema
@@ -190,3 +191,33 @@ def test_the_demos_sign_up_tested_as_an_app_tests_it(backend):
         queue.requeue_where(job_type=WEBHOOK_TASK, by="support@example.com", reason="CRM is back")
         assert drain(queue) == DrainResult(succeeded=1)
         assert crm.contacts == {ada.user_id: "ada@example.com"}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["examples/fastapi_app.py"],
+        ["examples/flask_app.py"],
+        ["examples/django_bakery/manage.py", "demo"],
+    ],
+    ids=["fastapi", "flask", "django"],
+)
+def test_each_framework_example_runs_as_is_with_one_command(command, tmp_path):
+    """Each framework's example, started by the one command its docstring gives, on its own
+    SQLite file: the committed signup's job ran, the rolled-back one left nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQLQUEUE_", "DJANGO_"))}
+    env.pop("DATABASE_URL", None)
+    env["TMPDIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "'succeeded': 1" in done.stdout
+    assert "'queued': 0" in done.stdout
+    assert ", True)]" in done.stdout  # one user or order, and its job did its work

@@ -72,8 +72,22 @@ def test_every_error_derives_from_sqlqueue_error():
 
 def test_modules_other_than_dialects_and_the_kinds_are_private():
     names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
-    public_subpackages = {"dialects", "email", "testing", "web", "webhooks"}
+    public_subpackages = {"asgi", "dialects", "django", "email", "flask", "testing", "web"}
+    public_subpackages |= {"webhooks"}
     assert names - public_subpackages == {name for name in names if name.startswith("_")}
+
+
+def test_the_framework_integrations_name_exactly_their_public_api():
+    import sqlqueue.asgi
+    import sqlqueue.django
+    import sqlqueue.flask
+
+    assert set(sqlqueue.asgi.__all__) == {"Lifespan", "lifespan"}
+    assert set(sqlqueue.flask.__all__) == {"COMMANDS", "init_app"}
+    assert set(sqlqueue.django.__all__) == {"database_url", "queue"}
+    # Django's conventions name these: the app's config and its management commands.
+    modules = {info.name for info in pkgutil.iter_modules(sqlqueue.django.__path__)}
+    assert modules - {"apps", "management"} == {n for n in modules if n.startswith("_")}
 
 
 EMAIL_PUBLIC = {

@@ -1,0 +1,1 @@
+"""The bakery: orders, and the job that bakes each one."""

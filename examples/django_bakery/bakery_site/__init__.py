@@ -1,0 +1,1 @@
+"""The bakery's settings."""

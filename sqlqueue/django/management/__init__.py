@@ -1,0 +1,1 @@
+"""sqlqueue's ``manage.py`` commands."""

@@ -1,0 +1,1 @@
+"""``sqlqueue_worker`` and ``sqlqueue_migrate``."""

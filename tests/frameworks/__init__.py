@@ -1,0 +1,1 @@
+"""Each framework integration tested with the real framework: FastAPI, Flask, Django."""
