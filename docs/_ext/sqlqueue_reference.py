@@ -76,6 +76,9 @@ PUBLIC_MODULES = (
     "sqlqueue.webhooks",
     "sqlqueue.web",
     "sqlqueue.testing",
+    "sqlqueue.asgi",
+    "sqlqueue.flask",
+    "sqlqueue.django",
 )
 
 
