@@ -70,7 +70,7 @@ def test_every_error_derives_from_sqlqueue_error():
 
 def test_modules_other_than_dialects_and_the_kinds_are_private():
     names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
-    public_subpackages = {"dialects", "email", "testing", "web", "webhooks"}
+    public_subpackages = {"cli", "dialects", "email", "testing", "web", "webhooks"}
     assert names - public_subpackages == {name for name in names if name.startswith("_")}
 
 

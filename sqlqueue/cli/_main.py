@@ -26,8 +26,6 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from sqlqueue import __version__
-from sqlqueue._cli_act import add_acting_commands
-from sqlqueue._cli_ops import add_commands
 from sqlqueue._errors import (
     ConfigurationError,
     DatabaseError,
@@ -40,6 +38,8 @@ from sqlqueue._migrate import migrate
 from sqlqueue._queue import Queue
 from sqlqueue._schema import SCHEMA_REVISION
 from sqlqueue._scrub import hide_passwords, password_of
+from sqlqueue.cli._act import add_acting_commands
+from sqlqueue.cli._ops import add_commands
 from sqlqueue.dialects import dialect_for, driver_hint, with_driver
 
 __all__ = ["EXIT_DATABASE", "EXIT_PROBLEM", "EXIT_USAGE", "load_queue", "main"]
