@@ -36,7 +36,7 @@ LAZY_ALLOWED: Mapping[str, Mapping[str, str]] = {
     "sqlqueue._worker.observe": {
         "sqlqueue._worker.prometheus": "prometheus_client loads only with metrics_port",
     },
-    "sqlqueue.cli._main": {
+    "sqlqueue.cli._web_cmd": {
         "sqlqueue.web._serve": "Starlette, Jinja2 and uvicorn load only for `sqlqueue web`",
     },
 }
