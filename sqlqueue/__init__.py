@@ -4,9 +4,7 @@ Enqueue in your own transaction, run handlers in worker processes, retry with ba
 look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
-from sqlqueue._backoff import Backoff, exponential, linear, schedule
 from sqlqueue._batch import Batch, BatchStatus
-from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import (
     ConfigurationError,
@@ -29,9 +27,11 @@ from sqlqueue._errors import (
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
+from sqlqueue._policies.backoff import Backoff, exponential, linear, schedule
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.rate_limit import RateLimit
+from sqlqueue._policies.retention import Retention
 from sqlqueue._queue import Queue
-from sqlqueue._rate_limit import RateLimit
-from sqlqueue._retention import Retention
 from sqlqueue._stats import (
     Activity,
     Alarm,

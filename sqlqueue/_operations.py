@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._limits import check_action, check_age, check_filter, check_integer, check_queue_name
-from sqlqueue._retention import check_prunable
+from sqlqueue._policies.retention import check_prunable
 from sqlqueue._schema import jobs
 from sqlqueue._stats import (
     Activity,

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, create_engine
 
-from sqlqueue._backoff import Backoff
 from sqlqueue._batch import Batch, BatchStatus
-from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._enqueue import (
     EnqueueSettings,
     Executable,
@@ -29,9 +27,11 @@ from sqlqueue._limits import check_filter, check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue._operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
-from sqlqueue._periodic import MissedSlots, Periodic
-from sqlqueue._rate_limit import RateLimit
-from sqlqueue._retention import Retention
+from sqlqueue._policies.backoff import Backoff
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.periodic import MissedSlots, Periodic
+from sqlqueue._policies.rate_limit import RateLimit
+from sqlqueue._policies.retention import Retention
 from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store

@@ -1,6 +1,6 @@
 """The scheduler: every worker looks at the clock and enqueues the due slot of each periodic
 schedule; the slot's idempotency key lets exactly one of them succeed (see
-``sqlqueue._periodic``)."""
+``sqlqueue._policies.periodic``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlqueue._periodic import Periodic
+from sqlqueue._policies.periodic import Periodic
 
 if TYPE_CHECKING:
     from sqlqueue._queue import Queue
