@@ -27,12 +27,7 @@ from sqlqueue._errors import (
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
-from sqlqueue._policies.backoff import Backoff, exponential, linear, schedule
-from sqlqueue._policies.circuit_breaker import CircuitBreaker
-from sqlqueue._policies.rate_limit import RateLimit
-from sqlqueue._policies.retention import Retention
-from sqlqueue._queue import Queue
-from sqlqueue._stats import (
+from sqlqueue._operators.stats import (
     Activity,
     Alarm,
     ErrorCount,
@@ -41,6 +36,11 @@ from sqlqueue._stats import (
     QueueStats,
     Stats,
 )
+from sqlqueue._policies.backoff import Backoff, exponential, linear, schedule
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.rate_limit import RateLimit
+from sqlqueue._policies.retention import Retention
+from sqlqueue._queue import Queue
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
 

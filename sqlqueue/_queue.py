@@ -25,7 +25,7 @@ from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
 from sqlqueue._limits import check_filter, check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
-from sqlqueue._operations import Operations
+from sqlqueue._operators.operations import Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._policies.backoff import Backoff
 from sqlqueue._policies.circuit_breaker import CircuitBreaker

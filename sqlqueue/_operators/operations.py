@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._limits import check_action, check_age, check_filter, check_integer, check_queue_name
-from sqlqueue._policies.retention import check_prunable
-from sqlqueue._schema import jobs
-from sqlqueue._stats import (
+from sqlqueue._operators.stats import (
     Activity,
     Health,
     Stats,
@@ -23,6 +21,8 @@ from sqlqueue._stats import (
     check_health,
     stats_from_rows,
 )
+from sqlqueue._policies.retention import check_prunable
+from sqlqueue._schema import jobs
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
