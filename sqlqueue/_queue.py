@@ -67,8 +67,9 @@ class Queue(Operations):
     With OpenTelemetry installed (``sqlqueue[otel]``) enqueues and attempts are traced on
     ``tracer_provider`` (by default the global one, also when it is set later).
 
-    Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
-    (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
+    Operators read and act through the methods of
+    :class:`~sqlqueue._operators.operations.Operations` (``stats``, ``health``, ``jobs``,
+    ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
     """
 
     def __init__(

@@ -199,6 +199,36 @@ PACKAGES = {
 }
 
 
+#: sqlqueue's layers, top first (docs/architecture.md, "Layers"): a module may import its own
+#: layer's and those below, never one above. A module is placed by its longest listed prefix,
+#: so a new module in a subpackage is placed with it; a new root module must be listed here.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("sqlqueue", "sqlqueue.__main__", "sqlqueue.cli", "sqlqueue.web", "sqlqueue.email",
+     "sqlqueue.webhooks", "sqlqueue.testing", "sqlqueue._pytest_plugin"),
+    ("sqlqueue._queue",),
+    ("sqlqueue._worker", "sqlqueue._task", "sqlqueue._enqueue", "sqlqueue._context",
+     "sqlqueue._arguments", "sqlqueue._tracing", "sqlqueue._logs", "sqlqueue._operators",
+     "sqlqueue._migrate", "sqlqueue._liveness"),
+    ("sqlqueue._store",),
+    ("sqlqueue._policies", "sqlqueue._job", "sqlqueue._jobrow", "sqlqueue._batch",
+     "sqlqueue._payload", "sqlqueue._limits", "sqlqueue._scrub", "sqlqueue._secrets"),
+    ("sqlqueue.dialects",),
+    ("sqlqueue._schema", "sqlqueue._types"),
+    ("sqlqueue._errors",),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int | None:
+    """The index in ``LAYERS`` of ``module``'s longest listed prefix; None if it has none."""
+    placed = [
+        (len(prefix), index)
+        for index, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(f"{prefix}.")
+    ]
+    return max(placed)[1] if placed else None
+
+
 @functools.cache
 def package_edges(package: str) -> tuple[dict[str, Path], list[Edge]]:
     """The modules of one of ``PACKAGES`` and its imports (parsed once per test run)."""
@@ -261,6 +291,35 @@ def test_the_package_imports_without_cycles(package: str) -> None:
     modules, edges = package_edges(package)
     assert len(edges) > len(modules) / 2, "the checker found too few imports to be reading them"
     assert report(graph_of(edges)) == []
+
+
+def test_every_module_has_a_layer() -> None:
+    modules, _ = package_edges("sqlqueue")
+    assert sorted(module for module in modules if layer_of(module) is None) == []
+
+
+def upward(edges: Iterable[Edge]) -> list[str]:
+    """The imports of ``edges`` that point up ``LAYERS``."""
+    return sorted(
+        f"{edge.source} -> {edge.target}"
+        for edge in edges
+        if (layer_of(edge.target) or 0) < (layer_of(edge.source) or 0)
+    )
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert upward(package_edges("sqlqueue")[1]) == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert layer_of("sqlqueue._store.rows") == layer_of("sqlqueue._store") == 3
+    assert layer_of("elsewhere") is None
+    edges = [
+        Edge("sqlqueue._store.rows", "sqlqueue._queue", lazy=True),  # up: store to face
+        Edge("sqlqueue._queue", "sqlqueue._store.store", lazy=False),  # down
+        Edge("sqlqueue._task", "sqlqueue._worker.pipeline", lazy=False),  # same layer
+    ]
+    assert upward(edges) == ["sqlqueue._store.rows -> sqlqueue._queue"]
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
