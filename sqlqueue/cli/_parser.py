@@ -16,8 +16,9 @@ __all__ = ["build_parser", "database_option"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``sqlqueue`` command's parser: every command, option and help text (the reference
-    of the command line is generated from it). A command's handler is its ``operate``
-    default, called with the parsed arguments."""
+    of the command line is generated from it). A command run on a queue of the database
+    has its handler, ``(queue, args) -> status``, as its ``operate`` default; ``main`` runs
+    ``migrate`` and ``worker`` itself."""
     parser = argparse.ArgumentParser(
         prog="sqlqueue", description="Background jobs on your SQLAlchemy database."
     )
