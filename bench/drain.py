@@ -11,13 +11,13 @@ earliest ``started_at`` (first claim) to the latest ``finished_at`` (last comple
 While a PostgreSQL drain runs, ``pg_stat_activity`` is sampled every 0.25 s and the largest
 number of connections each worker process held is kept.
 
-``python -m bench.drain`` still runs the drains alone (it is ``python -m bench --only
-drain``); ``python -m bench --help`` has the whole suite.
+The drains alone are ``python -m bench --only drain`` (``--drains 1x10,4x10`` for other
+shapes); ``python -m bench --help`` has the whole suite. This module only measures: it imports
+nothing that runs the suite, so the suite's modules can all import it.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,7 +35,7 @@ from bench.names import NOOP
 from bench.pg_monitor import Monitor
 from bench.settings import Settings
 
-__all__ = ["Drain", "main", "measure", "wait_blocked", "wait_exit"]
+__all__ = ["Drain", "measure", "wait_blocked", "wait_exit"]
 
 #: How long workers get to reach their first claim.
 _START_TIMEOUT = 60.0
@@ -274,35 +274,3 @@ def measure(
         connections=peak,
         transactions=transactions,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The drains alone, with this module's original flags (see ``python -m bench --help``)."""
-    from bench import run
-
-    parser = argparse.ArgumentParser(
-        description="Drain throughput of sqlqueue vs a raw-SQL ceiling (python -m bench "
-        "--only drain)."
-    )
-    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per drain (10,000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure (3)")
-    parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite,postgresql")
-    parser.add_argument("--processes", default="1,2", help="worker process counts (1,2)")
-    parser.add_argument("--concurrency", type=int, default=10, help="per sqlqueue process (10)")
-    parser.add_argument("--postgres-url", help="as for python -m bench")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per drain (600)")
-    parser.add_argument("--json", help="also write the results here as JSON")
-    args = parser.parse_args(argv)
-    drains = ",".join(f"{p.strip()}x{args.concurrency}" for p in args.processes.split(","))
-    forwarded = ["--only", "drain", "--drain-jobs", str(args.jobs), "--drains", drains]
-    forwarded += ["--runs", str(args.runs), "--backends", args.backends]
-    forwarded += ["--timeout", str(args.timeout)]
-    if args.postgres_url:
-        forwarded += ["--postgres-url", args.postgres_url]
-    if args.json:
-        forwarded += ["--json", args.json]
-    return run.main(forwarded)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -119,7 +119,7 @@ def main(argv: Sequence[str]) -> int:
         injector.install()
         logging.getLogger("sqlqueue.worker").addHandler(_ArmOnServing(injector))
         atexit.register(injector.report)
-    from sqlqueue._cli import main as sqlqueue_main
+    from sqlqueue.cli import main as sqlqueue_main
 
     return sqlqueue_main(rest)
 

@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> int:
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]
     elif mode == "tracing":
         _trace_to_nowhere()
-    from sqlqueue._cli import main as sqlqueue_main
+    from sqlqueue.cli import main as sqlqueue_main
 
     return sqlqueue_main(rest)
 

@@ -30,7 +30,7 @@ extensions = [
 ]
 
 #: The command line's parser, as ``module:function`` returning an ``argparse.ArgumentParser``.
-sqlqueue_cli_parser = "sqlqueue._cli:_parser"
+sqlqueue_cli_parser = "sqlqueue.cli:build_parser"
 
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "screenshots", "README.md"]

@@ -4,9 +4,7 @@ Enqueue in your own transaction, run handlers in worker processes, retry with ba
 look at what died — on SQLite or PostgreSQL, with the same code.
 """
 
-from sqlqueue._backoff import Backoff, exponential, linear, schedule
 from sqlqueue._batch import Batch, BatchStatus
-from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import (
     ConfigurationError,
@@ -30,10 +28,7 @@ from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._job_action import JobAction
 from sqlqueue._logs import JobLogFilter, JsonLogFormatter
 from sqlqueue._migrate import migrate
-from sqlqueue._queue import Queue
-from sqlqueue._rate_limit import RateLimit
-from sqlqueue._retention import Retention
-from sqlqueue._stats import (
+from sqlqueue._operators.stats import (
     Activity,
     Alarm,
     ErrorCount,
@@ -42,6 +37,11 @@ from sqlqueue._stats import (
     QueueStats,
     Stats,
 )
+from sqlqueue._policies.backoff import Backoff, exponential, linear, schedule
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.rate_limit import RateLimit
+from sqlqueue._policies.retention import Retention
+from sqlqueue._queue import Queue
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker_info import WorkerInfo

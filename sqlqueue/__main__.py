@@ -2,6 +2,6 @@
 
 import sys
 
-from sqlqueue._cli import main
+from sqlqueue.cli import main
 
 sys.exit(main())

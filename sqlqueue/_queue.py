@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, create_engine
 
-from sqlqueue._backoff import Backoff
 from sqlqueue._batch import Batch, BatchStatus
-from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._enqueue import (
     EnqueueSettings,
     Executable,
@@ -28,11 +26,13 @@ from sqlqueue._jobrow import JobRow
 from sqlqueue._limits import check_integer, check_text
 from sqlqueue._liveness import check_connections_at_checkout
 from sqlqueue._middleware import EnqueueHook, Hooks, Middleware, Middlewares, check_kind
-from sqlqueue._operations import DEFAULT_BATCH_SIZE, Operations
+from sqlqueue._operators.operations import DEFAULT_BATCH_SIZE, Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
-from sqlqueue._periodic import MissedSlots, Periodic
-from sqlqueue._rate_limit import RateLimit
-from sqlqueue._retention import Retention
+from sqlqueue._policies.backoff import Backoff
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.periodic import MissedSlots, Periodic
+from sqlqueue._policies.rate_limit import RateLimit
+from sqlqueue._policies.retention import Retention
 from sqlqueue._schema import batches, jobs
 from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
@@ -68,8 +68,9 @@ class Queue(Operations):
     With OpenTelemetry installed (``sqlqueue[otel]``) enqueues and attempts are traced on
     ``tracer_provider`` (by default the global one, also when it is set later).
 
-    Operators read and act through the methods of :class:`~sqlqueue._operations.Operations`
-    (``stats``, ``health``, ``jobs``, ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
+    Operators read and act through the methods of
+    :class:`~sqlqueue._operators.operations.Operations` (``stats``, ``health``, ``jobs``,
+    ``requeue_where``, ``discard``, ``prune``, ``pause`` …).
     """
 
     def __init__(

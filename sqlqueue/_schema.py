@@ -292,8 +292,8 @@ Index(
 )
 
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
-# and the state of each circuit breaker key (see sqlqueue/_rate_limit.py and
-# sqlqueue/_circuit_breaker.py).
+# and the state of each circuit breaker key (see sqlqueue/_policies/rate_limit.py and
+# sqlqueue/_policies/circuit_breaker.py).
 rate_limits = Table(
     "sqlqueue_rate_limits",
     metadata,

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlqueue._backoff import Backoff, as_backoff
-from sqlqueue._circuit_breaker import CircuitBreaker
 from sqlqueue._context import JobContext
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._limits import check_declaration
 from sqlqueue._middleware import Middlewares, check_kind
-from sqlqueue._rate_limit import RateLimit
+from sqlqueue._policies.backoff import Backoff, as_backoff
+from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
 from sqlqueue._tracing import Tracing
 from sqlqueue._worker.pipeline import Plan, plan

@@ -14,9 +14,9 @@ import click
 from flask import Flask
 from flask.cli import AppGroup
 
-from sqlqueue._cli import main
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._queue import Queue
+from sqlqueue.cli import main
 
 __all__ = ["COMMANDS", "init_app"]
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import sqlqueue
-from sqlqueue._circuit_breaker import counts_as_failure
+from sqlqueue._policies.circuit_breaker import counts_as_failure
 from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._store.store import Store

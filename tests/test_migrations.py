@@ -348,7 +348,7 @@ def test_the_wheel_ships_the_migrations_and_py_typed(tmp_path):
     revisions = (ROOT / "migrations" / "versions").glob("*.py")
     assert {f"sqlqueue/_migrations/versions/{path.name}" for path in revisions} <= names
     assert not [name for name in names if name.endswith(".pyc")]
-    assert "sqlqueue = sqlqueue._cli:main" in entry_points
+    assert "sqlqueue = sqlqueue.cli:main" in entry_points
     # The web page's templates and static files travel inside the package.
     web = ROOT / "sqlqueue" / "web"
     shipped = [*web.glob("templates/*"), *web.glob("static/*")]

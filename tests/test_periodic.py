@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._periodic import Periodic
+from sqlqueue._policies.periodic import Periodic
 from sqlqueue._schema import jobs
 from sqlqueue._worker.scheduler import Scheduler
 from tests._support import WorkerThread, count_jobs, wait_until

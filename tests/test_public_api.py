@@ -72,7 +72,7 @@ def test_every_error_derives_from_sqlqueue_error():
 
 def test_modules_other_than_dialects_and_the_kinds_are_private():
     names = {info.name for info in pkgutil.iter_modules(sqlqueue.__path__)}
-    public_subpackages = {"asgi", "dialects", "django", "email", "flask", "testing", "web"}
+    public_subpackages = {"asgi", "cli", "dialects", "django", "email", "flask", "testing", "web"}
     public_subpackages |= {"webhooks"}
     assert names - public_subpackages == {name for name in names if name.startswith("_")}
 
@@ -143,3 +143,17 @@ def test_job_status_compares_equal_to_plain_strings():
         "dead",
         "cancelled",
     ]
+
+
+def test_the_command_line_names_exactly_its_public_api():
+    import argparse
+
+    import sqlqueue.cli
+
+    assert set(sqlqueue.cli.__all__) == {"build_parser", "main"}
+    modules = {info.name for info in pkgutil.iter_modules(sqlqueue.cli.__path__)}
+    assert modules
+    assert all(name.startswith("_") for name in modules)
+    parser = sqlqueue.cli.build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"migrate", "worker", "stats", "health", "jobs", "dead", "web"} <= set(commands.choices)

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._backoff import Exponential, Linear, Schedule
+from sqlqueue._policies.backoff import Exponential, Linear, Schedule
 from tests._support import count_jobs, db_now, drain
 
 

@@ -19,7 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import sqlqueue
-from sqlqueue._moments import parse_run_time
+from sqlqueue._operators.moments import parse_run_time
 from sqlqueue.web import create_app
 from tests._support import drain, enqueue
 from tests._support.web import browser_client, populated, token_of

@@ -366,7 +366,7 @@ def _check_public_names(app: Sphinx, env: Any) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-check-consistency", _check_public_names)
-    app.add_config_value("sqlqueue_cli_parser", "sqlqueue._cli:_parser", "env")
+    app.add_config_value("sqlqueue_cli_parser", "sqlqueue.cli:build_parser", "env")
     app.add_directive("sqlqueue-cli", CliDirective)
     app.connect("missing-reference", _public_reference)
     app.add_directive("sqlqueue-tables", TablesDirective)

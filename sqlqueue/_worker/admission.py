@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._circuit_breaker import CircuitBreaker, counts_as_failure
 from sqlqueue._errors import DatabaseError, DatabaseUnavailable, PermanentError, Snooze
-from sqlqueue._gatekey import GateKey, resolve_key
+from sqlqueue._policies.circuit_breaker import CircuitBreaker, counts_as_failure
+from sqlqueue._policies.gatekey import GateKey, resolve_key
 from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task

@@ -18,8 +18,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlqueue._backoff import as_backoff
 from sqlqueue._errors import HandlerSignal, JobTimeout, PermanentError, Retry, Snooze
+from sqlqueue._policies.backoff import as_backoff
 from sqlqueue._scrub import clip, storable
 from sqlqueue._secrets import Redactor, SecretKeyMissing
 from sqlqueue._store.rows import ClaimedJob, Failure, error_entry

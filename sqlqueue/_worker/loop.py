@@ -197,7 +197,13 @@ class Worker:
         self._gave_up = None
         threads = HandlerThreads(self._slots.total, worker_id=self.worker_id)
         scope = current_worker.set(self.worker_id)  # the loop's records carry the worker's id
-        contexts = self._contexts = Contexts(self.queue, worker_id=self.worker_id, db=self._db)
+        contexts = self._contexts = Contexts(
+            self.queue,
+            self._store,
+            lease_seconds=self.queue.lease_seconds,
+            worker_id=self.worker_id,
+            db=self._db,
+        )
         runtime = Runtime(
             threads=threads,
             store=self._store,
@@ -231,8 +237,10 @@ class Worker:
             lambda queue_name: loop.call_soon_threadsafe(self._woken_for, queue_name),
         )
         upkeep = self._upkeep = Upkeep(
-            self.queue,
+            self.queue.admin,
             self._db,
+            retention=self.queue.retention,
+            single_writer=self.queue.dialect.single_writer,
             worker_id=self.worker_id,
             served=self._served,
             poll_interval=self.settings.poll_interval,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Set
 from typing import TYPE_CHECKING
 
-from sqlqueue._stats import Stats
+from sqlqueue._operators.stats import Stats
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._tracing import Tracing
 from sqlqueue._worker.classify import Outcome, outcome_name

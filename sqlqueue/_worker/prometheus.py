@@ -27,7 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._stats import Stats
+from sqlqueue._operators.stats import Stats
 from sqlqueue._worker.classify import Outcome
 
 if TYPE_CHECKING:

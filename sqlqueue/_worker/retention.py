@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sqlqueue._retention import Retention
+from sqlqueue._policies.retention import Retention
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 

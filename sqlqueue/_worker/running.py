@@ -12,13 +12,13 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlqueue._context import JobContext
+from sqlqueue._context import JobContext, JobDatabase
 from sqlqueue._errors import DatabaseError
 from sqlqueue._store.rows import ClaimedJob, progress_entry
 from sqlqueue._worker.dbthread import DatabaseThread
 
 if TYPE_CHECKING:
-    from sqlqueue._queue import Queue
+    from sqlqueue._store.store import Store
 
 __all__ = ["Contexts"]
 
@@ -28,8 +28,20 @@ log = logging.getLogger("sqlqueue.worker")
 class Contexts:
     """Creates, tracks and cancels :class:`JobContext` objects; writes their progress."""
 
-    def __init__(self, queue: Queue, *, worker_id: str, db: DatabaseThread) -> None:
-        self._queue = queue
+    def __init__(
+        self,
+        database: JobDatabase,
+        store: Store,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        db: DatabaseThread,
+    ) -> None:
+        """Contexts on ``database`` (what a handler's context may use of the queue); their
+        progress written through ``store``, extending each job's lease to ``lease_seconds``."""
+        self._database = database
+        self._store = store
+        self._lease_seconds = lease_seconds
         self._worker_id = worker_id
         self._db = db
         self._loop = asyncio.get_running_loop()
@@ -41,7 +53,7 @@ class Contexts:
     def make(self, job: ClaimedJob) -> JobContext:
         """A context for ``job``, registered until :meth:`forget`."""
         context = JobContext(
-            job, self._queue, worker_id=self._worker_id, on_progress=self._report_threadsafe
+            job, self._database, worker_id=self._worker_id, on_progress=self._report_threadsafe
         )
         if self._cancelled:
             context.cancel()
@@ -92,6 +104,6 @@ class Contexts:
                 log.warning("could not record progress of %d job(s): %s", len(reports), error)
 
     def _write(self, reports: list[tuple[tuple[int, int], dict[str, Any]]]) -> set[int]:
-        return self._queue.store.record_progress(
-            worker_id=self._worker_id, reports=reports, lease_seconds=self._queue.lease_seconds
+        return self._store.record_progress(
+            worker_id=self._worker_id, reports=reports, lease_seconds=self._lease_seconds
         )

@@ -1,28 +1,51 @@
 """The scheduler: every worker looks at the clock and enqueues the due slot of each periodic
 schedule; the slot's idempotency key lets exactly one of them succeed (see
-``sqlqueue._periodic``)."""
+``sqlqueue._policies.periodic``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlqueue._periodic import Periodic
+from sqlqueue._policies.periodic import Periodic
 
 if TYPE_CHECKING:
-    from sqlqueue._queue import Queue
+    from sqlalchemy import Engine
 
-__all__ = ["Scheduler"]
+    from sqlqueue._store.store import Store
+
+__all__ = ["Enqueuing", "Scheduler"]
 
 log = logging.getLogger("sqlqueue.scheduler")
+
+
+class Enqueuing(Protocol):
+    """What the scheduler needs of the queue it enqueues on (a :class:`~sqlqueue.Queue` is
+    one): its database, whose clock says which slot is due, and its ``enqueue``."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    def enqueue(
+        self,
+        conn: Engine,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+    ) -> int: ...
 
 
 class Scheduler:
     """Enqueues the due slot of each schedule; safe to run in every worker at once."""
 
-    def __init__(self, queue: Queue, schedules: Sequence[Periodic]) -> None:
+    def __init__(self, queue: Enqueuing, schedules: Sequence[Periodic]) -> None:
         self._queue = queue
         self._schedules = list(schedules)
         self._done: dict[str, datetime] = {}

@@ -20,7 +20,8 @@ from sqlqueue._worker.retention import RetentionDuty
 from sqlqueue._worker.retries import Answers, Backoff
 
 if TYPE_CHECKING:
-    from sqlqueue._queue import Queue
+    from sqlqueue._policies.retention import Retention
+    from sqlqueue._store.admin import Admin
 
 __all__ = ["FOLD_SECONDS", "Upkeep", "every"]
 
@@ -62,9 +63,11 @@ class Upkeep:
 
     def __init__(
         self,
-        queue: Queue,
+        admin: Admin,
         db: DatabaseThread,
         *,
+        retention: Retention | None,
+        single_writer: bool,
         worker_id: str,
         served: Iterable[str],
         poll_interval: float,
@@ -72,24 +75,18 @@ class Upkeep:
         registration: Registration,
         running: Callable[[], int],
     ) -> None:
-        self._admin = queue.admin
+        self._admin = admin
         self._registration = registration
         self._running = running
         self._db = db
         self._poll_interval = poll_interval
         self._on_resumed = on_resumed
-        self._single_writer = queue.dialect.single_writer
-        self.pauses = Pauses(queue.admin, served)
+        self._single_writer = single_writer
+        self.pauses = Pauses(admin, served)
         self._reading: asyncio.Future[None] | None = None
         self._stopping: asyncio.Future[None] | None = None
-        retention = queue.retention
         self._retention = (
-            RetentionDuty(
-                queue.admin,
-                retention,
-                holder=worker_id,
-                single_writer=queue.dialect.single_writer,
-            )
+            RetentionDuty(admin, retention, holder=worker_id, single_writer=single_writer)
             if retention is not None and any(retention.ages())
             else None
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlqueue._stats import Activity
+from sqlqueue._operators.stats import Activity
 
 __all__ = ["Chart", "chart_of"]
 

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._moments import parse_run_time
+from sqlqueue._operators.moments import parse_run_time
 from sqlqueue.web._actions import checked, field, see
 
 __all__ = ["cancel_job", "reschedule_job", "retry_job"]

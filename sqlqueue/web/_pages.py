@@ -14,7 +14,7 @@ from starlette.responses import Response
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._job_action import JobAction
-from sqlqueue._stats import Activity, Health
+from sqlqueue._operators.stats import Activity, Health
 from sqlqueue.web._chart import chart_of
 from sqlqueue.web._query import MAX_JOB_ID, job_list_filter
 from sqlqueue.web._render import render

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import JobStatus
-from sqlqueue._moments import parse_moment
+from sqlqueue._operators.moments import parse_moment
 from sqlqueue._queue import Queue
 
 __all__ = ["MAX_JOB_ID", "JobListFilter", "job_list_filter"]

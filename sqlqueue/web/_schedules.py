@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sqlqueue._job import Job
-from sqlqueue._periodic import Periodic
+from sqlqueue._policies.periodic import Periodic
 from sqlqueue._queue import Queue
 from sqlqueue.web._render import render
 from sqlqueue.web._settings import settings_of

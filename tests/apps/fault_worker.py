@@ -24,7 +24,7 @@ def main() -> int:
         install_skew(float(skew))
         installed.append(f"clock skewed by {float(skew):+g} s")
 
-    from sqlqueue._cli import main as sqlqueue_main
+    from sqlqueue.cli import main as sqlqueue_main
     from tests.apps import fault_hooks
 
     installed += fault_hooks.install_from_environment()  # before the app makes its engine

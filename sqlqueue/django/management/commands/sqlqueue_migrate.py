@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
-from sqlqueue._cli import main
+from sqlqueue.cli import main
 from sqlqueue.django import queue
 
 __all__ = ["Command"]

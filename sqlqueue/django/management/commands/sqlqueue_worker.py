@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from sqlqueue._cli import main
+from sqlqueue.cli import main
 
 __all__ = ["Command"]
 

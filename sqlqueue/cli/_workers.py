@@ -7,10 +7,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from sqlqueue._cli_text import json_text, table
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._queue import Queue
 from sqlqueue._worker_info import WorkerInfo
+from sqlqueue.cli._text import json_text, table
 
 __all__ = ["add_workers_command", "worker_of", "worker_text"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlqueue._errors import ConfigurationError, JobTimeout, PermanentError, Retry, Snooze
-from sqlqueue._gatekey import GateKey, check_key, is_positive_number
+from sqlqueue._policies.gatekey import GateKey, check_key, is_positive_number
 
 __all__ = ["CircuitBreaker", "counts_as_failure"]
 

@@ -1,5 +1,5 @@
 """The operators' reading commands of ``sqlqueue`` (stats, health, jobs, batch), and what the
-acting ones (``_cli_act``) share with them: options, filters, job ids. Each builds a bare
+acting ones (``_act``) share with them: options, filters, job ids. Each builds a bare
 :class:`~sqlqueue.Queue` on the database URL (no app import) and calls the same methods an app
 would; ``--json`` prints what those methods return."""
 
@@ -10,7 +10,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlqueue._cli_text import (
+from sqlqueue._errors import ConfigurationError, JobNotFound
+from sqlqueue._job import Job, JobStatus
+from sqlqueue._queue import Queue
+from sqlqueue.cli._text import (
     batch_details,
     handling,
     job_details,
@@ -20,10 +23,7 @@ from sqlqueue._cli_text import (
     short,
     table,
 )
-from sqlqueue._cli_workers import worker_of, worker_text
-from sqlqueue._errors import ConfigurationError, JobNotFound
-from sqlqueue._job import Job, JobStatus
-from sqlqueue._queue import Queue
+from sqlqueue.cli._workers import worker_of, worker_text
 
 __all__ = [
     "EXIT_ALARM",

@@ -1,5 +1,5 @@
 """The acting commands of ``sqlqueue``: dead (list, requeue, discard), cancel, run-now,
-reschedule, prune, pause and resume. Like the reading ones (``_cli_ops``), each builds a bare
+reschedule, prune, pause and resume. Like the reading ones (``_ops``), each builds a bare
 :class:`~sqlqueue.Queue` on the database URL and calls what an app would; ``--json`` prints
 what those calls return.
 
@@ -14,7 +14,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from sqlqueue._cli_ops import (
+from sqlqueue._errors import ConfigurationError, JobStateError
+from sqlqueue._job import Job, JobStatus
+from sqlqueue._operators.moments import parse_run_time
+from sqlqueue._queue import Queue
+from sqlqueue.cli._ops import (
     EXIT_ALARM,
     every_job,
     filter_options,
@@ -26,11 +30,7 @@ from sqlqueue._cli_ops import (
     parse_ids,
     print_jobs,
 )
-from sqlqueue._cli_text import json_text, parse_duration, short, spoken_duration, table
-from sqlqueue._errors import ConfigurationError, JobStateError
-from sqlqueue._job import Job, JobStatus
-from sqlqueue._moments import parse_run_time
-from sqlqueue._queue import Queue
+from sqlqueue.cli._text import json_text, parse_duration, short, spoken_duration, table
 
 __all__ = ["add_acting_commands"]
 

@@ -25,9 +25,7 @@ from sqlqueue._limits import (
     check_queue_name,
     check_text,
 )
-from sqlqueue._retention import check_prunable
-from sqlqueue._schema import batches, jobs
-from sqlqueue._stats import (
+from sqlqueue._operators.stats import (
     Activity,
     Health,
     Stats,
@@ -35,6 +33,8 @@ from sqlqueue._stats import (
     check_health,
     stats_from_rows,
 )
+from sqlqueue._policies.retention import check_prunable
+from sqlqueue._schema import batches, jobs
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter

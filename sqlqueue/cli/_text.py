@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
-from sqlqueue._moments import parse_duration, parse_moment
+from sqlqueue._operators.moments import parse_duration, parse_moment
 from sqlqueue._scrub import shorten
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._gatekey import GateKey, check_key, is_positive_number
+from sqlqueue._policies.gatekey import GateKey, check_key, is_positive_number
 
 __all__ = ["RateLimit"]
 

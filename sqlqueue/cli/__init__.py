@@ -1,0 +1,17 @@
+"""The ``sqlqueue`` command line: ``main`` is the console script and ``python -m sqlqueue``;
+``build_parser()`` is its argparse parser (every command, option and help text), from which the
+reference of the command line is generated.
+
+Inside: ``_parser`` (the parser), ``_main`` (parse, run, map errors to exit codes; ``migrate``),
+``_worker_cmd`` (``worker``), ``_ops`` (the reading commands: ``stats``, ``health``, ``jobs``,
+``batch``), ``_act`` (the acting ones: ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``),
+``_web_cmd`` (``web``), ``_text`` (tables, durations and job details as text) and ``_common``
+(exit codes, the usage error, the database URL made into an engine).
+"""
+
+from __future__ import annotations
+
+from sqlqueue.cli._main import main
+from sqlqueue.cli._parser import build_parser
+
+__all__ = ["build_parser", "main"]
