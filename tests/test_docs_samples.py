@@ -72,6 +72,9 @@ def test_samples_run(
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setattr(sys, "argv", [str(page)])
     document = SYBIL.parse(page)
+    # A module of its own, as the reader's file would be (``Flask(__name__)`` finds its root
+    # path from it; ``if __name__ == "__main__":`` blocks stay for the reader to run).
+    document.namespace["__name__"] = f"sample_{page.stem.replace('-', '_')}"
     try:
         for example in document.examples():
             example.evaluate()
