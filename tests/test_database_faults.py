@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._store.transactions import in_write, translated
-from sqlqueue._worker import loop
+from sqlqueue._worker import loop, slots
 from sqlqueue._worker.retries import (
     OUTAGE_AFTER_SECONDS,
     OUTAGE_CAP_SECONDS,
@@ -33,7 +33,7 @@ from tests._support import WorkerThread, db_now, drain, wait_until
 from tests.apps.statement_faults import FailStatements
 
 #: The statements of each step, as every backend spells them.
-COMPLETE = r"UPDATE sqlqueue_jobs SET status=\S+, finished_at="
+COMPLETE = r"UPDATE sqlqueue_jobs SET status=\S+, started_at=coalesce\(.*?\), finished_at="
 CLAIM = r"UPDATE sqlqueue_jobs SET status=\S+, attempts=\(sqlqueue_jobs\.attempts \+"
 RELEASE = r"UPDATE sqlqueue_jobs SET status=\S+, attempts=\(sqlqueue_jobs\.attempts -"
 BREAKER_FAILURE = r"INSERT INTO sqlqueue_circuit_breakers"
@@ -182,6 +182,59 @@ def test_jobs_whose_release_at_shutdown_never_lands_are_not_lost_the_reaper_retu
     assert (job.status, job.attempts) == ("failed", 1)
     assert job.errors[-1].kind == "LeaseExpired"
     assert job.next_run_at <= db_now(backend.engine)
+
+
+def test_held_jobs_whose_release_at_shutdown_never_lands_come_back_with_no_attempt_used(
+    backend, caplog, monkeypatch
+):
+    # Every pool claims ahead once a job has run, and never gives held jobs back on its own:
+    # "blocker" takes the one slot and "held" waits, claimed ahead, until the worker stops.
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 3600.0)
+    queue = backend.queue(lease_seconds=1.0)
+    runs: Counter[str] = Counter()
+    blocking = threading.Event()
+
+    @queue.task("t")
+    async def t(name: str) -> None:
+        runs[name] += 1
+        if name == "blocker" and runs[name] == 1:
+            blocking.set()
+            await asyncio.sleep(3600)
+
+    with backend.engine.begin() as conn:
+        first, blocker, held = t.enqueue_many(
+            conn, [{"name": "first"}, {"name": "blocker"}, {"name": "held"}]
+        )
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=0.2)
+    with WorkerThread(worker) as running:
+        assert blocking.wait(10)
+        wait_until(lambda: job_of(queue, held).status == "running")
+        assert job_of(queue, held).started_at is None  # leased, held for the slot: not started
+        with FailStatements(backend.engine, RELEASE, times=10**6) as failing:
+            running.stop()
+    assert failing.failed >= 2  # the held job's release, then the blocker's: every try failed
+    assert runs["held"] == 0
+    assert job_of(queue, held).status == "running"  # still leased by the stopped worker
+    wait_until(lambda: held in queue.store.reap_expired()[0], timeout=10)  # lease of 1 s
+    job = job_of(queue, held)
+    assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
+    assert [error.kind for error in job.errors] == ["NotStarted"]  # why it waited, not counted
+    assert job.next_run_at <= db_now(backend.engine)
+    # The blocker ran: the reaper counts its attempt, as for a worker that crashed mid-job.
+    wait_until(
+        lambda: (
+            blocker in queue.store.reap_expired()[0] or job_of(queue, blocker).status == "failed"
+        )
+    )
+    assert job_of(queue, blocker).attempts == 1
+    drain(queue, concurrency=1)
+    assert runs == {"first": 1, "blocker": 2, "held": 1}
+    job = job_of(queue, held)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.started_at is not None
+    assert job_of(queue, first).status == "succeeded"
 
 
 def test_a_failed_circuit_breaker_write_still_records_the_attempts_outcome(backend, caplog):
