@@ -237,6 +237,45 @@ def test_held_jobs_whose_release_at_shutdown_never_lands_come_back_with_no_attem
     assert job_of(queue, first).status == "succeeded"
 
 
+def test_a_held_job_whose_give_back_never_lands_comes_back_with_no_attempt_used(
+    backend, caplog, monkeypatch
+):
+    # The pool claims ahead ("first" is quick), then "blocker" keeps its only slot: after
+    # HOLD_SECONDS the worker gives "held" back, and every try of that release fails. The
+    # reaper (the worker's own) returns it unused once its lease expires; another worker runs
+    # it once.
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 1.0)
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 1.2)
+    queue = backend.queue(lease_seconds=2.0)
+    runs: Counter[str] = Counter()
+    release = threading.Event()
+
+    @queue.task("t")
+    async def t(name: str) -> None:
+        runs[name] += 1
+        if name == "blocker" and runs[name] == 1:  # a rerun (its lease lost) blocks nobody
+            await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        _, _, held = t.enqueue_many(
+            conn, [{"name": "first"}, {"name": "blocker"}, {"name": "held"}]
+        )
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    # The worker's release only: the reaper's give-back of an unstarted job writes errors too.
+    release_only = RELEASE + r"(?!.*errors=)"
+    busy = queue.worker(concurrency=1, poll_interval=0.05, reaper_interval=0.2)
+    with WorkerThread(busy), FailStatements(backend.engine, release_only, times=10**6) as failing:
+        wait_until(lambda: failing.failed >= 1)  # the give-back was tried, and failed
+        wait_until(lambda: any(e.kind == "NotStarted" for e in job_of(queue, held).errors))
+        assert runs["held"] == 0
+        with WorkerThread(queue.worker(concurrency=1, poll_interval=0.05)):
+            wait_until(lambda: job_of(queue, held).status == "succeeded", timeout=20)
+        release.set()
+    job = job_of(queue, held)
+    assert (job.attempts, runs["held"]) == (1, 1)
+    assert [e.kind for e in job.errors] == ["NotStarted"]
+
+
 def test_a_failed_circuit_breaker_write_still_records_the_attempts_outcome(backend, caplog):
     queue = backend.queue()
     breaker = sqlqueue.CircuitBreaker(failure_threshold=5, cooldown_seconds=60)
