@@ -134,8 +134,10 @@ def job_of(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
     return job
 
 
-def _endless_job(backend) -> tuple[sqlqueue.Queue, int, threading.Event]:
-    queue = backend.queue(lease_seconds=1.0)
+def _endless_job(
+    backend, lease_seconds: float = 1.0
+) -> tuple[sqlqueue.Queue, int, threading.Event]:
+    queue = backend.queue(lease_seconds=lease_seconds)
     started = threading.Event()
 
     @queue.task("endless")
@@ -151,7 +153,8 @@ def _endless_job(backend) -> tuple[sqlqueue.Queue, int, threading.Event]:
 def test_a_release_at_shutdown_that_fails_once_is_retried_without_burning_an_attempt(
     backend, caplog
 ):
-    queue, job_id, started = _endless_job(backend)
+    # A lease far longer than the shutdown: the retried release, not the reaper, returns it.
+    queue, job_id, started = _endless_job(backend, lease_seconds=10.0)
     caplog.set_level(logging.INFO, logger="sqlqueue")
     worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=0.2)
     with WorkerThread(worker) as running:
