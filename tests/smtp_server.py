@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, LoginPassword
+from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
 from tests._support.ports import listening_socket
 
@@ -40,6 +40,20 @@ class _BoundController(Controller):
 
     def _create_server(self) -> Any:
         return self.loop.create_server(self._factory_invoker, sock=self._sock, ssl=self.ssl_context)
+
+    def factory(self) -> SMTP:
+        return _CountingSMTP(self.handler, **self.SMTP_kwargs)
+
+
+class _CountingSMTP(SMTP):
+    """aiosmtpd's server protocol, noting the client address of each connection that ended in
+    the handler's ``closed`` (a test waits for the server to drop an idle one, not sleeping)."""
+
+    def connection_lost(self, error: Exception | None) -> None:
+        peer = self.session.peer if self.session is not None else None
+        super().connection_lost(error)
+        with self.event_handler.lock:
+            self.event_handler.closed.append(peer)
 
 
 @dataclass
@@ -69,6 +83,8 @@ class SMTPServer:
     data_commands: int = 0
     #: The client address and port of each accepted message: one per connection used.
     peers: list[Any] = field(default_factory=list)
+    #: The client address and port of each connection that ended (closed by either side).
+    closed: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_RCPT(

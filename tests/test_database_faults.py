@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._store.transactions import in_write, translated
-from sqlqueue._worker import loop
+from sqlqueue._worker import loop, slots
 from sqlqueue._worker.retries import (
     OUTAGE_AFTER_SECONDS,
     OUTAGE_CAP_SECONDS,
@@ -33,7 +33,7 @@ from tests._support import WorkerThread, db_now, drain, wait_until
 from tests.apps.statement_faults import FailStatements
 
 #: The statements of each step, as every backend spells them.
-COMPLETE = r"UPDATE sqlqueue_jobs SET status=\S+, finished_at="
+COMPLETE = r"UPDATE sqlqueue_jobs SET status=\S+, started_at=coalesce\(.*?\), finished_at="
 CLAIM = r"UPDATE sqlqueue_jobs SET status=\S+, attempts=\(sqlqueue_jobs\.attempts \+"
 RELEASE = r"UPDATE sqlqueue_jobs SET status=\S+, attempts=\(sqlqueue_jobs\.attempts -"
 BREAKER_FAILURE = r"INSERT INTO sqlqueue_circuit_breakers"
@@ -134,8 +134,10 @@ def job_of(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
     return job
 
 
-def _endless_job(backend) -> tuple[sqlqueue.Queue, int, threading.Event]:
-    queue = backend.queue(lease_seconds=1.0)
+def _endless_job(
+    backend, lease_seconds: float = 1.0
+) -> tuple[sqlqueue.Queue, int, threading.Event]:
+    queue = backend.queue(lease_seconds=lease_seconds)
     started = threading.Event()
 
     @queue.task("endless")
@@ -151,7 +153,8 @@ def _endless_job(backend) -> tuple[sqlqueue.Queue, int, threading.Event]:
 def test_a_release_at_shutdown_that_fails_once_is_retried_without_burning_an_attempt(
     backend, caplog
 ):
-    queue, job_id, started = _endless_job(backend)
+    # A lease far longer than the shutdown: the retried release, not the reaper, returns it.
+    queue, job_id, started = _endless_job(backend, lease_seconds=10.0)
     caplog.set_level(logging.INFO, logger="sqlqueue")
     worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=0.2)
     with WorkerThread(worker) as running:
@@ -182,6 +185,98 @@ def test_jobs_whose_release_at_shutdown_never_lands_are_not_lost_the_reaper_retu
     assert (job.status, job.attempts) == ("failed", 1)
     assert job.errors[-1].kind == "LeaseExpired"
     assert job.next_run_at <= db_now(backend.engine)
+
+
+def test_held_jobs_whose_release_at_shutdown_never_lands_come_back_with_no_attempt_used(
+    backend, caplog, monkeypatch
+):
+    # Every pool claims ahead once a job has run, and never gives held jobs back on its own:
+    # "blocker" takes the one slot and "held" waits, claimed ahead, until the worker stops.
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 3600.0)
+    queue = backend.queue(lease_seconds=1.0)
+    runs: Counter[str] = Counter()
+    blocking = threading.Event()
+
+    @queue.task("t")
+    async def t(name: str) -> None:
+        runs[name] += 1
+        if name == "blocker" and runs[name] == 1:
+            blocking.set()
+            await asyncio.sleep(3600)
+
+    with backend.engine.begin() as conn:
+        first, blocker, held = t.enqueue_many(
+            conn, [{"name": "first"}, {"name": "blocker"}, {"name": "held"}]
+        )
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    worker = queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=0.2)
+    with WorkerThread(worker) as running:
+        assert blocking.wait(10)
+        wait_until(lambda: job_of(queue, held).status == "running")
+        assert job_of(queue, held).started_at is None  # leased, held for the slot: not started
+        with FailStatements(backend.engine, RELEASE, times=10**6) as failing:
+            running.stop()
+    assert failing.failed >= 2  # the held job's release, then the blocker's: every try failed
+    assert runs["held"] == 0
+    assert job_of(queue, held).status == "running"  # still leased by the stopped worker
+    wait_until(lambda: held in queue.store.reap_expired()[0], timeout=10)  # lease of 1 s
+    job = job_of(queue, held)
+    assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
+    assert [error.kind for error in job.errors] == ["NotStarted"]  # why it waited, not counted
+    assert job.next_run_at <= db_now(backend.engine)
+    # The blocker ran: the reaper counts its attempt, as for a worker that crashed mid-job.
+    wait_until(
+        lambda: (
+            blocker in queue.store.reap_expired()[0] or job_of(queue, blocker).status == "failed"
+        )
+    )
+    assert job_of(queue, blocker).attempts == 1
+    drain(queue, concurrency=1)
+    assert runs == {"first": 1, "blocker": 2, "held": 1}
+    job = job_of(queue, held)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.started_at is not None
+    assert job_of(queue, first).status == "succeeded"
+
+
+def test_a_held_job_whose_give_back_never_lands_comes_back_with_no_attempt_used(
+    backend, caplog, monkeypatch
+):
+    # The pool claims ahead ("first" is quick), then "blocker" keeps its only slot: after
+    # HOLD_SECONDS the worker gives "held" back, and every try of that release fails. The
+    # reaper (the worker's own) returns it unused once its lease expires; another worker runs
+    # it once.
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 1.0)
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 1.2)
+    queue = backend.queue(lease_seconds=2.0)
+    runs: Counter[str] = Counter()
+    release = threading.Event()
+
+    @queue.task("t")
+    async def t(name: str) -> None:
+        runs[name] += 1
+        if name == "blocker" and runs[name] == 1:  # a rerun (its lease lost) blocks nobody
+            await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        _, _, held = t.enqueue_many(
+            conn, [{"name": "first"}, {"name": "blocker"}, {"name": "held"}]
+        )
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    # The worker's release only: the reaper's give-back of an unstarted job writes errors too.
+    release_only = RELEASE + r"(?!.*errors=)"
+    busy = queue.worker(concurrency=1, poll_interval=0.05, reaper_interval=0.2)
+    with WorkerThread(busy), FailStatements(backend.engine, release_only, times=10**6) as failing:
+        wait_until(lambda: failing.failed >= 1)  # the give-back was tried, and failed
+        wait_until(lambda: any(e.kind == "NotStarted" for e in job_of(queue, held).errors))
+        assert runs["held"] == 0
+        with WorkerThread(queue.worker(concurrency=1, poll_interval=0.05)):
+            wait_until(lambda: job_of(queue, held).status == "succeeded", timeout=20)
+        release.set()
+    job = job_of(queue, held)
+    assert (job.attempts, runs["held"]) == (1, 1)
+    assert [e.kind for e in job.errors] == ["NotStarted"]
 
 
 def test_a_failed_circuit_breaker_write_still_records_the_attempts_outcome(backend, caplog):

@@ -11,7 +11,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
@@ -823,7 +822,8 @@ def test_a_kept_connection_the_server_closed_is_replaced_without_a_failed_attemp
         with WorkerThread(queue.worker(concurrency=1, poll_interval=0.02)):
             first = send(backend, mailer, to="ada@example.com")
             wait_until(lambda: job_of(queue, first).status == "succeeded")
-            time.sleep(0.6)  # the kept connection is closed by the server meanwhile
+            [kept] = smtp.peers
+            wait_until(lambda: kept in smtp.closed)  # the server dropped the kept connection
             second = send(backend, mailer, to="bob@example.com")
             wait_until(lambda: job_of(queue, second).status == "succeeded")
     assert [job_of(queue, job_id).attempts for job_id in (first, second)] == [1, 1]

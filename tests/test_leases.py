@@ -211,3 +211,99 @@ def test_heartbeat_reports_the_leases_it_lost(backend, caplog):
     Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(hours=1))
     assert beat.run_once([job], still_running=lambda _: True).lost == {job_id}
     assert f"lost the lease on running job {job_id}" in caplog.text
+
+
+# -- jobs claimed ahead of a free slot: leased, not started until their start is recorded -------
+
+
+def _claim_ahead(queue, worker_id, now=None):
+    _, [claimed] = queue.store.cycle(
+        worker_id=worker_id,
+        succeeded=(),
+        failures=(),
+        results=None,
+        claims=[(["default"], 10)],
+        ahead=[True],
+        job_types=None,
+        lease_seconds=30,
+        now=now,
+    )
+    return claimed
+
+
+def _record_starts(queue, worker_id, fences):
+    queue.store.cycle(
+        worker_id=worker_id,
+        succeeded=(),
+        failures=(),
+        results=None,
+        claims=[],
+        started=fences,
+        job_types=None,
+        lease_seconds=30,
+    )
+
+
+def test_a_job_claimed_ahead_is_leased_with_no_start_and_reads_the_claim_time(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim_ahead(queue, "w1")
+    assert job.lease_expires_at - job.started_at == timedelta(seconds=30)  # the claim's time
+    row = queue.get_job(job_id)
+    assert (row.status, row.locked_by, row.attempts, row.started_at) == ("running", "w1", 1, None)
+
+
+def test_the_reaper_gives_a_never_started_job_its_attempt_back(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim_ahead(queue, "w1")
+    later = job.lease_expires_at + timedelta(seconds=1)
+    assert Reaper(queue.store).run_once(now=later).retried == (job_id,)
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts, row.locked_by, row.last_error) == ("queued", 0, None, None)
+    assert row.next_run_at == later  # due at once
+    assert [(e.kind, e.attempt) for e in row.errors] == [("NotStarted", 1)]
+    assert "worker w1 had claimed it ahead" in row.errors[0].error
+    [again] = _claim(queue, "w2", now=later)
+    assert again.attempt == 1  # the same attempt number, under another worker's lease
+
+
+def test_a_recorded_start_makes_the_reaper_count_the_attempt(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim_ahead(queue, "w1")
+    _record_starts(queue, "w2", [job.fence])  # not w2's lease: nothing recorded
+    assert queue.get_job(job_id).started_at is None
+    _record_starts(queue, "w1", [job.fence])
+    assert queue.get_job(job_id).started_at is not None
+    Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(seconds=1))
+    row = queue.get_job(job_id)
+    assert (row.status, row.attempts, row.errors[-1].kind) == ("failed", 1, "LeaseExpired")
+
+
+def test_an_outcome_records_the_start_of_a_job_claimed_ahead(backend):
+    queue, job_id = _one_job(backend)
+    [job] = _claim_ahead(queue, "w1")
+    assert queue.store.finish(worker_id="w1", succeeded=[job.fence], failures=()) == {job_id}
+    row = queue.get_job(job_id)
+    assert row.status == "succeeded"
+    assert row.started_at is not None
+    assert row.started_at <= row.finished_at
+
+
+def test_a_job_that_never_starts_max_attempts_times_then_has_its_attempts_counted(backend):
+    # A job that kills its worker a moment after starting, before the start is recorded,
+    # must not come back forever: after max_attempts give-backs, the reaper counts them.
+    queue, job_id = _one_job(backend, max_attempts=2)
+    reaper = Reaper(queue.store)
+    kinds = []
+    now = None
+    for _ in range(4):
+        [job] = _claim_ahead(queue, "w1", now=now)
+        now = job.lease_expires_at + timedelta(seconds=1)
+        reaper.run_once(now=now)
+        row = queue.get_job(job_id)
+        kinds.append((row.status, row.attempts, row.errors[-1].kind))
+    assert kinds == [
+        ("queued", 0, "NotStarted"),
+        ("queued", 0, "NotStarted"),
+        ("failed", 1, "LeaseExpired"),
+        ("dead", 2, "LeaseExpired"),
+    ]

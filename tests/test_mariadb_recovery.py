@@ -10,7 +10,6 @@ tests/apps/statement_faults.py).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pymysql  # type: ignore[import-untyped]
@@ -20,6 +19,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._store.transactions import in_write
 from sqlqueue.dialects import dialect_for
+from tests._support import wait_until
 from tests.apps.statement_faults import FailStatements
 
 ROWS = 50
@@ -52,11 +52,22 @@ def _counts(engine: sa.Engine) -> dict[int, int]:
     return {int(row[0]): int(row[1]) for row in rows}
 
 
+def _waits_for_a_lock(engine: sa.Engine, connection_id: int) -> bool:
+    """Whether the session ``connection_id`` is waiting for a row lock now."""
+    query = sa.text(
+        "SELECT count(*) FROM information_schema.INNODB_TRX "
+        "WHERE trx_mysql_thread_id = :id AND trx_state = 'LOCK WAIT'"
+    )
+    with engine.connect() as conn:
+        return bool(conn.execute(query, {"id": connection_id}).scalar_one())
+
+
 def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
     dialect = dialect_for(engine)
     first_locked = threading.Event()
     others_locked = threading.Event()
     errors: list[BaseException] = []
+    heavy_id: list[int] = []
 
     def heavy() -> None:
         """Locks rows 2..ROWS (many: InnoDB picks the lighter transaction as the victim), then
@@ -64,6 +75,7 @@ def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
         try:
             with engine.connect() as conn, conn.begin():
                 conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 20")
+                heavy_id.append(int(conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()))
                 for row in range(2, ROWS + 1):  # one by one: a row lock each, no scan
                     _bump(conn, row)
                 others_locked.set()
@@ -81,7 +93,10 @@ def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
         if tries == 1:
             assert others_locked.wait(20), errors
             first_locked.set()
-            time.sleep(0.3)  # the heavy one now waits for row 1
+            wait_until(
+                lambda: _waits_for_a_lock(engine, heavy_id[0]),
+                what="the heavy transaction to wait for row 1",
+            )
         _bump(conn, 2)  # waits for the heavy one: the cycle closes, this one is the victim
 
     thread = threading.Thread(target=heavy)
@@ -99,12 +114,14 @@ def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
 def test_a_lock_wait_timeout_is_run_again_and_then_succeeds(engine):
     dialect = dialect_for(engine)
     holding = threading.Event()
+    retrying = threading.Event()
 
     def hold_row_one() -> None:
         with engine.connect() as conn, conn.begin():
             _bump(conn, 1)
             holding.set()
-            time.sleep(1.6)  # longer than the waiter's 1 s lock wait: its first try times out
+            # Held until the waiter's first try timed out (its 1 s lock wait) and it tries again.
+            assert retrying.wait(30)
 
     thread = threading.Thread(target=hold_row_one)
     thread.start()
@@ -114,7 +131,11 @@ def test_a_lock_wait_timeout_is_run_again_and_then_succeeds(engine):
     def waiter(conn: sa.Connection) -> None:
         nonlocal tries
         tries += 1
-        conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
+        if tries == 2:
+            retrying.set()
+        # The first try times out after 1 s; the second waits for the holder's commit.
+        wait = 1 if tries == 1 else 20
+        conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {wait}")
         _bump(conn, 1)
 
     try:

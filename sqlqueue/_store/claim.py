@@ -25,9 +25,12 @@ def claim(
     limit: int,
     worker_id: str,
     lease_seconds: float,
+    ahead: bool = False,
     now: datetime | None = None,
 ) -> list[ClaimedJob]:
-    """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first."""
+    """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first. Jobs claimed
+    ``ahead`` of a free slot are leased with no ``started_at`` until their start is recorded
+    (:func:`~sqlqueue._store.outcomes.record_starts`)."""
     if now is None:
         key = (
             "claim",
@@ -45,7 +48,12 @@ def claim(
         stmt = dialect.claim_statement(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
-    params = {"claim_limit": limit, "worker_id": worker_id, "lease_seconds": float(lease_seconds)}
+    params = {
+        "claim_limit": limit,
+        "worker_id": worker_id,
+        "lease_seconds": float(lease_seconds),
+        "claim_ahead": ahead,
+    }
     claimed = claims_from_rows(
         dialect.execute_returning(conn, stmt, params).all(),
         moment=dialect.claim_moment,

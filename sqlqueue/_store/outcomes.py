@@ -1,4 +1,5 @@
-"""The outcomes of attempts: complete, fail (retry or dead), release, record progress.
+"""The outcomes of attempts: complete, fail (retry or dead), release, record starts and
+progress.
 
 Every transition out of ``running`` is fenced: it matches only rows still ``running`` under the
 same lease (worker id and attempt number), so a late worker can never overwrite an outcome the
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, String, Update, bindparam, case, update
+from sqlalchemy import Connection, String, Update, bindparam, case, func, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
@@ -24,7 +25,7 @@ from sqlqueue._store.rows import Failure
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
 
-__all__ = ["complete", "fail", "leased_by", "record_progress", "release"]
+__all__ = ["complete", "fail", "leased_by", "record_progress", "record_starts", "release"]
 
 
 def leased_by(
@@ -92,6 +93,7 @@ def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -
     current = dialect.now(now)
     values: dict[str, Any] = {
         "status": "succeeded",
+        "started_at": _started(current),
         "finished_at": current,
         "updated_at": current,
         "lease_expires_at": None,
@@ -103,6 +105,30 @@ def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -
         .where(*dialect.holds_lease(bindparam("worker_id", type_=String())))
         .values(**values)
         .returning(jobs.c.id, jobs.c.batch_id)
+    )
+
+
+def _started(current: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``started_at`` of an attempt that ended: a job claimed ahead whose start was not yet
+    recorded started at most a claim round before its outcome."""
+    return func.coalesce(jobs.c.started_at, current)
+
+
+def record_starts(
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    now: datetime | None = None,
+) -> None:
+    """Record that jobs claimed ahead (``started_at`` NULL) have started: from now on a reaper
+    counts their attempt, as it does for any job that ran."""
+    current = dialect.now(now)
+    conn.execute(
+        update(jobs)
+        .where(*leased_by(dialect, worker_id, fences), jobs.c.started_at.is_(None))
+        .values(started_at=current, updated_at=current)
     )
 
 
@@ -149,7 +175,11 @@ def fail(
     child of a batch that ended (dead, cancelled) is noted in ``endings``.
     """
     current = dialect.now(now)
-    values: dict[str, Any] = {"updated_at": current, "lease_expires_at": None}
+    values: dict[str, Any] = {
+        "updated_at": current,
+        "lease_expires_at": None,
+        "started_at": _started(current),
+    }
     if failure.snooze:
         values["status"] = "queued"
         values["attempts"] = jobs.c.attempts - 1

@@ -70,6 +70,8 @@ class Store(GateTransactions):
         claims: Sequence[tuple[Sequence[str], int]],
         job_types: Sequence[str] | None,
         lease_seconds: float,
+        ahead: Sequence[bool] = (),
+        started: Sequence[tuple[int, int]] = (),
         now: datetime | None = None,
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
@@ -77,10 +79,16 @@ class Store(GateTransactions):
         there were two). Returns the ids whose outcome landed and the jobs of each claim.
 
         Outcomes go first, so a finished job of a group frees its group's next job for the
-        claims of the same transaction."""
+        claims of the same transaction. A claim whose ``ahead`` entry is true holds its jobs
+        for slots not yet free (no ``started_at``); ``started`` records the starts of such jobs
+        (see :func:`outcomes.record_starts`)."""
 
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
             landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, now)
+            if started:
+                outcomes.record_starts(
+                    conn, self.dialect, worker_id=worker_id, fences=started, now=now
+                )
             claimed = [
                 claim.claim(
                     conn,
@@ -90,9 +98,10 @@ class Store(GateTransactions):
                     limit=limit,
                     worker_id=worker_id,
                     lease_seconds=lease_seconds,
+                    ahead=index < len(ahead) and ahead[index],
                     now=now,
                 )
-                for queues, limit in claims
+                for index, (queues, limit) in enumerate(claims)
             ]
             return landed, claimed
 

@@ -15,7 +15,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,10 @@ _GATHER_SECONDS = 0.001
 BURST_PATIENCE_SECONDS = 10.0
 #: Tries of a release (at shutdown, or of held jobs) before their leases are left to expire.
 _RELEASE_TRIES = 6
+#: A job claimed ahead has its start recorded (see ``Store.cycle``) by the first claim round
+#: after it has run this long; a quicker one, by its outcome. Recording every start would cost
+#: a statement per round; until it is recorded, a reaper would give the attempt back.
+RECORD_START_SECONDS = 0.05
 
 
 class Worker:
@@ -102,6 +106,11 @@ class Worker:
         #: When each running job started (event-loop time): a pool's quick jobs claim ahead.
         self._started_at: dict[int, float] = {}
         self._leased: dict[int, ClaimedJob] = {}
+        #: Jobs claimed ahead (their rows have no ``started_at``) and still held, and the
+        #: fence and start (event-loop time) of those that started since, until a claim round
+        #: or their outcome records the start.
+        self._ahead: set[int] = set()
+        self._unrecorded: dict[int, tuple[tuple[int, int], float]] = {}
         self._capped = False
         self._db = DatabaseThread()
         self._launcher: Launcher | None = None
@@ -191,6 +200,8 @@ class Worker:
         self._running = {}
         self._started_at = {}
         self._leased = {}
+        self._ahead = set()
+        self._unrecorded = {}
         self._capped = False
         self._db = DatabaseThread(self.worker_id)
         self._claim_backoff = Backoff(self._db.answers)
@@ -352,18 +363,21 @@ class Worker:
             if stuck:  # held behind slow jobs: let another worker have them
                 await self._release(stuck, shutdown=False)
             wanted = self._wanted_claims()
-            if not batch and not wanted:
+            now = asyncio.get_running_loop().time()
+            finished = {outcome.job.id for outcome in batch}
+            started, record_in = self._starts_to_record(now, finished)
+            if not batch and not wanted and not started:
                 idle = not self._running and not self._slots.held
                 if burst and idle and completer.idle and backoff.failures == 0:
                     if not await self._anything_due():
                         return
                     continue
-                now = asyncio.get_running_loop().time()
-                await self._sleep(self._slots.next_claim_in(now, self.settings.poll_interval))
+                claim_in = self._slots.next_claim_in(now, self.settings.poll_interval)
+                await self._sleep(min(claim_in, record_in))
                 continue
-            claims = [(self._active(pool), count) for pool, count in wanted]
+            claims = self._split(wanted)
             try:
-                landed, claimed = await self._db.call(partial(self._cycle, batch, claims))
+                landed, claimed = await self._db.call(partial(self._cycle, batch, claims, started))
             except DatabaseError as error:
                 completer.put_back(batch)
                 completer.write_alone()
@@ -389,14 +403,19 @@ class Worker:
                 raise
             backoff.succeeded()
             completer.settle(batch, landed)
+            for job_id, attempt in started:
+                self._forget_start(job_id, attempt)
             if self._stop_requested.is_set():
                 await self._release([job for jobs in claimed for job in jobs])
                 return
             rest_until = asyncio.get_running_loop().time() + self.settings.poll_interval
-            for (pool, count), jobs in zip(wanted, claimed, strict=True):
+            got: dict[Pool, int] = {}
+            for (pool, _, ahead), jobs in zip(claims, claimed, strict=True):
+                got[pool] = got.get(pool, 0) + len(jobs)
                 for job in jobs:
-                    self._start_or_hold(job, pool)
-                if len(jobs) < count:
+                    self._start_or_hold(job, pool, ahead=ahead)
+            for pool, count in wanted:
+                if got.get(pool, 0) < count:
                     pool.rest_until = rest_until
 
     async def _gather(self) -> None:
@@ -429,12 +448,51 @@ class Worker:
                 pool.rest_until = now + self.settings.poll_interval
         return wanted
 
+    def _starts_to_record(
+        self, now: float, finished: Set[int]
+    ) -> tuple[list[tuple[int, int]], float]:
+        """The fences of jobs claimed ahead that have run ``RECORD_START_SECONDS`` unrecorded
+        (those ``finished`` record theirs with their outcome), and the seconds until the next
+        one has."""
+        due: list[tuple[int, int]] = []
+        wait = float("inf")
+        for job_id, (fence, started) in self._unrecorded.items():
+            if job_id in finished:
+                continue
+            left = started + RECORD_START_SECONDS - now
+            if left <= 0:
+                due.append(fence)
+            else:
+                wait = min(wait, left)
+        return due, wait
+
+    def _forget_start(self, job_id: int, attempt: int) -> None:
+        """The start of ``job_id``'s attempt is recorded (by a round, or its outcome)."""
+        known = self._unrecorded.get(job_id)
+        if known is not None and known[0] == (job_id, attempt):
+            del self._unrecorded[job_id]
+
+    def _split(self, wanted: list[tuple[Pool, int]]) -> list[tuple[Pool, int, bool]]:
+        """The claims of a round: per pool, the jobs for its free slots, and those it claims
+        ahead to hold (leased without a start: see ``Claiming.claim_statement``)."""
+        claims = []
+        for pool, count in wanted:
+            now = min(count, pool.free)
+            if now:
+                claims.append((pool, now, False))
+            if count > now:
+                claims.append((pool, count - now, True))
+        return claims
+
     def _active(self, pool: Pool) -> tuple[str, ...]:
         """The queues of ``pool`` that are not paused."""
         return self._upkeep.pauses.active(pool.queues) if self._upkeep else pool.queues
 
     def _cycle(
-        self, batch: list[Outcome], claims: list[tuple[tuple[str, ...], int]]
+        self,
+        batch: list[Outcome],
+        claims: list[tuple[Pool, int, bool]],
+        started: Sequence[tuple[int, int]] = (),
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         succeeded, failures, results = outcome_fields(batch)
         return self._store.cycle(
@@ -442,7 +500,9 @@ class Worker:
             succeeded=succeeded,
             failures=failures,
             results=results,
-            claims=claims,
+            claims=[(self._active(pool), count) for pool, count, _ in claims],
+            ahead=[ahead for _, _, ahead in claims],
+            started=started,
             job_types=self._job_types,
             lease_seconds=self.queue.lease_seconds,
         )
@@ -453,7 +513,7 @@ class Worker:
         wanted = [pool for pool in self._slots.with_free_slots() if self._active(pool)]
         try:
             await self._db.call(self._reaper.run_once)
-            claims = [(self._active(pool), pool.free) for pool in wanted]
+            claims = [(pool, pool.free, False) for pool in wanted]
             _, claimed = await self._db.call(partial(self._cycle, [], claims))
         except DatabaseError:
             self._slots.wake()  # not known to be empty: the next round meets the outage
@@ -474,9 +534,17 @@ class Worker:
 
     # -- running jobs -------------------------------------------------------------------------
 
-    def _start_or_hold(self, job: ClaimedJob, pool: Pool) -> None:
+    def _start_or_hold(self, job: ClaimedJob, pool: Pool, *, ahead: bool = False) -> None:
         """Start ``job`` in a free slot of ``pool``, or hold it (leased, heartbeaten, released
-        at shutdown) until one frees."""
+        at shutdown) until one frees. A job claimed ``ahead`` has no start in its row until
+        the next round records it."""
+        known = self._leased.get(job.id)
+        if known is not None and known.fence == job.fence:
+            # Reaped unstarted and claimed again by us under the same fence while our copy
+            # still runs or is held: that copy is this claim's run.
+            return
+        if ahead:
+            self._ahead.add(job.id)
         if pool.free > 0:
             self._start(job, pool)
         else:
@@ -486,9 +554,13 @@ class Worker:
     def _start(self, job: ClaimedJob, pool: Pool) -> None:
         if self._launcher is None:  # pragma: no cover - serve() sets it before any claim
             raise RuntimeError("the worker is not serving")
+        now = asyncio.get_running_loop().time()
+        if job.id in self._ahead:
+            self._ahead.discard(job.id)
+            self._unrecorded[job.id] = (job.fence, now)
         self._slots.take(pool, job.id)
         self._leased[job.id] = job
-        self._started_at[job.id] = asyncio.get_running_loop().time()
+        self._started_at[job.id] = now
         self._running[job.id] = self._launcher.launch(job)
 
     def _require_completer(self) -> Completer:
@@ -514,6 +586,7 @@ class Worker:
         leased = self._leased.get(outcome.job.id)
         if leased is not None and leased.attempt == outcome.job.attempt:  # not a newer attempt
             del self._leased[outcome.job.id]
+        self._forget_start(outcome.job.id, outcome.job.attempt)
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
         self._observers.written(outcome, landed)
@@ -533,6 +606,7 @@ class Worker:
         # A held job whose lease was lost was reaped and may run elsewhere: never start it.
         for job_id in self._slots.drop_held(beat.lost):
             self._leased.pop(job_id, None)
+            self._ahead.discard(job_id)
         if beat.cancel_requested and self._contexts is not None:
             for job_id in beat.cancel_requested:
                 self._contexts.cancel(job_id)
@@ -604,6 +678,7 @@ class Worker:
         self._observers.released(jobs)
         for job in jobs:  # no longer heartbeaten: released, or left for their leases to expire
             self._leased.pop(job.id, None)
+            self._ahead.discard(job.id)
         if not released:
             return
         if shutdown:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Float,
     Integer,
@@ -17,9 +18,12 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    case,
     cast,
     exists,
+    func,
     literal_column,
+    null,
     or_,
     select,
     tuple_,
@@ -48,6 +52,9 @@ CLAIM_TIMESTAMPS = frozenset(c.name for c in CLAIM_COLUMNS if c.kind is ColumnKi
 _CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
 _WORKER_ID: ColumnElement[str] = bindparam("worker_id", type_=String())
 _LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
+#: True when the jobs are claimed ahead of a free slot: their ``started_at`` stays NULL until
+#: the worker records their start, so a reaper can tell a job that never ran from one that did.
+_CLAIM_AHEAD: ColumnElement[bool] = bindparam("claim_ahead", type_=Boolean())
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
@@ -77,6 +84,14 @@ def _earlier_in_group() -> ColumnElement[bool]:
     )
 
 
+def _claimed_value(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """What a claim returns for ``column``: a job claimed ahead has no ``started_at`` yet, and
+    the claim's time (``updated_at``) stands in for it."""
+    if column.name == "started_at":
+        return func.coalesce(column, jobs.c.updated_at).label(column.name)
+    return column
+
+
 class Claiming(Clock):
     """The claim statement, what it returns, and the lease fence (portable forms)."""
 
@@ -91,7 +106,8 @@ class Claiming(Clock):
         """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
         them (portable form). The parameters are bound at execution, so one statement serves
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
-        with an injected ``now``, whose lease end is a constant."""
+        with an injected ``now``, whose lease end is a constant. ``:claim_ahead`` leaves the
+        jobs' ``started_at`` NULL: held for a slot, not started."""
         due = self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
         return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
@@ -130,7 +146,7 @@ class Claiming(Clock):
                 status="running",
                 attempts=jobs.c.attempts + 1,
                 locked_by=_WORKER_ID,
-                started_at=current,
+                started_at=case((_CLAIM_AHEAD, null()), else_=current),
                 updated_at=current,
                 lease_expires_at=lease,
             )
@@ -143,7 +159,7 @@ class Claiming(Clock):
         error history not at all), timestamps as the driver reads them (made UTC by
         :meth:`claim_moment` once per distinct value, where the column type would convert
         each)."""
-        return tuple(self._claim_column(column) for column in CLAIM_RETURNING)
+        return tuple(self._claim_column(_claimed_value(column)) for column in CLAIM_RETURNING)
 
     def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         if column.name in CLAIM_JSON:
