@@ -36,7 +36,7 @@ from typing import Any
 
 from bench import processes
 from bench.databases import ROOT, fresh_database, postgres_dsn
-from bench.mvcc_layouts import LAYOUTS, Layout
+from bench.mvcc_layouts import FLOOR_SLACK_SECONDS, LAYOUTS, Layout
 from bench.names import NOOP
 from bench.settings import Settings
 
@@ -53,7 +53,7 @@ class MvccOptions:
     """What ``--mvcc-*`` asked for."""
 
     systems: tuple[str, ...] = DEFAULT_SYSTEMS
-    rate: int = 300
+    rate: int = 250
     minutes: float = 10.0
     warmup_seconds: float = 60.0
     after_seconds: float = 30.0
@@ -210,21 +210,25 @@ def _sample(system: _System) -> dict[str, Any]:
     return {"table_bytes": table_bytes, "index_bytes": index_bytes, "dead_tuples": dead}
 
 
-def _explain(system: _System) -> str | None:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT (locks rolled back), or None."""
+def _explain(system: _System, *, floor: bool = False) -> str | None:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT (locks rolled back), or None.
+    ``floor``: with the floor of a ``floor`` layout, set at the newest job (2 s of slack)."""
     layout = _layout(system.name) or (LAYOUTS["today"] if system.name == "sqlqueue" else None)
-    if layout is None:
+    if layout is None or (floor and not layout.floor_condition):
         return None
     group = "AND group_key IS NULL" if system.name == "sqlqueue" else ""
+    condition = layout.floor_condition if floor else ""
     sql = (
         f"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM {layout.table} "
         "WHERE status IN ('queued', 'failed') AND queue = 'default' "
-        f"AND next_run_at <= statement_timestamp() {group} "
+        f"AND next_run_at <= statement_timestamp() {group} {condition} "
         "ORDER BY priority, next_run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
     )
     conn = system.monitor
     with conn.transaction(force_rollback=True):
-        rows = conn.execute(sql).fetchall()
+        newest = conn.execute(f"SELECT max(next_run_at) FROM {layout.table}").fetchone()[0]
+        params = {"priority": 0, "next_run_at": newest, "slack": FLOOR_SLACK_SECONDS}
+        rows = conn.execute(sql, params if floor else None).fetchall()
     return "\n".join(row[0] for row in rows)
 
 
@@ -312,6 +316,7 @@ def run(settings: Settings, options: MvccOptions) -> dict[str, Any]:
             if phase == "before" and now >= hold_at:
                 for s in systems:
                     s.explains["at_hold"] = _explain(s) or ""
+                    s.explains["at_hold_with_floor"] = _explain(s, floor=True) or ""
                     s.held = psycopg.connect(postgres_dsn(s.url))
                     s.held.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     s.held.execute(f"SELECT note FROM {_OTHER} WHERE id = 1").fetchone()
@@ -323,6 +328,7 @@ def run(settings: Settings, options: MvccOptions) -> dict[str, Any]:
             ):
                 for s in systems:
                     s.explains["before_release"] = _explain(s) or ""
+                    s.explains["before_release_with_floor"] = _explain(s, floor=True) or ""
             if phase == "held" and now >= release_at:
                 for s in systems:
                     s.held.rollback()

@@ -6,9 +6,13 @@ against a long-held transaction (PostgreSQL only).
 - ``fillfactor``: the same, with ``fillfactor = 70`` on the table and its claim index and
   per-table autovacuum settings that vacuum after every 1,000 dead rows, unthrottled.
 - ``floor``: the same table; the claim starts its index scan at a floor the worker keeps (the
-  claim order key of the first job of its last claim), so it does not walk the dead versions of
-  the jobs it has already claimed; every ``FLOOR_RESET_SECONDS`` one claim runs without the
-  floor, which finds jobs that sort before it (a higher priority, an earlier due time).
+  claim order key of the first job of its last claim, its due time less ``FLOOR_SLACK_SECONDS``
+  for enqueues that commit late), so it does not walk the dead versions of the jobs it has
+  already claimed; every ``FLOOR_RESET_SECONDS`` one claim runs without the floor, which finds
+  jobs that sort before it (a higher priority, an earlier due time).
+- ``timefloor``: as ``floor``, but the floor bounds only the due time (``next_run_at >=``), for
+  every priority: the index scan still starts at the queue's first entry, but rejects the dead
+  entries from the index tuple alone, without visiting the table.
 - ``hot``: claimable and running jobs live in a small table; a completion deletes the row there
   and inserts it into a history table in the same statement.
 
@@ -21,10 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["FLOOR_CLAIM", "FLOOR_RESET_SECONDS", "LAYOUTS", "Layout"]
+__all__ = ["FLOOR_RESET_SECONDS", "FLOOR_SLACK_SECONDS", "LAYOUTS", "Layout"]
 
 #: How often a ``floor`` worker claims once without its floor.
-FLOOR_RESET_SECONDS: Final = 1.0
+FLOOR_RESET_SECONDS: Final = 10.0
+#: How far before the due time of its last claim's first job a floor starts.
+FLOOR_SLACK_SECONDS: Final = 2.0
 
 _CLAIM: Final = """
 WITH due AS MATERIALIZED (
@@ -41,7 +47,11 @@ UPDATE {table} AS j
   FROM due WHERE j.id = due.id
 RETURNING j.id, j.attempts, j.priority, j.next_run_at
 """
-_FLOOR: Final = "AND (priority, next_run_at, id) >= (%(priority)s, %(next_run_at)s, %(id)s)"
+_FLOOR: Final = (
+    "AND (priority, next_run_at, id) >= "
+    "(%(priority)s, %(next_run_at)s - make_interval(secs => %(slack)s), 0)"
+)
+_TIME_FLOOR: Final = "AND next_run_at >= %(next_run_at)s - make_interval(secs => %(slack)s)"
 _COMPLETE: Final = """
 UPDATE sqlqueue_jobs
    SET status = 'succeeded', finished_at = statement_timestamp(),
@@ -102,12 +112,15 @@ class Layout:
     claim: str
     complete: str
     insert: str
-    floor: bool = False
+    #: The claim with its floor (``floor`` and ``timefloor`` only), else None.
+    floor_claim: str | None = None
+    #: The floor's condition alone (for EXPLAIN), else "".
+    floor_condition: str = ""
     #: What the monitor sizes and counts dead rows of (the claim table first).
     tables: tuple[str, ...] = ("sqlqueue_jobs",)
 
 
-def _layout(name: str, setup: tuple[str, ...] = (), *, floor: bool = False) -> Layout:
+def _layout(name: str, setup: tuple[str, ...] = (), *, floor: str | None = None) -> Layout:
     table = "sqlqueue_jobs"
     return Layout(
         name=name,
@@ -116,14 +129,16 @@ def _layout(name: str, setup: tuple[str, ...] = (), *, floor: bool = False) -> L
         claim=_CLAIM.format(table=table, floor=""),
         complete=_COMPLETE,
         insert=_INSERT.format(table=table),
-        floor=floor,
+        floor_claim=None if floor is None else _CLAIM.format(table=table, floor=floor),
+        floor_condition=floor or "",
     )
 
 
 LAYOUTS: Final = {
     "today": _layout("today"),
     "fillfactor": _layout("fillfactor", _FILLFACTOR),
-    "floor": _layout("floor", floor=True),
+    "floor": _layout("floor", floor=_FLOOR),
+    "timefloor": _layout("timefloor", floor=_TIME_FLOOR),
     "hot": Layout(
         name="hot",
         setup=_HOT_SCHEMA,
@@ -134,5 +149,3 @@ LAYOUTS: Final = {
         tables=("sqlqueue_hot", "sqlqueue_history"),
     ),
 }
-#: The ``floor`` layout's claim with its floor (the unbounded one is ``Layout.claim``).
-FLOOR_CLAIM: Final = _CLAIM.format(table="sqlqueue_jobs", floor=_FLOOR)

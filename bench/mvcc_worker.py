@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from bench.databases import postgres_dsn
-from bench.mvcc_layouts import FLOOR_CLAIM, FLOOR_RESET_SECONDS, LAYOUTS, Layout
+from bench.mvcc_layouts import FLOOR_RESET_SECONDS, FLOOR_SLACK_SECONDS, LAYOUTS, Layout
 from bench.raw_sql import LEASE_SECONDS
 from bench.raw_worker import READY, URL_VARIABLE
 
@@ -107,16 +107,15 @@ def _raw(timings: _Timings, layout: Layout, in_flight: int, poll_interval: float
         "batch": in_flight,
         "worker": worker,
         "lease": LEASE_SECONDS,
+        "slack": FLOOR_SLACK_SECONDS,
     }
     floor: tuple[int, Any, int] | None = None
     reset_at = time.monotonic() + FLOOR_RESET_SECONDS
     print(READY, file=sys.stderr, flush=True)
     try:
         while True:
-            bounded = layout.floor and floor is not None and time.monotonic() < reset_at
-            if bounded:
-                assert floor is not None
-                sql = FLOOR_CLAIM
+            if layout.floor_claim is not None and floor is not None and time.monotonic() < reset_at:
+                sql = layout.floor_claim
                 params.update(priority=floor[0], next_run_at=floor[1], id=floor[2])
             else:
                 sql = layout.claim
@@ -127,7 +126,7 @@ def _raw(timings: _Timings, layout: Layout, in_flight: int, poll_interval: float
             if not rows:
                 time.sleep(poll_interval)
                 continue
-            if layout.floor:
+            if layout.floor_claim is not None:
                 # The first job of this claim: every claimable job before it was held by
                 # another worker, or is one the next unbounded claim will find.
                 floor = min((priority, due, job_id) for job_id, _, priority, due in rows)

@@ -135,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
     add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
     add("--mvcc-minutes", type=float, default=10.0, help="mvcc: minutes the transaction is held")
-    add("--mvcc-rate", type=int, default=300, help="mvcc: jobs/s offered to each system (300)")
+    add("--mvcc-rate", type=int, default=250, help="mvcc: jobs/s offered to each system (250)")
     add("--mvcc-warmup", type=float, default=60.0, help="mvcc: seconds before the hold (60)")
     add(
         "--mvcc-systems",
