@@ -48,6 +48,8 @@ CLAIM_TIMESTAMPS = frozenset(c.name for c in CLAIM_COLUMNS if c.kind is ColumnKi
 _CLAIM_LIMIT: ColumnElement[int] = bindparam("claim_limit", type_=Integer())
 _WORKER_ID: ColumnElement[str] = bindparam("worker_id", type_=String())
 _LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
+_FLOOR_PRIORITY: ColumnElement[int] = bindparam("floor_priority", type_=Integer())
+_FLOOR_DUE: ColumnElement[datetime] = bindparam("floor_due", type_=jobs.c.next_run_at.type)
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
@@ -87,12 +89,16 @@ class Claiming(Clock):
         job_types: Sequence[str] | None,
         lease_seconds: float,
         now: datetime | None,
+        floor: bool = False,
     ) -> Update:
         """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
         them (portable form). The parameters are bound at execution, so one statement serves
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
-        with an injected ``now``, whose lease end is a constant."""
-        due = self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+        with an injected ``now``, whose lease end is a constant. ``floor``: only jobs at or
+        after ``(:floor_priority, :floor_due)`` in claim order (see ``_store/claim_floor.py``)."""
+        due = self._due_jobs(
+            queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+        )
         return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
     def _due_jobs(
@@ -102,6 +108,7 @@ class Claiming(Clock):
         job_types: Sequence[str] | None,
         limit: ColumnElement[int],
         now: datetime | None,
+        floor: bool = False,
     ) -> Select[Any]:
         query = (
             select(jobs.c.id)
@@ -115,6 +122,12 @@ class Claiming(Clock):
         )
         if job_types is not None:
             query = query.where(_one_of(jobs.c.job_type, job_types))
+        if floor:
+            # A row comparison on the claim index's columns after the queue: the index scan
+            # starts there instead of at the dead versions before it.
+            query = query.where(
+                tuple_(jobs.c.priority, jobs.c.next_run_at) >= tuple_(_FLOOR_PRIORITY, _FLOOR_DUE)
+            )
         return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
 
     def _lease(
