@@ -14,8 +14,9 @@ the job table's and its indexes' sizes, and dead tuples (``pg_stat_user_tables``
 runs ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT when the transaction opens and
 before it ends. Results: a Markdown table, a PNG plot and JSON under ``--mvcc-output``.
 
-Systems: ``sqlqueue``, ``pgqueuer`` and ``raw`` (the raw-SQL ceiling on sqlqueue's schema), and
-the raw layouts of ``bench.mvcc_layouts`` as ``raw-<layout>`` (the levers tried).
+Systems: ``sqlqueue``, ``pgqueuer`` and ``raw`` (the raw-SQL ceiling on sqlqueue's schema),
+``sqlqueue-nofloor`` (sqlqueue with its claim floor turned off, as before it), and the raw
+layouts of ``bench.mvcc_layouts`` as ``raw-<layout>`` (the levers tried).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bench.databases import ROOT, fresh_database, postgres_dsn
 from bench.mvcc_layouts import FLOOR_SLACK_SECONDS, LAYOUTS, Layout
 from bench.names import NOOP
 from bench.settings import Settings
+from sqlqueue._store.claim_floor import FLOOR_SLACK
 
 __all__ = ["DEFAULT_SYSTEMS", "MvccOptions", "run", "systems_of"]
 
@@ -63,7 +65,7 @@ class MvccOptions:
 
 def systems_of(text: str) -> tuple[str, ...]:
     """``sqlqueue,pgqueuer,raw,raw-floor`` -> the systems, checked."""
-    known = {*DEFAULT_SYSTEMS, *(f"raw-{name}" for name in LAYOUTS)}
+    known = {*DEFAULT_SYSTEMS, "sqlqueue-nofloor", *(f"raw-{name}" for name in LAYOUTS)}
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     if not names or set(names) - known:
         raise ValueError(f"expected some of {', '.join(sorted(known))}, got {text!r}")
@@ -102,7 +104,7 @@ def _enqueue_loop(system: _System, rate: int, stop: threading.Event) -> None:
     """Enqueue ``rate`` jobs/s in a transaction every ``_TICK`` s until ``stop``."""
     per_tick = max(1, round(rate * _TICK))
     layout = _layout(system.name)
-    if system.name == "sqlqueue":
+    if system.name.startswith("sqlqueue"):
         import sqlqueue
 
         queue = sqlqueue.Queue(system.url)
@@ -212,11 +214,16 @@ def _sample(system: _System) -> dict[str, Any]:
 
 def _explain(system: _System, *, floor: bool = False) -> str | None:
     """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT (locks rolled back), or None.
-    ``floor``: with the floor of a ``floor`` layout, set at the newest job (2 s of slack)."""
-    layout = _layout(system.name) or (LAYOUTS["today"] if system.name == "sqlqueue" else None)
+    ``floor``: with the floor of a ``floor`` layout (or sqlqueue's), at the newest job."""
+    sqlqueue = system.name.startswith("sqlqueue")
+    # sqlqueue's claim floor is the raw ``floor`` layout's condition, with sqlqueue's slack.
+    layout = _layout(system.name) or (
+        LAYOUTS["floor" if system.name == "sqlqueue" else "today"] if sqlqueue else None
+    )
+    slack = FLOOR_SLACK.total_seconds() if sqlqueue else FLOOR_SLACK_SECONDS
     if layout is None or (floor and not layout.floor_condition):
         return None
-    group = "AND group_key IS NULL" if system.name == "sqlqueue" else ""
+    group = "AND group_key IS NULL" if sqlqueue else ""
     condition = layout.floor_condition if floor else ""
     sql = (
         f"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM {layout.table} "
@@ -227,7 +234,7 @@ def _explain(system: _System, *, floor: bool = False) -> str | None:
     conn = system.monitor
     with conn.transaction(force_rollback=True):
         newest = conn.execute(f"SELECT max(next_run_at) FROM {layout.table}").fetchone()[0]
-        params = {"priority": 0, "next_run_at": newest, "slack": FLOOR_SLACK_SECONDS}
+        params = {"priority": 0, "next_run_at": newest, "slack": slack}
         rows = conn.execute(sql, params if floor else None).fetchall()
     return "\n".join(row[0] for row in rows)
 
@@ -284,7 +291,7 @@ def run(settings: Settings, options: MvccOptions) -> dict[str, Any]:
         workers = [
             processes.start(
                 _worker_command(s.name, s.timings),
-                engine="sqlqueue" if s.name == "sqlqueue" else "raw",
+                engine="sqlqueue" if s.name.startswith("sqlqueue") else "raw",
                 name=f"mvcc-{s.name}",
                 url=s.url,
                 logs=scratch,

@@ -1,11 +1,13 @@
 """A worker for ``python -m bench --only mvcc`` that times each of its claims.
 
 ``python -m bench.mvcc_worker sqlqueue --timings PATH`` runs ``sqlqueue worker bench.app:queue``
-with the claim statement timed; ``pgqueuer`` runs ``bench.peer_worker pgqueuer`` with its
-``Queries.dequeue`` timed; ``raw --layout NAME`` claims and completes with the raw statements of
-a layout of ``bench.mvcc_layouts``. Each claim appends ``time.time() milliseconds jobs`` to
-``PATH`` (the wall clock at its end, its duration, the jobs it returned), which the benchmark
-reads every interval. The URL comes from ``SQLQUEUE_DATABASE_URL``, as for the other workers.
+with the claim statement timed (``sqlqueue-nofloor``: with PostgreSQL's claim floor turned off,
+every claim from the head of the index, as before it); ``pgqueuer`` runs
+``bench.peer_worker pgqueuer`` with its ``Queries.dequeue`` timed; ``raw --layout NAME`` claims
+and completes with the raw statements of a layout of ``bench.mvcc_layouts``. Each claim appends
+``time.time() milliseconds jobs`` to ``PATH`` (the wall clock at its end, its duration, the jobs
+it returned), which the benchmark reads every interval. The URL comes from
+``SQLQUEUE_DATABASE_URL``, as for the other workers.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from bench.raw_worker import READY, URL_VARIABLE
 
 __all__ = ["KINDS", "main"]
 
-KINDS = ("sqlqueue", "pgqueuer", "raw")
+KINDS = ("sqlqueue", "sqlqueue-nofloor", "pgqueuer", "raw")
 
 
 class _Timings:
@@ -48,9 +50,13 @@ class _Timings:
             self._sink.flush()
 
 
-def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float) -> int:
+def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float, *, floor: bool) -> int:
     from sqlqueue._cli import main as cli
     from sqlqueue._store import claim as claim_module
+    from sqlqueue.dialects.postgresql import PostgresDialect
+
+    if not floor:  # the claim before the floor: every claim from the head of the index
+        PostgresDialect.supports_claim_floor = False
 
     original: Callable[..., list[Any]] = claim_module.claim
 
@@ -157,8 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     with args.timings.open("a", encoding="utf-8") as sink:
         timings = _Timings(sink)
-        if args.kind == "sqlqueue":
-            return _sqlqueue(timings, args.in_flight, args.poll_interval)
+        if args.kind.startswith("sqlqueue"):
+            floor = args.kind == "sqlqueue"
+            return _sqlqueue(timings, args.in_flight, args.poll_interval, floor=floor)
         if args.kind == "pgqueuer":
             return _pgqueuer(timings, args.in_flight, args.poll_interval)
         return _raw(timings, LAYOUTS[args.layout], args.in_flight, args.poll_interval)

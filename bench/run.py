@@ -140,8 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--mvcc-systems",
         default=",".join(mvcc.DEFAULT_SYSTEMS),
-        help="mvcc: systems side by side (sqlqueue,pgqueuer,raw; raw-fillfactor, raw-floor, "
-        "raw-hot: the raw layouts of bench/mvcc_layouts.py)",
+        help="mvcc: systems side by side (sqlqueue,pgqueuer,raw; sqlqueue-nofloor: without its "
+        "claim floor; raw-fillfactor, raw-floor, raw-timefloor, raw-hot: the raw layouts of "
+        "bench/mvcc_layouts.py)",
     )
     add(
         "--mvcc-output",
