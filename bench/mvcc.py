@@ -213,29 +213,53 @@ def _sample(system: _System) -> dict[str, Any]:
 
 
 def _explain(system: _System, *, floor: bool = False) -> str | None:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT (locks rolled back), or None.
-    ``floor``: with the floor of a ``floor`` layout (or sqlqueue's), at the newest job."""
-    sqlqueue = system.name.startswith("sqlqueue")
-    # sqlqueue's claim floor is the raw ``floor`` layout's condition, with sqlqueue's slack.
-    layout = _layout(system.name) or (
-        LAYOUTS["floor" if system.name == "sqlqueue" else "today"] if sqlqueue else None
-    )
-    slack = FLOOR_SLACK.total_seconds() if sqlqueue else FLOOR_SLACK_SECONDS
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the claim (its effects rolled back), or None: for
+    sqlqueue its own statement, for raw layouts their SELECT. ``floor``: with a floor at the
+    newest job less the slack, as a worker that keeps up has it."""
+    if system.name.startswith("sqlqueue"):
+        return _explain_sqlqueue(system, floor=floor)
+    layout = _layout(system.name)
     if layout is None or (floor and not layout.floor_condition):
         return None
-    group = "AND group_key IS NULL" if sqlqueue else ""
     condition = layout.floor_condition if floor else ""
     sql = (
         f"EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM {layout.table} "
         "WHERE status IN ('queued', 'failed') AND queue = 'default' "
-        f"AND next_run_at <= statement_timestamp() {group} {condition} "
+        f"AND next_run_at <= statement_timestamp() {condition} "
         "ORDER BY priority, next_run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
     )
     conn = system.monitor
     with conn.transaction(force_rollback=True):
         newest = conn.execute(f"SELECT max(next_run_at) FROM {layout.table}").fetchone()[0]
-        params = {"priority": 0, "next_run_at": newest, "slack": slack}
+        params = {"priority": 0, "next_run_at": newest, "slack": FLOOR_SLACK_SECONDS}
         rows = conn.execute(sql, params if floor else None).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def _explain_sqlqueue(system: _System, *, floor: bool) -> str | None:
+    """sqlqueue's claim statement as its PostgreSQL dialect builds it, leasing up to 10 jobs."""
+    from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
+
+    from sqlqueue.dialects.postgresql import PostgresDialect
+
+    if floor and system.name != "sqlqueue":
+        return None
+    statement = PostgresDialect().claim_statement(
+        queues=["default"], job_types=None, lease_seconds=30, now=None, floor=floor
+    )
+    compiled = statement.compile(dialect=pg_psycopg.dialect())  # type: ignore[no-untyped-call]
+    conn = system.monitor
+    with conn.transaction(force_rollback=True):
+        newest = conn.execute("SELECT max(next_run_at) FROM sqlqueue_jobs").fetchone()[0]
+        params = {
+            **compiled.params,
+            "claim_limit": 10,
+            "worker_id": "explain",
+            "lease_seconds": 30.0,
+            "floor_priority": 0,
+            "floor_due": None if newest is None else newest - FLOOR_SLACK,
+        }
+        rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {compiled}", params).fetchall()
     return "\n".join(row[0] for row in rows)
 
 
