@@ -77,3 +77,24 @@ def test_a_claim_without_a_floor_that_finds_nothing_clears_it(backend):
     assert _claim(queue) == []  # without the floor: nothing is claimable, the floor goes
     urgent = _enqueue(backend, queue, priority=0)
     assert _claim(queue) == [urgent]
+
+
+def test_a_burst_worker_runs_a_job_that_sorts_before_its_floor_before_it_exits(backend):
+    queue = backend.queue()
+    ran: list[str] = []
+
+    @queue.task("urgent")
+    def urgent() -> None:
+        ran.append("urgent")
+
+    @queue.task("slow")
+    def slow() -> None:
+        # Enqueued while this job runs: more urgent than the worker's floor (priority 5).
+        with backend.engine.begin() as conn:
+            queue.enqueue(conn, "urgent", {}, priority=0)
+        ran.append("slow")
+
+    with backend.engine.begin() as conn:
+        queue.enqueue(conn, "slow", {}, priority=5)
+    queue.worker(concurrency=1, poll_interval=0.05).run(burst=True)
+    assert ran == ["slow", "urgent"]
