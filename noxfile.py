@@ -190,6 +190,19 @@ def bench_peers(session: nox.Session) -> None:
 
 
 @nox.session
+def mvcc(session: nox.Session) -> None:
+    """sqlqueue, pgqueuer and raw SQL on PostgreSQL while a transaction holds the xmin horizon
+    for 10 minutes: claim latency, throughput, sizes and dead tuples every 10 s, a table and a
+    plot in bench/results/.
+
+    Arguments go to ``python -m bench --only mvcc``: ``nox -s mvcc -- --mvcc-minutes 3``,
+    ``-- --mvcc-systems sqlqueue,sqlqueue-nofloor,raw,raw-floor --mvcc-rate 100``.
+    """
+    session.install(".[bench]")
+    session.run("python", "-m", "bench", "--only", "mvcc", *session.posargs)
+
+
+@nox.session
 def bench_operations(session: nox.Session) -> None:
     """stats, health, jobs pages, mass requeue and a first prune on 1,000,000 finished jobs.
 

@@ -9,6 +9,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --memory 1000000 --backends postgresql  # worker RSS over a long drain
     python -m bench --peers                  # next to pgqueuer and procrastinate (PostgreSQL)
     python -m bench --faults                 # drains while statements fail (bench/faults.py)
+    python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -28,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import faults, memory, middleware, peers, report, side_by_side
+from bench import faults, memory, middleware, mvcc, peers, report, side_by_side
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -38,7 +39,7 @@ from bench.databases import (
     git_commit,
 )
 from bench.runner import Runner
-from bench.settings import SCENARIOS, Settings
+from bench.settings import EXTRA_SCENARIOS, SCENARIOS, Settings
 
 __all__ = ["main"]
 
@@ -85,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--show", type=Path, metavar="SAVED", help="print a saved run's table; measure nothing")
     add(
         "--only",
-        help=f"scenarios to run, of {','.join(SCENARIOS)} (all); or 'middleware' alone: drain "
+        help=f"scenarios to run, of {','.join(SCENARIOS)} (all), or "
+        f"{','.join(EXTRA_SCENARIOS)} (not in the default run); or 'middleware' alone: drain "
         "throughput with no middleware and with one empty one (bench/middleware.py)",
     )
     add(
@@ -133,6 +135,22 @@ def _parser() -> argparse.ArgumentParser:
     add("--in-flight", default="10,100", help="--peers: jobs held by one worker (10,100)")
     add("--many-processes", type=int, default=8, help="PostgreSQL many-workers drain (8; 0: off)")
     add("--timeout", type=float, default=600.0, help="seconds allowed per measurement (600)")
+    add("--mvcc-minutes", type=float, default=10.0, help="mvcc: minutes the transaction is held")
+    add("--mvcc-rate", type=int, default=250, help="mvcc: jobs/s offered to each system (250)")
+    add("--mvcc-warmup", type=float, default=60.0, help="mvcc: seconds before the hold (60)")
+    add(
+        "--mvcc-systems",
+        default=",".join(mvcc.DEFAULT_SYSTEMS),
+        help="mvcc: systems side by side (sqlqueue,pgqueuer,raw; sqlqueue-nofloor: without its "
+        "claim floor; raw-fillfactor, raw-floor, raw-timefloor, raw-hot: the raw layouts of "
+        "bench/mvcc_layouts.py)",
+    )
+    add(
+        "--mvcc-output",
+        type=Path,
+        default=mvcc.MvccOptions().output,
+        help="mvcc: results go to OUTPUT.md, .png and .json (bench/results/mvcc)",
+    )
     return parser
 
 
@@ -141,8 +159,10 @@ def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sett
     if not backends or set(backends) - set(BACKENDS):
         parser.error(f"--backends: expected sqlite, postgresql, mysql, got {args.backends!r}")
     scenarios = tuple(_names(args.only)) if args.only else SCENARIOS
-    if not scenarios or set(scenarios) - set(SCENARIOS):
+    if not scenarios or set(scenarios) - {*SCENARIOS, *EXTRA_SCENARIOS}:
         parser.error(f"--only: expected some of {','.join(SCENARIOS)}, got {args.only!r}")
+    if "mvcc" in scenarios:
+        backends = ("postgresql",)
     sizes: dict[str, Any] = dict(QUICK) if args.quick else {}
     if args.drain_jobs is not None:
         sizes["drain_jobs"] = args.drain_jobs
@@ -284,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _peers(settings, facts, args.json)
     if args.faults:
         return _faults(settings, args.drain_jobs)
+    if "mvcc" in settings.scenarios:
+        return _mvcc(settings, args, parser)
 
     runner = Runner(settings)
     loads = []
@@ -372,6 +394,27 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     print()
     print(middleware.table(found, middleware.call_overhead_us()))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
+    return 0
+
+
+def _mvcc(settings: Settings, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        systems = mvcc.systems_of(args.mvcc_systems)
+    except ValueError as error:
+        parser.error(f"--mvcc-systems: {error}")
+    if args.mvcc_rate < 1 or args.mvcc_minutes <= 0 or args.mvcc_warmup < 0:
+        parser.error("--mvcc-rate must be >= 1, --mvcc-minutes > 0, --mvcc-warmup >= 0")
+    options = mvcc.MvccOptions(
+        systems=systems,
+        rate=args.mvcc_rate,
+        minutes=args.mvcc_minutes,
+        warmup_seconds=args.mvcc_warmup,
+        output=args.mvcc_output,
+    )
+    found = mvcc.run(settings, options)
+    mvcc.save(found, options.output)
+    print(Path(options.output).with_suffix(".md").read_text(encoding="utf-8").split("\n## ")[0])
+    print(f"wrote {options.output}.md, .png and .json")
     return 0
 
 

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 from bench.databases import Target
 
-__all__ = ["SCENARIOS", "Settings"]
+__all__ = ["EXTRA_SCENARIOS", "SCENARIOS", "Settings"]
 
 #: Everything the default run measures, in the order it is measured.
 SCENARIOS = ("enqueue", "bulk", "drain", "many", "pickup", "idle")
+#: Run only when asked for with ``--only``: ``mvcc`` (a transaction held 10 minutes).
+EXTRA_SCENARIOS = ("mvcc",)
 
 
 @dataclass(frozen=True, kw_only=True)

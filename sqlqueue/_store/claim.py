@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.rows import ClaimedJob, claims_from_rows
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
@@ -27,38 +28,53 @@ def claim(
     lease_seconds: float,
     ahead: bool = False,
     now: datetime | None = None,
+    floors: ClaimFloors | None = None,
 ) -> list[ClaimedJob]:
-    """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first. Jobs claimed
-    ``ahead`` of a free slot are leased with no ``started_at`` until their start is recorded
-    (:func:`~sqlqueue._store.outcomes.record_starts`)."""
+    """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first.
+
+    With ``floors`` (on a dialect that ``supports_claim_floor``, on the database's own clock)
+    the claim starts past the jobs this worker claimed before (see ``claim_floor.py``). Jobs
+    claimed ``ahead`` of a free slot are leased with no ``started_at`` until their start is
+    recorded (:func:`~sqlqueue._store.outcomes.record_starts`)."""
+    params: dict[str, Any] = {
+        "claim_limit": limit,
+        "worker_id": worker_id,
+        "lease_seconds": float(lease_seconds),
+        "claim_ahead": ahead,
+    }
+    with_floor = floors is not None and dialect.supports_claim_floor and now is None
+    queue_key = tuple(queues), None if job_types is None else tuple(job_types)
+    floor_key = (worker_id, *queue_key)
+    floor = None
+    if with_floor:
+        assert floors is not None
+        floor = floors.floor_for(floor_key)
+    if floor is not None:
+        params.update(floor_priority=floor.priority, floor_due=floor.due)
     if now is None:
-        key = (
-            "claim",
-            type(dialect),
-            tuple(queues),
-            None if job_types is None else tuple(job_types),
-        )
+        key = ("claim", type(dialect), *queue_key, floor is not None)
         stmt = cached_statement(
             key,
             lambda: dialect.claim_statement(
-                queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=None
+                queues=queues,
+                job_types=job_types,
+                lease_seconds=lease_seconds,
+                now=None,
+                floor=floor is not None,
             ),
         )
     else:
         stmt = dialect.claim_statement(
             queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
         )
-    params = {
-        "claim_limit": limit,
-        "worker_id": worker_id,
-        "lease_seconds": float(lease_seconds),
-        "claim_ahead": ahead,
-    }
     claimed = claims_from_rows(
         dialect.execute_returning(conn, stmt, params).all(),
         moment=dialect.claim_moment,
         document=_json_decoder(conn),
     )
+    if with_floor:
+        assert floors is not None
+        floors.observe(floor_key, claimed, bounded=floor is not None)
     claimed.sort(key=lambda job: (job.priority, job.id))
     return claimed
 

@@ -13,6 +13,7 @@ from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes
+from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
 from sqlqueue._store.rows import ClaimedJob, Failure
@@ -31,6 +32,8 @@ class Store(GateTransactions):
     def __init__(self, engine: Engine, dialect: Dialect) -> None:
         self.engine = engine
         self.dialect = dialect
+        #: Where each worker's claims start (``claim_floor.py``).
+        self.claim_floors = ClaimFloors()
 
     def _in_write(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
         """See :func:`in_write`: relaxed for claims, outcomes and heartbeats."""
@@ -100,6 +103,7 @@ class Store(GateTransactions):
                     lease_seconds=lease_seconds,
                     ahead=index < len(ahead) and ahead[index],
                     now=now,
+                    floors=self.claim_floors,
                 )
                 for index, (queues, limit) in enumerate(claims)
             ]

@@ -511,6 +511,8 @@ class Worker:
         """Burst mode's last look: recover expired leases, then claim once more (a retry may
         have become due meanwhile)."""
         wanted = [pool for pool in self._slots.with_free_slots() if self._active(pool)]
+        # From the head of the claim index: a job that sorts before a claim floor is due too.
+        self._store.claim_floors.reset()
         try:
             await self._db.call(self._reaper.run_once)
             claims = [(pool, pool.free, False) for pool in wanted]

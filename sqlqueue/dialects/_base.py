@@ -135,6 +135,12 @@ class Dialect(Claiming):
     supports_schemas: ClassVar[bool] = False
     #: The longest schema name the database takes, in bytes (UTF-8).
     max_schema_name: ClassVar[int] = 63
+    #: A worker's claims start past the jobs it claimed before (``_store/claim_floor.py``):
+    #: where dead row versions stay at the head of the claim index while a long transaction
+    #: holds the horizon (PostgreSQL). Elsewhere every claim starts at the head of the index
+    #: (SQLite leaves no dead versions in its indexes; MariaDB's InnoDB keeps delete-marked
+    #: entries until purge, not measured yet: the plain claim).
+    supports_claim_floor: ClassVar[bool] = False
 
     def __init__(self, schema: str | None = None) -> None:
         if schema is not None:

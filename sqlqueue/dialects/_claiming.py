@@ -55,6 +55,8 @@ _LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
 #: True when the jobs are claimed ahead of a free slot: their ``started_at`` stays NULL until
 #: the worker records their start, so a reaper can tell a job that never ran from one that did.
 _CLAIM_AHEAD: ColumnElement[bool] = bindparam("claim_ahead", type_=Boolean())
+_FLOOR_PRIORITY: ColumnElement[int] = bindparam("floor_priority", type_=Integer())
+_FLOOR_DUE: ColumnElement[datetime] = bindparam("floor_due", type_=jobs.c.next_run_at.type)
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
@@ -102,13 +104,17 @@ class Claiming(Clock):
         job_types: Sequence[str] | None,
         lease_seconds: float,
         now: datetime | None,
+        floor: bool = False,
     ) -> Update:
         """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
         them (portable form). The parameters are bound at execution, so one statement serves
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
-        with an injected ``now``, whose lease end is a constant. ``:claim_ahead`` leaves the
-        jobs' ``started_at`` NULL: held for a slot, not started."""
-        due = self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+        with an injected ``now``, whose lease end is a constant. ``floor``: only jobs at or
+        after ``(:floor_priority, :floor_due)`` in claim order (see ``_store/claim_floor.py``).
+        ``:claim_ahead`` leaves the jobs' ``started_at`` NULL: held for a slot, not started."""
+        due = self._due_jobs(
+            queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+        )
         return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
     def _due_jobs(
@@ -118,6 +124,7 @@ class Claiming(Clock):
         job_types: Sequence[str] | None,
         limit: ColumnElement[int],
         now: datetime | None,
+        floor: bool = False,
     ) -> Select[Any]:
         query = (
             select(jobs.c.id)
@@ -131,6 +138,12 @@ class Claiming(Clock):
         )
         if job_types is not None:
             query = query.where(_one_of(jobs.c.job_type, job_types))
+        if floor:
+            # A row comparison on the claim index's columns after the queue: the index scan
+            # starts there instead of at the dead versions before it.
+            query = query.where(
+                tuple_(jobs.c.priority, jobs.c.next_run_at) >= tuple_(_FLOOR_PRIORITY, _FLOOR_DUE)
+            )
         return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
 
     def _lease(

@@ -232,6 +232,7 @@ class MySQLDialect(Dialect):
         job_types: Sequence[str] | None,
         lease_seconds: float,
         now: datetime | None,
+        floor: bool = False,
     ) -> Update:
         """The lease by id, carrying its lock query (the due jobs, ``FOR UPDATE SKIP LOCKED``)
         for :meth:`execute_returning` to run first: MySQL refuses ``LIMIT`` in an ``IN``
@@ -244,7 +245,9 @@ class MySQLDialect(Dialect):
         the longer list beyond the limit stay locked until the claim commits (other workers
         skip them for that long)."""
         parts = [
-            self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+            self._due_jobs(
+                queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+            )
             .add_columns(jobs.c.priority, jobs.c.next_run_at)
             .where(jobs.c.status == literal_column(f"'{status}'"))
             .with_for_update(skip_locked=True)

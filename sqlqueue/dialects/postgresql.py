@@ -71,6 +71,7 @@ class PostgresDialect(Dialect):
     supports_many_hosts: ClassVar[bool] = True
     supports_schemas: ClassVar[bool] = True
     bulk_path: ClassVar[BulkPath] = BulkPath.COPY
+    supports_claim_floor: ClassVar[bool] = True
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
@@ -179,11 +180,14 @@ class PostgresDialect(Dialect):
         job_types: Sequence[str] | None,
         lease_seconds: float,
         now: datetime | None,
+        floor: bool = False,
     ) -> Update:
         """Lock up to ``:claim_limit`` due rows, skipping rows other workers hold, and lease
         them (parameters as in :meth:`Dialect.claim_statement`)."""
         due = (
-            self._due_jobs(queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now)
+            self._due_jobs(
+                queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+            )
             .with_for_update(skip_locked=True)
             .cte("sqlqueue_due")
             .prefix_with("MATERIALIZED")
