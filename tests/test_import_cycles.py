@@ -39,6 +39,13 @@ LAZY_ALLOWED: Mapping[str, Mapping[str, str]] = {
     "sqlqueue.cli._web_cmd": {
         "sqlqueue.web._serve": "Starlette, Jinja2 and uvicorn load only for `sqlqueue web`",
     },
+    "bench.mvcc": {
+        "bench.peer_worker": "asyncpg loads only when pgqueuer is one of the systems measured",
+        "bench.mvcc_report": "matplotlib loads only when the results are saved",
+    },
+    "bench.mvcc_worker": {
+        "bench.peer_worker": "asyncpg loads only in the process that runs pgqueuer",
+    },
 }
 
 
