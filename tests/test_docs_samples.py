@@ -6,11 +6,18 @@ samples need a server says so in an HTML comment, ``<!-- samples-run-on: postgre
 (default: ``sqlite``); they then run once per backend named, with ``DATABASE_URL`` set to an
 empty database of their own on the test server (skipped when unreachable; failed with
 ``CI=true``, as the rest of the suite). Sybil's own comments (``<!-- invisible-code-block:
-python -->``, ``<!-- skip: next -->``) set a page's samples up where the reader need not see it.
+python -->``) set a page's samples up, start the servers they talk to and check what they did,
+where the reader need not see it; a sample that is a file of the reader's project (an alembic
+``env.py``, a ``conftest.py``) follows ``<!-- sample-file: path -->`` and is written there, for
+the page's invisible blocks to run the way its tool would. A page's ``contextlib.ExitStack``
+(its servers) is closed and its environment variables, ``sys.path`` and the modules it
+imported from its directory are put back when it ends, whether it passed or not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -18,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sybil import Sybil
+from sybil import Document, Example, Region, Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
 
 from tests.conftest import BACKENDS, _mysql_database, _postgres_database
@@ -30,7 +37,37 @@ PAGES = sorted(
 )
 PAGES = [page for page in PAGES if "_build" not in page.parts]
 RUNS_ON = re.compile(r"<!--\s*samples-run-on:\s*([\w\s]+?)\s*-->")
-SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()], path=str(ROOT))
+SAMPLE_FILE = re.compile(r"<!--\s*sample-file:\s*(\S+)\s*-->\s*$")
+
+
+class _SampleFileWriter:
+    """Writes a sample to ``path`` (relative to the test's directory) instead of running it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, example: Example) -> None:
+        target = Path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(str(example.parsed), encoding="utf-8")
+
+
+class _PythonSamples:
+    """Sybil's python code blocks, each run in the page's namespace, but those right after a
+    ``<!-- sample-file: path -->`` comment, which are written to that file."""
+
+    def __init__(self) -> None:
+        self.blocks = PythonCodeBlockParser()
+
+    def __call__(self, document: Document) -> Iterator[Region]:
+        for region in self.blocks(document):
+            marker = SAMPLE_FILE.search(document.text, 0, region.start)
+            if marker is not None:
+                region.evaluator = _SampleFileWriter(marker.group(1))
+            yield region
+
+
+SYBIL = Sybil(parsers=[_PythonSamples(), SkipParser()], path=str(ROOT))
 
 
 def _backends(page: Path) -> list[str]:
@@ -71,6 +108,9 @@ def test_samples_run(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setattr(sys, "argv", [str(page)])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    environment = dict(os.environ)
+    modules = set(sys.modules)
     document = SYBIL.parse(page)
     # A module of its own, as the reader's file would be (``Flask(__name__)`` finds its root
     # path from it; ``if __name__ == "__main__":`` blocks stay for the reader to run).
@@ -79,6 +119,19 @@ def test_samples_run(
         for example in document.examples():
             example.evaluate()
     finally:
-        for value in list(document.namespace.values()):  # the page's engines: close their pools
-            if isinstance(value, sa.Engine):
+        for value in list(document.namespace.values()):  # its servers; its engines' pools
+            if isinstance(value, contextlib.ExitStack):
+                value.close()
+            elif isinstance(value, sa.Engine):
                 value.dispose()
+        os.environ.clear()
+        os.environ.update(environment)
+        for name in set(sys.modules) - modules:  # the page's own modules (``myapp``)
+            if _defined_under(sys.modules[name], tmp_path):
+                del sys.modules[name]
+
+
+def _defined_under(module: object, directory: Path) -> bool:
+    """Whether ``module`` was imported from a file in ``directory``."""
+    file = getattr(module, "__file__", None)
+    return file is not None and Path(file).resolve().is_relative_to(directory.resolve())

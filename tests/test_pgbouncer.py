@@ -13,15 +13,10 @@ With ``CI=true`` a missing ``pgbouncer`` fails the run instead of skipping.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -29,9 +24,10 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from tests._support.pgbouncer import Bouncer, running_pgbouncer
 from tests.apps.ledger import create_ledger, read_ledger, register_ledger_tasks
 from tests.apps.processes import WorkerProcess, child_env, wait_until
-from tests.conftest import BACKENDS, IN_CI, _postgres_database, _reset_postgres
+from tests.conftest import BACKENDS, _postgres_database, _reset_postgres
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,63 +35,6 @@ PGBOUNCER_APP = "tests.apps.pgbouncer_app:queue"
 DIRECT_APP = "tests.apps.ledger_app:queue"
 #: The engine options the README gives for PgBouncer < 1.21 (no prepared statements).
 NO_PREPARE = {"prepare_threshold": None}
-
-
-def _pgbouncer_binary() -> str:
-    """Debian installs it in /usr/sbin, which a non-root PATH may not include."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
-    found = shutil.which("pgbouncer", path=path)
-    if found is None:
-        message = "pgbouncer is not installed (apt-get install pgbouncer)"
-        if IN_CI:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return found
-
-
-#: The port number PgBouncer names its socket file after (``.s.PGSQL.6432``): it listens on a
-#: unix socket in a directory of its own only, so there is no TCP port to find free or race for.
-SOCKET_PORT = 6432
-
-
-@dataclass(frozen=True)
-class Bouncer:
-    """A running PgBouncer in transaction mode in front of ``direct_url``'s server."""
-
-    direct_url: str
-    socket_dir: Path
-    version: str
-
-    @property
-    def url(self) -> str:
-        """``direct_url`` through PgBouncer (its unix socket)."""
-        direct = sa.make_url(self.direct_url)
-        through = sa.URL.create(
-            direct.drivername,
-            username=direct.username,
-            password=direct.password,
-            database=direct.database,
-            query={"host": str(self.socket_dir), "port": str(SOCKET_PORT)},
-        )
-        return through.render_as_string(hide_password=False)
-
-    def clients(self) -> Counter[str]:
-        """Client connections to our database open right now, per ``application_name``."""
-        import psycopg
-
-        database = sa.make_url(self.direct_url).database
-        with psycopg.connect(
-            host=str(self.socket_dir),
-            port=SOCKET_PORT,
-            dbname="pgbouncer",
-            user="postgres",
-            autocommit=True,
-        ) as admin:
-            cursor = admin.execute("SHOW CLIENTS")
-            assert cursor.description is not None
-            columns = [column.name for column in cursor.description]
-            rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        return Counter(row["application_name"] for row in rows if row["database"] == database)
 
 
 @pytest.fixture(scope="module")
@@ -108,61 +47,9 @@ def database_url(worker_id: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bouncer(database_url: str) -> Iterator[Bouncer]:
-    """PgBouncer in transaction pooling mode, run as ``postgres`` (it refuses to run as root)."""
-    binary = _pgbouncer_binary()
-    version = subprocess.run(
-        [binary, "--version"], capture_output=True, text=True, check=True
-    ).stdout.split("\n")[0]
-    server = sa.make_url(database_url)
-    login = f"user={server.username or 'postgres'}"
-    if server.password:
-        login += f" password={server.password}"
-    config_dir = Path(tempfile.mkdtemp(prefix="sqlqueue-pgbouncer-"))
-    config = config_dir / "pgbouncer.ini"
-    config.write_text(
-        "[databases]\n"
-        f"* = host={server.host or '127.0.0.1'} port={server.port or 5432} {login}\n"
-        "[pgbouncer]\n"
-        f"listen_port = {SOCKET_PORT}\n"  # no listen_addr: the unix socket only
-        f"unix_socket_dir = {config_dir}\n"
-        "auth_type = any\n"
-        "pool_mode = transaction\n"
-        "admin_users = postgres\n"
-        "default_pool_size = 10\n"
-        "max_client_conn = 200\n"
-    )
-    command = [binary]
-    if os.geteuid() == 0:
-        shutil.chown(config_dir, user="postgres")
-        shutil.chown(config, user="postgres")
-        command += ["-u", "postgres"]
-    log_path = config_dir / "pgbouncer.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )
-    bouncer = Bouncer(direct_url=database_url, socket_dir=config_dir, version=version)
-
-    def accepting() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"pgbouncer exited: {log_path.read_text(errors='replace')}")
-        try:
-            bouncer.clients()
-        except Exception:
-            return False
-        return True
-
-    try:
-        wait_until(accepting, timeout=15, what="pgbouncer to accept connections")
-        yield bouncer
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        shutil.rmtree(config_dir, ignore_errors=True)
+    """PgBouncer in transaction pooling mode in front of this module's database."""
+    with running_pgbouncer(database_url) as running:
+        yield running
 
 
 @pytest.fixture
