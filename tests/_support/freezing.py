@@ -55,27 +55,29 @@ def _sqlite_write_lock_free(engine: sa.Engine) -> bool:
     return True
 
 
-#: Other sessions of this test's database with a transaction open.
+#: Other sessions of this test's database with a transaction open: since when, doing what.
 _OPEN_TRANSACTIONS = {
     "postgresql": (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        "SELECT xact_start, state, query FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND xact_start IS NOT NULL"
     ),
     "mysql": (
-        "SELECT count(*) FROM information_schema.innodb_trx t "
+        "SELECT t.trx_started, t.trx_state, t.trx_query FROM information_schema.innodb_trx t "
         "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
         "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
     ),
 }
 
 
-def _no_transaction_open(engine: sa.Engine) -> bool:
-    """Whether no other session holds a transaction open in the test's own database (each
-    test run has a database of its own, so those sessions are the test's worker processes)."""
+def _open_transactions(engine: sa.Engine) -> list[str]:
+    """The transactions other sessions hold open in the test's own database (each test run
+    has a database of its own, so those sessions are the test's worker processes)."""
     if engine.dialect.name == "sqlite":
-        return _sqlite_write_lock_free(engine)
+        return [] if _sqlite_write_lock_free(engine) else ["a write transaction (BEGIN IMMEDIATE)"]
     with engine.connect() as conn:
-        return int(conn.execute(sa.text(_OPEN_TRANSACTIONS[engine.dialect.name])).scalar_one()) == 0
+        rows = conn.execute(sa.text(_OPEN_TRANSACTIONS[engine.dialect.name])).all()
+    return [" | ".join(str(value) for value in row) for row in rows]
 
 
 def freeze_between_transactions(worker: _Signalled, engine: sa.Engine, timeout: float = 30) -> None:
@@ -85,13 +87,21 @@ def freeze_between_transactions(worker: _Signalled, engine: sa.Engine, timeout: 
     count as the frozen one's). Fails the test if no such moment came within ``timeout``.
     """
     deadline = time.monotonic() + timeout
+    open_ones: list[str] = []
+    tries = 0
     while time.monotonic() < deadline:
         worker.send(signal.SIGSTOP)
         stop_deadline = time.monotonic() + 5
         while not _stopped(worker.pid) and time.monotonic() < stop_deadline:
             time.sleep(0.001)
-        if _stopped(worker.pid) and _no_transaction_open(engine):
+        open_ones = _open_transactions(engine) if _stopped(worker.pid) else ["(not stopped)"]
+        if not open_ones:
             return
         worker.send(signal.SIGCONT)
-        time.sleep(0.01)
-    raise AssertionError(f"worker {worker.pid} had a transaction open at every try for {timeout} s")
+        # Long enough, on a loaded machine, for it to be scheduled and end the transaction:
+        # stopped again at once, it would never get there.
+        tries += 1
+        time.sleep(min(0.01 * 2**tries, 0.5))
+    raise AssertionError(
+        f"worker {worker.pid} had a transaction open at every try for {timeout} s: {open_ones}"
+    )
