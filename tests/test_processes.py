@@ -312,11 +312,17 @@ def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
         assert (job.status, job.attempts, job.started_at) == (sqlqueue.JobStatus.QUEUED, 0, None)
 
 
+#: The in-flight job of the second-SIGTERM test, and the grace it is given: a minute.
+LONG_JOB = 60.0
+
+
 def test_a_second_sigterm_releases_in_flight_jobs_at_once(
     backend: Backend, queue: sqlqueue.Queue, workers: Workers
 ) -> None:
-    (long_id,) = enqueue_all(queue, [ledger_job("ledger.sleep", "long", payload={"seconds": 60})])
-    worker = workers.start("--concurrency", "2", "--shutdown-timeout", "60", *FAST_POLL)
+    (long_id,) = enqueue_all(
+        queue, [ledger_job("ledger.sleep", "long", payload={"seconds": LONG_JOB})]
+    )
+    worker = workers.start("--concurrency", "2", "--shutdown-timeout", str(LONG_JOB), *FAST_POLL)
     wait_until(
         lambda: read_ledger(backend.engine),
         timeout=30,
@@ -334,9 +340,11 @@ def test_a_second_sigterm_releases_in_flight_jobs_at_once(
 
     forced_at = time.time()
     worker.send(signal.SIGTERM)
-    status = worker.wait(timeout=15)
+    status = worker.wait(timeout=45)
     assert status == 0, worker.describe()
-    assert time.time() - forced_at < 5.0, "the second SIGTERM does not wait"
+    # Waiting would take the job's 60 s (and the 60 s grace): half of it is the loaded
+    # machine's margin, and still tells "did not wait" from "waited".
+    assert time.time() - forced_at < LONG_JOB / 2, "the second SIGTERM does not wait"
 
     long_job = require_job(queue, long_id)
     assert (long_job.status, long_job.attempts) == (sqlqueue.JobStatus.QUEUED, 0)
