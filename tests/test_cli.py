@@ -78,12 +78,17 @@ def test_stats_prints_a_table_and_the_documented_json(backend: Backend) -> None:
 def test_health_exits_1_with_an_alarm_and_0_when_healthy(backend: Backend) -> None:
     failing_queue(backend)
 
+    # Nothing is left due, so neither queued_age nor no_workers (no worker runs) can fire.
     sick = cli("health", "--max-dead-last-hour", "3", "--json", url=backend.url)
-    assert sick.returncode == 1, sick.stderr
+    assert (sick.returncode, sick.stderr) == (1, ""), sick.stdout
     assert [alarm["name"] for alarm in json.loads(sick.stdout)["alarms"]] == ["dead_jobs"]
 
+    text = cli("health", "--max-dead-last-hour", "3", url=backend.url)
+    assert (text.returncode, text.stderr) == (1, ""), text.stdout
+    assert text.stdout.startswith("ALARM dead_jobs: 4 jobs died in the last hour"), text.stdout
+
     fine = cli("health", "--max-dead-last-hour", "4", "--max-queued-age", "10m", url=backend.url)
-    assert (fine.returncode, fine.stdout.strip()) == (0, "healthy: no alarm")
+    assert (fine.returncode, fine.stdout.strip(), fine.stderr) == (0, "healthy: no alarm", "")
 
 
 def test_the_dead_letter_routine_list_dry_run_requeue_discard(backend: Backend) -> None:

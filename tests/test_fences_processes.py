@@ -17,6 +17,7 @@ import pytest
 
 import sqlqueue
 from sqlqueue._store.rows import Failure
+from tests._support.freezing import freeze_between_transactions
 from tests.apps.ledger import create_ledger, read_ledger, register_ledger_tasks
 from tests.apps.processes import WorkerProcess, Workers, wait_until
 from tests.conftest import Backend
@@ -81,7 +82,9 @@ def test_a_worker_cannot_complete_its_own_older_attempt_of_a_job_it_holds_again(
     owner = _job(queue, job_id).locked_by
     assert owner is not None
 
-    worker.send(signal.SIGSTOP)  # no heartbeats: the lease runs out
+    # No heartbeats: the lease runs out. Frozen between its transactions: frozen in one, it
+    # would hold its locks (on SQLite the only write lock) and the reaper could never run.
+    freeze_between_transactions(worker, backend.engine)
     try:
         wait_until(
             lambda: job_id in queue.store.reap_expired()[0],

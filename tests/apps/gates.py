@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -101,10 +102,19 @@ def register_gate_tasks(queue: sqlqueue.Queue) -> None:
             key=_endpoint_key,
         ),
     )
-    def call(key: str, endpoint: str, seconds: float = 0.0, fail: bool = False) -> None:
-        """One call to an endpoint behind a breaker: takes ``seconds``, fails if ``fail``."""
+    def call(
+        key: str, endpoint: str, seconds: float = 0.0, fail: bool = False, gate: str = ""
+    ) -> None:
+        """One call to an endpoint behind a breaker: takes ``seconds``, fails if ``fail``;
+        with a ``gate``, it then lasts until that file exists (at most a minute), so a test
+        decides when the endpoint answers."""
         ledger_id = start(key, endpoint)
         time.sleep(seconds)
+        deadline = time.monotonic() + 60
+        while gate and not Path(gate).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{gate} was never created")
+            time.sleep(0.02)
         finish(ledger_id)
         if fail:
             raise ConnectionError(f"{endpoint} refused the connection")
