@@ -597,6 +597,34 @@ def test_a_fold_never_waits_for_a_stalled_holder_of_the_counts(backend: Backend)
             )
 
 
+def test_a_fold_never_waits_for_a_first_fold_stalled_before_the_mark_exists(
+    backend: Backend,
+) -> None:
+    """The first fold of a database's life used to create the mark inside its own transaction:
+    a worker stalled there held an uncommitted mark row that every other worker's fold (on its
+    database thread, which also claims and reaps) waited for. The mark is now created in a
+    transaction of its own, so a stalled fold never holds it unwritten."""
+    backend.requires("row_locks")
+    from sqlqueue._store import counts
+
+    queue = make_queue(backend)
+    queue.admin.reset_counts()  # the database's first fold is still to come
+    dialect = queue.admin.dialect
+    with backend.engine.connect() as stalled, stalled.begin():
+        # What a worker's fold transaction does before it stalls: it finds no mark and writes
+        # nothing (its worker creates the mark in a transaction of its own, then folds again).
+        with pytest.raises(counts.MarkMissing):
+            counts.fold_counts(stalled, dialect, margin=0)
+        fold = bounded("a fold beside a stalled first fold", lambda: queue.admin.fold_counts())
+        assert fold.folded == 0
+        pruned = bounded(
+            "a prune beside a stalled first fold",
+            lambda: queue.admin.prune_batch(status="succeeded", older_than=0, limit=10),
+        )
+        assert pruned == 0
+    assert queue.admin.fold_counts(margin=0).caught_up
+
+
 def test_database_now_is_the_database_clock_timezone_aware(backend: Backend) -> None:
     queue = backend.queue()
 

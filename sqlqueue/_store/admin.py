@@ -69,6 +69,15 @@ class Admin:
     def _write(self, operation: Callable[[Connection], T]) -> T:
         return in_write(self.engine, self.dialect, operation)
 
+    def _with_mark(self, operation: Callable[[Connection], T]) -> T:
+        """Run ``operation``, which locks the finished-job counts' mark; when there is no mark
+        yet, create it in a transaction of its own first (see :func:`counts.create_mark`)."""
+        try:
+            return self._write(operation)
+        except counts.MarkMissing:
+            self._write(lambda conn: counts.create_mark(conn, self.dialect))
+            return self._write(operation)
+
     # -- reading -------------------------------------------------------------------------------
 
     def schema_revision(self) -> str | None:
@@ -175,7 +184,7 @@ class Admin:
         self, *, status: str, older_than: float, limit: int, now: datetime | None = None
     ) -> int:
         """See :func:`maintenance.prune_batch`: one batch, one transaction."""
-        return self._write(
+        return self._with_mark(
             lambda conn: maintenance.prune_batch(
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
             )
@@ -183,7 +192,7 @@ class Admin:
 
     def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:
         """One fold (see :func:`counts.fold_counts`): a window of the history per call."""
-        return self._write(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
+        return self._with_mark(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
 
     def age_jobs(self, job_filter: JobFilter, *, by: timedelta) -> int:
         """See :func:`aging.age_jobs`: one transaction."""

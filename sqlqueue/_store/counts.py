@@ -31,6 +31,8 @@ __all__ = [
     "FOLD_WINDOW_SECONDS",
     "CountsBusy",
     "Fold",
+    "MarkMissing",
+    "create_mark",
     "fold_counts",
     "lock_for_prune",
     "prune_counted",
@@ -108,19 +110,34 @@ class CountsBusy(DatabaseError):
     """Another transaction holds the counts' mark (a fold or a prune is under way)."""
 
 
-def _locked_mark(conn: Connection, dialect: Dialect) -> datetime | None:
-    """The mark, locked until the transaction ends, or ``None`` when another transaction holds
-    it: a worker must never wait on it (a stalled worker holding it would stall them all), so
-    a fold then skips its turn and a prune batch says so (created at the beginning of time
-    first, so two first folds cannot both count everything)."""
+class MarkMissing(Exception):
+    """The counts' mark is not there yet (a new database, or after :func:`reset_counts`):
+    create it with :func:`create_mark` in a transaction of its own, then try again."""
+
+
+def create_mark(conn: Connection, dialect: Dialect) -> None:
+    """Create the mark at the beginning of time unless it is there: one statement, committed
+    on its own, so that no fold's transaction ever holds an uncommitted mark row that other
+    workers' inserts would wait for (a worker stalled in the first fold of a database's life
+    would otherwise stall every other worker's database thread)."""
     dialect.execute_returning(
         conn,
         dialect.conflict_insert(count_marks)
         .values(name=MARK, folded_until=_BEGINNING)
         .on_conflict_do_nothing(index_elements=[count_marks.c.name]),
     )
+
+
+def _locked_mark(conn: Connection, dialect: Dialect) -> datetime | None:
+    """The mark, locked until the transaction ends, or ``None`` when another transaction holds
+    it: a worker must never wait on it (a stalled worker holding it would stall them all), so
+    a fold then skips its turn and a prune batch says so. Raises :class:`MarkMissing` when
+    there is no mark to lock (created first, so two first folds cannot both count
+    everything)."""
     query = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
     mark: datetime | None = conn.execute(dialect.skip_locked(query)).scalar_one_or_none()
+    if mark is None and conn.execute(query).first() is None:
+        raise MarkMissing("the finished-job counts have no mark yet")
     return mark
 
 
