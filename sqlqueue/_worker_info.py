@@ -3,7 +3,6 @@ workers' table says, read by operators (CLI, web page) without asking the worker
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +23,7 @@ class WorkerInfo:
     host: str
     pid: int
     version: str
-    queues: Mapping[str, int]
+    queues: dict[str, int]
     started_at: datetime
     last_seen_at: datetime
     running: int

@@ -15,6 +15,7 @@ import pytest
 import sqlqueue
 from sqlqueue._middleware import public_job
 from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue.testing import drain
 from tests._support import count_jobs
 from tests.conftest import Backend
@@ -318,3 +319,42 @@ def test_the_job_a_middleware_sees_has_every_field_of_a_job() -> None:
     assert set(vars(job)) == {field.name for field in dataclasses.fields(sqlqueue.Job)}
     assert (job.attempts, job.last_error, job.errors[0].error) == (2, "E: x", "E: x")
     assert job == dataclasses.replace(job)  # a Job like any other
+
+
+def test_on_enqueue_sees_periodic_jobs_and_a_handlers_follow_ups(backend: Backend) -> None:
+    queue = backend.queue()
+    stamped: list[str] = []
+
+    @queue.on_enqueue
+    def stamp(request: sqlqueue.JobRequest) -> sqlqueue.JobRequest:
+        stamped.append(request.job_type)
+        return dataclasses.replace(request, payload={**request.payload, "tenant": "acme"})
+
+    @queue.periodic("0 3 * * *", "nightly")
+    def nightly(tenant: str) -> None:
+        """A periodic job."""
+
+    queue.task("child")(lambda tenant: None)
+    queue.task("done")(lambda tenant: None)
+
+    @queue.task("fan")
+    def fan(tenant: str, ctx: sqlqueue.JobContext) -> None:
+        ctx.add_to_batch([sqlqueue.JobRequest(job_type="child")])
+
+    [periodic] = Scheduler(queue, queue.periodic_schedules).run_once(
+        now=datetime(2026, 11, 27, 3, 0, 30, tzinfo=UTC)
+    )
+    with backend.engine.begin() as conn:
+        queue.enqueue_batch(
+            conn,
+            [sqlqueue.JobRequest(job_type="fan")],
+            on_complete=sqlqueue.JobRequest(job_type="done"),
+        )
+    drain(queue)
+    # (the drain's own scheduler may add today's nightly slot: stamped like the first)
+    assert set(stamped) == {"child", "done", "fan", "nightly"}
+    for job in queue.jobs():
+        assert job.payload["tenant"] == "acme", job
+    ran = queue.get_job(periodic)
+    assert ran is not None
+    assert ran.status is sqlqueue.JobStatus.SUCCEEDED
