@@ -25,7 +25,6 @@ __all__ = [
     "URL_VARIABLE",
     "UsageError",
     "check_schema",
-    "hide_password",
     "open_engine",
     "schema_default",
     "url_default",
@@ -60,7 +59,7 @@ def open_engine(url: str | None, *, existing: bool = False, schema: str | None =
     ``schema``: the tables' schema, refused here if the database has no schemas."""
     if not url:
         raise UsageError(f"no database: pass --database-url or set {URL_VARIABLE}")
-    shown = hide_password(url)
+    shown = hide_passwords(url)
     password = password_of(url)
     if password is not None and "@" in password:
         # SQLAlchemy ends the password at its first "@" and takes the rest for the host: the
@@ -73,7 +72,7 @@ def open_engine(url: str | None, *, existing: bool = False, schema: str | None =
         engine = create_engine(with_driver(url))
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
         raise UsageError(
-            f"--database-url: cannot use {shown!r}: {hide_password(str(error))} (expected e.g. "
+            f"--database-url: cannot use {shown!r}: {hide_passwords(str(error))} (expected e.g. "
             "sqlite:///jobs.db, postgresql://user@host/db or mysql://user@host/db)"
         ) from None
     except ImportError as error:
@@ -106,9 +105,3 @@ def check_schema(engine: Engine, schema: str | None) -> None:
         dialect_for(engine, schema)
     except (UnsupportedDatabase, ConfigurationError) as error:
         raise UsageError(f"--schema: {error}") from None
-
-
-def hide_password(text: str) -> str:
-    """``text`` with the password of any URL in it replaced by ``***`` (errors and messages
-    must not print it)."""
-    return hide_passwords(text)
