@@ -39,6 +39,7 @@ from sqlqueue._operators.stats import (
 )
 from sqlqueue._policies.backoff import Backoff, exponential, linear, schedule
 from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.concurrency import Concurrency
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._policies.retention import Retention
 from sqlqueue._queue import Queue
@@ -53,6 +54,7 @@ __all__ = [
     "Batch",
     "BatchStatus",
     "CircuitBreaker",
+    "Concurrency",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",

@@ -20,9 +20,10 @@ from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
 from sqlqueue._jobrow import JobRow
-from sqlqueue._limits import check_enqueue
+from sqlqueue._limits import check_enqueue, check_text
 from sqlqueue._middleware import EnqueueHook
 from sqlqueue._payload import encode_payload
+from sqlqueue._schema import jobs
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.transactions import translated
@@ -179,6 +180,11 @@ def check_job(
         )
     if task is not None and not external:
         check_arguments(task, payload)
+    limit_key = None
+    if task is not None and task.concurrency is not None:
+        # From the payload as given: a key function never sees sealed ciphertext.
+        limit_key = task.concurrency.key_for(job_type, {} if payload is None else payload)
+        check_text("Concurrency.key", limit_key, jobs.c.limit_key, EnqueueError, empty=True)
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
@@ -199,6 +205,7 @@ def check_job(
         "group_key": group_key,
         "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "batch_id": None,
+        "limit_key": limit_key,
         "_run_at": run_at,
         "_delay": delay_seconds,
     }

@@ -26,5 +26,7 @@ class JobRow(TypedDict):
     #: The W3C trace context of the enqueuing code, a JSON carrier (``None``: no trace).
     trace_context: str | None
     batch_id: int | None
+    #: The key a ``Concurrency``-limited task's job runs under (``None``: not limited).
+    limit_key: str | None
     _run_at: datetime | None
     _delay: float

@@ -30,6 +30,7 @@ from sqlqueue._operators.operations import DEFAULT_BATCH_SIZE, Operations
 from sqlqueue._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from sqlqueue._policies.backoff import Backoff
 from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.concurrency import Concurrency
 from sqlqueue._policies.periodic import MissedSlots, Periodic
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._policies.retention import Retention
@@ -174,10 +175,13 @@ class Queue(Operations):
         rate_limit: RateLimit | None = None,
         circuit_breaker: CircuitBreaker | None = None,
         secret_fields: Iterable[str] | None = None,
+        concurrency: Concurrency | None = None,
     ) -> Callable[[Callable[..., Any]], Task]:
         """Register the decorated function (sync or ``async``) as the handler of ``name``.
 
-        ``rate_limit`` and ``circuit_breaker`` gate its attempts per key, across all workers.
+        ``rate_limit`` and ``circuit_breaker`` gate its attempts per key, across all workers;
+        ``concurrency`` (a :class:`Concurrency`) caps how many of them run at once, in total
+        or per key, across all workers.
         ``secret_fields`` (dotted paths into the payload, e.g. ``["token", "card.number"]``)
         are encrypted with the queue's ``encryption_keys`` before the row is written; the
         handler gets them in the clear, everything else shows ``"***"``.
@@ -198,11 +202,16 @@ class Queue(Operations):
                 retry_on=retry_on,
                 rate_limit=rate_limit,
                 circuit_breaker=circuit_breaker,
+                concurrency=concurrency,
                 secrets=secret_fields_for(name, secret_fields, self.keyring),
                 tracing=self.tracing,
                 middlewares=self._middlewares,
             )
             self._tasks[name] = task
+            if concurrency is not None:
+                limits = self.store.claim_limits
+                tasks = {**limits.tasks, name: concurrency.limit}
+                self.store.claim_limits = replace(limits, tasks=tasks)
             return task
 
         return register

@@ -45,6 +45,7 @@ __all__ = [
     "finished_counts",
     "job_actions",
     "jobs",
+    "limit_keys",
     "metadata",
     "queues",
     "rate_limits",
@@ -58,7 +59,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -137,6 +138,9 @@ jobs = Table(
     Column("trace_context", Text, nullable=True),
     # Batches (added by 0009): the batch a child belongs to, or that a callback job completes.
     Column("batch_id", Id, nullable=True),
+    # Concurrency limits (added by 0013): the key a limited task's job runs under ("" when the
+    # limit covers the whole task); NULL for jobs of unlimited tasks.
+    Column("limit_key", exact_text(255), nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -210,6 +214,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("group_key", fill=Fill.ROW),
     JobColumn("trace_context", fill=Fill.ROW, claimed=True),
     JobColumn("batch_id", fill=Fill.ROW, claimed=True),
+    JobColumn("limit_key", fill=Fill.ROW),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )
@@ -291,6 +296,20 @@ Index(
     sqlite_where=_IN_BATCH,
 )
 
+# Concurrency limits (0013): the running jobs of a limit key, counted at each limited claim, and
+# its due jobs in claim order.
+_LIMITED = text("limit_key IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_limit",
+    jobs.c.job_type,
+    jobs.c.limit_key,
+    jobs.c.status,
+    jobs.c.priority,
+    jobs.c.next_run_at,
+    postgresql_where=_LIMITED,
+    sqlite_where=_LIMITED,
+)
+
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
 # and the state of each circuit breaker key (see sqlqueue/_policies/rate_limit.py and
 # sqlqueue/_policies/circuit_breaker.py).
@@ -332,6 +351,19 @@ queues = Table(
     Column("paused_by", String(255), nullable=True),
     Column("pause_reason", Text, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
+    # At most this many of the queue's jobs running at once across all workers (0013); NULL:
+    # no limit. Its row is also the lock a limited claim of the queue holds while it counts.
+    Column("max_running", Integer, nullable=True),
+    **_MYSQL_TABLE,
+)
+
+# Concurrency limits (0013): one row per (task, key) whose lock a limited claim holds while it
+# counts the key's running jobs and leases what fits; created by the first claim of the key.
+limit_keys = Table(
+    "sqlqueue_limit_keys",
+    metadata,
+    Column("job_type", String(200), primary_key=True),
+    Column("limit_key", exact_text(255), primary_key=True),
     **_MYSQL_TABLE,
 )
 

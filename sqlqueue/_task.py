@@ -15,6 +15,7 @@ from sqlqueue._limits import check_declaration
 from sqlqueue._middleware import Middlewares, check_kind
 from sqlqueue._policies.backoff import Backoff, as_backoff
 from sqlqueue._policies.circuit_breaker import CircuitBreaker
+from sqlqueue._policies.concurrency import Concurrency
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
 from sqlqueue._tracing import Tracing
@@ -126,6 +127,8 @@ class Task:
     #: Gates checked in the database before each attempt (see sqlqueue/_worker/admission.py).
     rate_limit: RateLimit | None = None
     circuit_breaker: CircuitBreaker | None = None
+    #: How many of its attempts may run at once across all workers (see _store/limited_claim.py).
+    concurrency: Concurrency | None = None
     #: The payload fields sealed at enqueue and opened into the handler's arguments.
     secrets: SecretFields | None = None
     #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
@@ -290,6 +293,7 @@ def make_task(
     secrets: SecretFields | None = None,
     tracing: Tracing | None = None,
     middlewares: Middlewares | None = None,
+    concurrency: Concurrency | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -300,6 +304,8 @@ def make_task(
         raise ConfigurationError(
             f"circuit_breaker must be a sqlqueue.CircuitBreaker, got {circuit_breaker!r}"
         )
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise ConfigurationError(f"concurrency must be a sqlqueue.Concurrency, got {concurrency!r}")
     if isinstance(retry_on, type):
         retry_on = (retry_on,)
     return Task(
@@ -314,6 +320,7 @@ def make_task(
         retry_on=tuple(retry_on) if retry_on is not None else None,
         rate_limit=rate_limit,
         circuit_breaker=circuit_breaker,
+        concurrency=concurrency,
         secrets=secrets,
         tracing=tracing,
         middlewares=middlewares,

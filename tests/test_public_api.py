@@ -13,6 +13,7 @@ PUBLIC = {
     "Batch",
     "BatchStatus",
     "CircuitBreaker",
+    "Concurrency",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",

@@ -33,6 +33,7 @@ from sqlqueue._operators.stats import (
     check_health,
     stats_from_rows,
 )
+from sqlqueue._policies.concurrency import check_limit
 from sqlqueue._policies.retention import check_prunable
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.admin import Admin
@@ -483,6 +484,15 @@ class Operations:
         """Let workers claim from queue ``name`` again; returns whether it was paused."""
         check_queue_name("resume: queue name", name)
         return self.admin.resume(name=name)
+
+    def set_queue_limit(self, name: str, limit: int | None) -> None:
+        """Let at most ``limit`` jobs of queue ``name`` run at once across all workers
+        (``None`` lifts the limit). Held in the database: every worker obeys a change within
+        its poll interval (at once where wake-ups reach it); jobs already running finish."""
+        check_queue_name("set_queue_limit: queue name", name)
+        if limit is not None:
+            check_limit("set_queue_limit: limit", limit)
+        self.admin.set_queue_limit(name=name, limit=limit)
 
     def paused_queues(self) -> list[str]:
         """The names of the queues paused now."""

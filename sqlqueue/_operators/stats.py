@@ -5,7 +5,7 @@ and :class:`Activity` (jobs finished and failed per minute, for a chart)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -36,8 +36,9 @@ def _zeros() -> dict[str, int]:
 @dataclass(frozen=True, kw_only=True)
 class QueueStats:
     """One queue: its jobs by status, how long its oldest due job has waited (seconds by the
-    database clock; ``None`` when nothing is due), and whether an operator paused it — and if
-    so when (``paused_at``), who (``paused_by``) and why (``pause_reason``)."""
+    database clock; ``None`` when nothing is due), whether an operator paused it — and if
+    so when (``paused_at``), who (``paused_by``) and why (``pause_reason``) — and its limit of
+    running jobs across all workers (``max_running``; ``None``: no limit)."""
 
     by_status: Mapping[str, int]
     oldest_queued_age_seconds: float | None
@@ -45,6 +46,7 @@ class QueueStats:
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
+    max_running: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
@@ -55,6 +57,7 @@ class QueueStats:
             "paused_at": None if self.paused_at is None else self.paused_at.isoformat(),
             "paused_by": self.paused_by,
             "pause_reason": self.pause_reason,
+            "max_running": self.max_running,
         }
 
 
@@ -71,11 +74,12 @@ class ErrorCount:
 class Stats:
     """A snapshot of the whole queue, read by :meth:`sqlqueue.Queue.stats`.
 
-    ``by_status`` holds all six statuses, zeros included; ``queues`` every queue that has jobs
-    or is paused; ``job_types`` maps type → status → count. ``failed_last_hour``: jobs waiting
-    for a retry whose attempt failed within the hour; ``dead_last_hour``: jobs that died within
-    the hour and nobody has requeued or discarded. ``top_errors``: the ten most frequent errors
-    of unhandled failed and dead jobs. ``taken_at``: the database clock at the read.
+    ``by_status`` holds all six statuses, zeros included; ``queues`` every queue that has jobs,
+    is paused or has a limit; ``job_types`` maps type → status → count. ``failed_last_hour``:
+    jobs waiting for a retry whose attempt failed within the hour; ``dead_last_hour``: jobs
+    that died within the hour and nobody has requeued or discarded. ``top_errors``: the ten
+    most frequent errors of unhandled failed and dead jobs. ``taken_at``: the database clock
+    at the read.
     """
 
     by_status: Mapping[str, int]
@@ -109,12 +113,15 @@ def stats_from_rows(rows: StatsRows) -> Stats:
         per_queue.setdefault(queue, _zeros())[status] += count
         per_type.setdefault(job_type, _zeros())[status] += count
     paused = {pause.name: pause for pause in rows.paused}
-    names = sorted(set(per_queue) | set(paused))
+    names = sorted(set(per_queue) | set(paused) | set(rows.limits))
     return Stats(
         by_status=by_status,
         queues={
-            name: _queue_stats(
-                per_queue.get(name, _zeros()), rows.oldest_due.get(name), paused.get(name)
+            name: replace(
+                _queue_stats(
+                    per_queue.get(name, _zeros()), rows.oldest_due.get(name), paused.get(name)
+                ),
+                max_running=rows.limits.get(name),
             )
             for name in names
         },

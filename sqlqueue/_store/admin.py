@@ -134,6 +134,11 @@ class Admin:
         """The queues paused now."""
         return self._read(readmodel.paused_queues)
 
+    def queue_controls(self) -> tuple[list[str], dict[str, int]]:
+        """The queues paused now, and the queues' limits of running jobs (see
+        :func:`readmodel.queue_controls`)."""
+        return self._read(readmodel.queue_controls)
+
     # -- dead letters --------------------------------------------------------------------------
 
     def requeue(self, *, job_id: int, by: str, reason: str) -> int:
@@ -230,6 +235,12 @@ class Admin:
             lambda conn: maintenance.pause_queue(
                 conn, self.dialect, name=name, by=by, reason=reason
             )
+        )
+
+    def set_queue_limit(self, *, name: str, limit: int | None) -> None:
+        """See :func:`maintenance.set_queue_limit`."""
+        self._write(
+            lambda conn: maintenance.set_queue_limit(conn, self.dialect, name=name, limit=limit)
         )
 
     def resume(self, *, name: str) -> bool:

@@ -92,6 +92,7 @@ def _request_document(row: JobRow | None) -> dict[str, Any] | None:
         "payload": row["payload"],
         "max_attempts": row["max_attempts"],
         "group_key": row["group_key"],
+        "limit_key": row["limit_key"],
         "trace_context": row["trace_context"],
         "run_at": run_at.isoformat() if run_at is not None else None,
         "delay": row["_delay"],
@@ -112,6 +113,7 @@ def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
         # The callback joins the trace of the code that started the batch.
         "trace_context": document.get("trace_context"),
         "batch_id": batch_id,
+        "limit_key": document.get("limit_key"),
         "_run_at": datetime.fromisoformat(run_at) if run_at else None,
         "_delay": float(document.get("delay") or 0.0),
     }

@@ -29,19 +29,25 @@ def claim(
     ahead: bool = False,
     now: datetime | None = None,
     floors: ClaimFloors | None = None,
+    limited: tuple[str, str] | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs to ``worker_id``, most urgent first.
 
     With ``floors`` (on a dialect that ``supports_claim_floor``, on the database's own clock)
     the claim starts past the jobs this worker claimed before (see ``claim_floor.py``). Jobs
     claimed ``ahead`` of a free slot are leased with no ``started_at`` until their start is
-    recorded (:func:`~sqlqueue._store.outcomes.record_starts`)."""
+    recorded (:func:`~sqlqueue._store.outcomes.record_starts`). ``limited`` (a task and a
+    limit key): only that key's jobs, for a caller that holds the key's lock and counted its
+    room (``limited_claim.py``); otherwise only jobs with no limit key."""
     params: dict[str, Any] = {
         "claim_limit": limit,
         "worker_id": worker_id,
         "lease_seconds": float(lease_seconds),
         "claim_ahead": ahead,
     }
+    if limited is not None:
+        params.update(limit_job_type=limited[0], limit_key=limited[1])
+        floors = None
     with_floor = floors is not None and dialect.supports_claim_floor and now is None
     queue_key = tuple(queues), None if job_types is None else tuple(job_types)
     floor_key = (worker_id, *queue_key)
@@ -52,7 +58,7 @@ def claim(
     if floor is not None:
         params.update(floor_priority=floor.priority, floor_due=floor.due)
     if now is None:
-        key = ("claim", type(dialect), *queue_key, floor is not None)
+        key = ("claim", type(dialect), *queue_key, floor is not None, limited is not None)
         stmt = cached_statement(
             key,
             lambda: dialect.claim_statement(
@@ -61,11 +67,16 @@ def claim(
                 lease_seconds=lease_seconds,
                 now=None,
                 floor=floor is not None,
+                limited=limited is not None,
             ),
         )
     else:
         stmt = dialect.claim_statement(
-            queues=queues, job_types=job_types, lease_seconds=lease_seconds, now=now
+            queues=queues,
+            job_types=job_types,
+            lease_seconds=lease_seconds,
+            now=now,
+            limited=limited is not None,
         )
     claimed = claims_from_rows(
         dialect.execute_returning(conn, stmt, params).all(),

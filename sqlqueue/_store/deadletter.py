@@ -101,6 +101,7 @@ def _requeue_rows(
             "max_attempts": row["max_attempts"],
             "idempotency_key": row["idempotency_key"],
             "group_key": row["group_key"],
+            "limit_key": row["limit_key"],
             # Its attempts stay in the trace of the request that enqueued the dead job.
             "trace_context": row["trace_context"],
             "batch_id": row["batch_id"],

@@ -114,6 +114,23 @@ def resume_queue(conn: Connection, dialect: Dialect, *, name: str) -> bool:
     return resumed
 
 
+def set_queue_limit(conn: Connection, dialect: Dialect, *, name: str, limit: int | None) -> None:
+    """Let at most ``limit`` jobs of queue ``name`` run at once (``None``: no limit)."""
+    current = dialect.now()
+    values = {"max_running": limit, "updated_at": current}
+    dialect.execute_returning(
+        conn,
+        dialect.upsert(
+            queues,
+            values={"name": name, **values},
+            conflict=["name"],
+            set_=values,
+            where=queues.c.name == name,
+        ),
+    )
+    _announce(conn, dialect)
+
+
 #: The wake-up payload that tells listening workers to re-read which queues are paused.
 PAUSES_CHANGED = "sqlqueue:pauses-changed"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, func, select, union_all
+from sqlalchemy import Connection, func, or_, select, union_all
 
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs, queues
@@ -59,6 +59,8 @@ class StatsRows:
     counts: list[tuple[str, str, str, int]]
     oldest_due: dict[str, float]
     paused: list[PauseRow]
+    #: Each queue's limit of running jobs, where it has one.
+    limits: dict[str, int]
     failed_last_hour: int
     dead_last_hour: int
     top_errors: list[tuple[str, int]]
@@ -104,6 +106,7 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
         counts=counts,
         oldest_due={row.queue: max(0.0, float(row.age)) for row in oldest},
         paused=read_pauses(conn),
+        limits=queue_controls(conn)[1],
         failed_last_hour=int(failed),
         dead_last_hour=int(dead),
         top_errors=[(str(row.error), int(row.n)) for row in errors],
@@ -165,6 +168,21 @@ def paused_queues(conn: Connection) -> list[str]:
     """The names of the queues paused now."""
     query = select(queues.c.name).where(queues.c.paused_at.is_not(None)).order_by(queues.c.name)
     return list(conn.execute(query).scalars())
+
+
+def queue_controls(conn: Connection) -> tuple[list[str], dict[str, int]]:
+    """What workers obey of the queues' operator settings, in one read: the paused queues,
+    and the limit of running jobs of each queue that has one."""
+    query = select(queues.c.name, queues.c.paused_at, queues.c.max_running).where(
+        or_(queues.c.paused_at.is_not(None), queues.c.max_running.is_not(None))
+    )
+    paused, limits = [], {}
+    for name, paused_at, max_running in conn.execute(query).all():
+        if paused_at is not None:
+            paused.append(name)
+        if max_running is not None:
+            limits[name] = int(max_running)
+    return sorted(paused), limits
 
 
 def read_pauses(conn: Connection) -> list[PauseRow]:

@@ -3,6 +3,7 @@ driver errors translated (the operators' side is :class:`~sqlqueue._store.admin.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes
 from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
+from sqlqueue._store.limited_claim import ClaimLimits, claim_within_limits
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue.dialects import Dialect
@@ -34,6 +36,8 @@ class Store(GateTransactions):
         self.dialect = dialect
         #: Where each worker's claims start (``claim_floor.py``).
         self.claim_floors = ClaimFloors()
+        #: The concurrency limits claims obey (``limited_claim.py``), set by the workers.
+        self.claim_limits = ClaimLimits()
 
     def _in_write(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
         """See :func:`in_write`: relaxed for claims, outcomes and heartbeats."""
@@ -92,10 +96,13 @@ class Store(GateTransactions):
                 outcomes.record_starts(
                     conn, self.dialect, worker_id=worker_id, fences=started, now=now
                 )
+            limits = self.claim_limits
             claimed = [
-                claim.claim(
-                    conn,
-                    self.dialect,
+                (
+                    functools.partial(claim_within_limits, conn, self.dialect, limits)
+                    if limits.apply_to(queues, job_types)
+                    else functools.partial(claim.claim, conn, self.dialect)
+                )(
                     queues=queues,
                     job_types=job_types,
                     limit=limit,

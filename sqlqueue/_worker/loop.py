@@ -15,7 +15,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -264,6 +264,7 @@ class Worker:
                 interval=self._heartbeat_interval,
             ),
             running=lambda: len(self._running),
+            on_limits=self._queue_limits_read,
         )
         try:
             self.metrics_port = self._observers.start(self.settings, self.queue.stats)
@@ -617,6 +618,11 @@ class Worker:
 
     async def _reap_once(self) -> None:
         await self._db.call(self._reaper.run_once)
+
+    def _queue_limits_read(self, limits: Mapping[str, int]) -> None:
+        """The queues' limits of running jobs were read: claims obey them from now on (with
+        the tasks' ``Concurrency`` limits, see ``_store/limited_claim.py``)."""
+        self._store.claim_limits = replace(self._store.claim_limits, queues=dict(limits))
 
     def _resumed(self, queues: frozenset[str]) -> None:
         """Paused queues were resumed: their pools may claim at once."""

@@ -1,10 +1,11 @@
-"""Which of a worker's queues an operator has paused: read from the database every poll
-interval (and at once on a PostgreSQL wake-up), so a pause reaches every worker on every host."""
+"""Which of a worker's queues an operator has paused, and the queues' limits of running jobs:
+read from the database every poll interval (and at once on a PostgreSQL wake-up), so a pause or
+a new limit reaches every worker on every host."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from sqlqueue._errors import DatabaseError
 from sqlqueue._store.admin import Admin
@@ -17,15 +18,24 @@ log = logging.getLogger("sqlqueue.worker")
 class Pauses:
     """The paused queues among those a worker serves, and the queues it may claim from."""
 
-    def __init__(self, admin: Admin, served: Iterable[str]) -> None:
+    def __init__(
+        self,
+        admin: Admin,
+        served: Iterable[str],
+        on_limits: Callable[[Mapping[str, int]], None] = lambda _: None,
+    ) -> None:
         self._admin = admin
+        self._on_limits = on_limits
         self._served = frozenset(served)
         self.paused: frozenset[str] = frozenset()
         self._failing = False
 
     def read(self) -> list[str]:
-        """The queues paused now (a database call: run it on the worker's database thread)."""
-        return self._admin.paused_queues()
+        """The queues paused now (a database call: run it on the worker's database thread);
+        the queues' limits read with them go to ``on_limits``."""
+        paused, limits = self._admin.queue_controls()
+        self._on_limits(limits)
+        return paused
 
     def update(self, paused: Iterable[str]) -> frozenset[str]:
         """Take a fresh read; return the served queues it resumed (their pools may claim now)."""

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sqlqueue._errors import DatabaseError
@@ -74,6 +74,7 @@ class Upkeep:
         on_resumed: Callable[[frozenset[str]], None],
         registration: Registration,
         running: Callable[[], int],
+        on_limits: Callable[[Mapping[str, int]], None] = lambda _: None,
     ) -> None:
         self._admin = admin
         self._registration = registration
@@ -82,7 +83,7 @@ class Upkeep:
         self._poll_interval = poll_interval
         self._on_resumed = on_resumed
         self._single_writer = single_writer
-        self.pauses = Pauses(admin, served)
+        self.pauses = Pauses(admin, served, on_limits)
         self._reading: asyncio.Future[None] | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._retention = (

@@ -57,6 +57,9 @@ _LEASE_SECONDS: ColumnElement[float] = bindparam("lease_seconds", type_=Float())
 _CLAIM_AHEAD: ColumnElement[bool] = bindparam("claim_ahead", type_=Boolean())
 _FLOOR_PRIORITY: ColumnElement[int] = bindparam("floor_priority", type_=Integer())
 _FLOOR_DUE: ColumnElement[datetime] = bindparam("floor_due", type_=jobs.c.next_run_at.type)
+#: A limited claim's task and key (see ``sqlqueue/_store/limited_claim.py``).
+_LIMIT_JOB_TYPE: ColumnElement[str] = bindparam("limit_job_type", type_=jobs.c.job_type.type)
+_LIMIT_KEY: ColumnElement[str] = bindparam("limit_key", type_=jobs.c.limit_key.type)
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
@@ -105,15 +108,23 @@ class Claiming(Clock):
         lease_seconds: float,
         now: datetime | None,
         floor: bool = False,
+        limited: bool = False,
     ) -> Update:
         """Lease up to ``:claim_limit`` due jobs to ``:worker_id`` in one statement and return
         them (portable form). The parameters are bound at execution, so one statement serves
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
         with an injected ``now``, whose lease end is a constant. ``floor``: only jobs at or
         after ``(:floor_priority, :floor_due)`` in claim order (see ``_store/claim_floor.py``).
+        ``limited``: only the jobs of ``:limit_job_type`` under ``:limit_key`` (a claim that
+        holds the key's lock and counted its room); otherwise only jobs with no limit key.
         ``:claim_ahead`` leaves the jobs' ``started_at`` NULL: held for a slot, not started."""
         due = self._due_jobs(
-            queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+            queues=queues,
+            job_types=job_types,
+            limit=_CLAIM_LIMIT,
+            now=now,
+            floor=floor,
+            limited=limited,
         )
         return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
@@ -125,6 +136,7 @@ class Claiming(Clock):
         limit: ColumnElement[int],
         now: datetime | None,
         floor: bool = False,
+        limited: bool = False,
     ) -> Select[Any]:
         query = (
             select(jobs.c.id)
@@ -144,6 +156,10 @@ class Claiming(Clock):
             query = query.where(
                 tuple_(jobs.c.priority, jobs.c.next_run_at) >= tuple_(_FLOOR_PRIORITY, _FLOOR_DUE)
             )
+        if limited:
+            query = query.where(jobs.c.job_type == _LIMIT_JOB_TYPE, jobs.c.limit_key == _LIMIT_KEY)
+        else:
+            query = query.where(jobs.c.limit_key.is_(None))
         return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
 
     def _lease(

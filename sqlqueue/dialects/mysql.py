@@ -233,6 +233,7 @@ class MySQLDialect(Dialect):
         lease_seconds: float,
         now: datetime | None,
         floor: bool = False,
+        limited: bool = False,
     ) -> Update:
         """The lease by id, carrying its lock query (the due jobs, ``FOR UPDATE SKIP LOCKED``)
         for :meth:`execute_returning` to run first: MySQL refuses ``LIMIT`` in an ``IN``
@@ -246,7 +247,12 @@ class MySQLDialect(Dialect):
         skip them for that long)."""
         parts = [
             self._due_jobs(
-                queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+                queues=queues,
+                job_types=job_types,
+                limit=_CLAIM_LIMIT,
+                now=now,
+                floor=floor,
+                limited=limited,
             )
             .add_columns(jobs.c.priority, jobs.c.next_run_at)
             .where(jobs.c.status == literal_column(f"'{status}'"))

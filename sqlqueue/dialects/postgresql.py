@@ -181,12 +181,18 @@ class PostgresDialect(Dialect):
         lease_seconds: float,
         now: datetime | None,
         floor: bool = False,
+        limited: bool = False,
     ) -> Update:
         """Lock up to ``:claim_limit`` due rows, skipping rows other workers hold, and lease
         them (parameters as in :meth:`Dialect.claim_statement`)."""
         due = (
             self._due_jobs(
-                queues=queues, job_types=job_types, limit=_CLAIM_LIMIT, now=now, floor=floor
+                queues=queues,
+                job_types=job_types,
+                limit=_CLAIM_LIMIT,
+                now=now,
+                floor=floor,
+                limited=limited,
             )
             .with_for_update(skip_locked=True)
             .cte("sqlqueue_due")
