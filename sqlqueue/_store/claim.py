@@ -46,7 +46,7 @@ def claim(
         "claim_ahead": ahead,
     }
     if limited is not None:
-        params.update(limit_job_type=limited[0], limit_key=limited[1])
+        params.update(claim_limit_job_type=limited[0], claim_limit_key=limited[1])
         floors = None
     with_floor = floors is not None and dialect.supports_claim_floor and now is None
     queue_key = tuple(queues), None if job_types is None else tuple(job_types)

@@ -135,13 +135,12 @@ def _queue_room(
     ).all()
     # The limit as it is now (an operator may have changed it since the worker read it).
     current = {name: maximum for name, maximum in locked if maximum is not None}
-    running: dict[str, int] = dict(
-        conn.execute(
-            select(jobs.c.queue, func.count())
-            .where(jobs.c.status == "running", jobs.c.queue.in_(list(current)))
-            .group_by(jobs.c.queue)
-        ).tuples()
-    )
+    counted = conn.execute(
+        select(jobs.c.queue, func.count())
+        .where(jobs.c.status == "running", jobs.c.queue.in_(list(current)))
+        .group_by(jobs.c.queue)
+    ).all()
+    running = {str(name): int(n) for name, n in counted}
     room = {name: max(0, maximum - int(running.get(name, 0))) for name, maximum in current.items()}
     return room
 

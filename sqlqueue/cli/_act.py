@@ -1,5 +1,5 @@
 """The acting commands of ``sqlqueue``: dead (list, requeue, discard), cancel, run-now,
-reschedule, prune, pause and resume. Like the reading ones (``_ops``), each builds a bare
+reschedule, prune, pause, resume and limit. Like the reading ones (``_ops``), each builds a bare
 :class:`~sqlqueue.Queue` on the database URL and calls what an app would; ``--json`` prints
 what those calls return.
 
@@ -130,6 +130,10 @@ def add_acting_commands(
     resume = command("resume", _resume, "let workers claim from a paused queue again")
     resume.add_argument("queue_name", metavar="QUEUE")
     json_option(resume)
+    limit = command("limit", _limit, "cap a queue's running jobs across all workers")
+    limit.add_argument("queue_name", metavar="QUEUE")
+    limit.add_argument("limit", metavar="N|none", help="at most N at once; none lifts the cap")
+    json_option(limit)
 
 
 # -- dead jobs -------------------------------------------------------------------------------
@@ -370,4 +374,22 @@ def _resume(queue: Queue, args: argparse.Namespace) -> int:
         print(json_text({"queue": name, "paused": False, "was_paused": was_paused}))
     else:
         print(f"queue {name!r} resumed" if was_paused else f"queue {name!r} was not paused")
+    return 0
+
+
+def _limit(queue: Queue, args: argparse.Namespace) -> int:
+    name, text = args.queue_name, args.limit.strip()
+    if text.lower() == "none":
+        maximum = None
+    elif text.isdigit():
+        maximum = int(text)
+    else:
+        raise ConfigurationError(f"limit must be a whole number >= 1 or none, got {text!r}")
+    queue.set_queue_limit(name, maximum)
+    if args.json:
+        print(json_text({"queue": name, "max_running": maximum}))
+    elif maximum is None:
+        print(f"queue {name!r}: no limit of running jobs")
+    else:
+        print(f"queue {name!r}: at most {maximum} job(s) running at once across all workers")
     return 0

@@ -141,11 +141,12 @@ def _stats(queue: Queue, args: argparse.Namespace) -> int:
             *(q.by_status[s] for s in statuses),
             q.oldest_queued_age_seconds,
             "yes" if q.paused else "",
+            "" if q.max_running is None else q.max_running,
         ]
         for name, q in stats.queues.items()
     ]
-    rows.append(["(all)", *(stats.by_status[s] for s in statuses), None, ""])
-    print(table(["queue", *statuses, "oldest due (s)", "paused"], rows))
+    rows.append(["(all)", *(stats.by_status[s] for s in statuses), None, "", ""])
+    print(table(["queue", *statuses, "oldest due (s)", "paused", "limit"], rows))
     print()
     types = [[name, *(counts[s] for s in statuses)] for name, counts in stats.job_types.items()]
     print(table(["job type", *statuses], types))

@@ -58,8 +58,8 @@ _CLAIM_AHEAD: ColumnElement[bool] = bindparam("claim_ahead", type_=Boolean())
 _FLOOR_PRIORITY: ColumnElement[int] = bindparam("floor_priority", type_=Integer())
 _FLOOR_DUE: ColumnElement[datetime] = bindparam("floor_due", type_=jobs.c.next_run_at.type)
 #: A limited claim's task and key (see ``sqlqueue/_store/limited_claim.py``).
-_LIMIT_JOB_TYPE: ColumnElement[str] = bindparam("limit_job_type", type_=jobs.c.job_type.type)
-_LIMIT_KEY: ColumnElement[str] = bindparam("limit_key", type_=jobs.c.limit_key.type)
+_LIMIT_JOB_TYPE: ColumnElement[str] = bindparam("claim_limit_job_type", type_=jobs.c.job_type.type)
+_LIMIT_KEY: ColumnElement[str] = bindparam("claim_limit_key", type_=jobs.c.limit_key.type)
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
@@ -115,7 +115,7 @@ class Claiming(Clock):
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
         with an injected ``now``, whose lease end is a constant. ``floor``: only jobs at or
         after ``(:floor_priority, :floor_due)`` in claim order (see ``_store/claim_floor.py``).
-        ``limited``: only the jobs of ``:limit_job_type`` under ``:limit_key`` (a claim that
+        ``limited``: only the jobs of ``:claim_limit_job_type`` under ``:claim_limit_key`` (a claim that
         holds the key's lock and counted its room); otherwise only jobs with no limit key.
         ``:claim_ahead`` leaves the jobs' ``started_at`` NULL: held for a slot, not started."""
         due = self._due_jobs(
