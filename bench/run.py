@@ -10,6 +10,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --peers                  # next to pgqueuer and procrastinate (PostgreSQL)
     python -m bench --faults                 # drains while statements fail (bench/faults.py)
     python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
+    python -m bench --only fairness          # concurrency limits (bench/fairness.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -29,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import faults, memory, middleware, mvcc, peers, report, side_by_side
+from bench import fairness, faults, memory, middleware, mvcc, peers, report, side_by_side
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -88,8 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         "--only",
         help=f"scenarios to run, of {','.join(SCENARIOS)} (all), or "
         f"{','.join(EXTRA_SCENARIOS)} (not in the default run); or 'middleware' alone: drain "
-        "throughput with no middleware and with one empty one (bench/middleware.py)",
+        "throughput with no middleware and with one empty one (bench/middleware.py); or "
+        "'fairness' alone: concurrency limits (bench/fairness.py)",
     )
+    add("--fairness-big", type=int, default=20_000, help="fairness: the big tenant's jobs")
+    add("--fairness-keys", type=int, default=1_000, help="fairness: keys at their limit")
+    add("--fairness-due", type=int, default=100_000, help="fairness: due jobs behind them")
     add(
         "--memory",
         type=int,
@@ -285,6 +290,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.only == "middleware":
         return _middleware(args, parser)
+    if args.only == "fairness":
+        args.only = "drain"  # the settings' backends and target; the scenario is fairness's own
+        return fairness.run(
+            _settings(args, parser),
+            big=args.fairness_big,
+            keys=args.fairness_keys,
+            due=args.fairness_due,
+        )
     settings = _settings(args, parser)
     facts = environment(list(settings.backends), settings.target)
     facts["settings"] = {

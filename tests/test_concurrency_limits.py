@@ -178,7 +178,8 @@ def test_the_cli_sets_shows_and_lifts_a_queue_limit(backend):
     assert result.returncode == 0, result.stderr
     assert "at most 3" in result.stdout
     shown = run_cli("stats", url=backend.url)
-    assert "limit" in shown.stdout and "mail" in shown.stdout
+    assert "limit" in shown.stdout
+    assert "mail" in shown.stdout
     result = run_cli("limit", "mail", "none", url=backend.url)
     assert result.returncode == 0, result.stderr
     assert "mail" not in backend.queue().stats().queues  # no jobs, no limit: not listed
@@ -189,12 +190,12 @@ def test_the_cli_sets_shows_and_lifts_a_queue_limit(backend):
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True, "3", None, 2**31])
 def test_a_bad_limit_is_refused_at_declaration(limit):
-    with pytest.raises(sqlqueue.ConfigurationError, match="Concurrency.limit must be an int"):
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"Concurrency\.limit must be an int"):
         sqlqueue.Concurrency(limit=limit)
 
 
 def test_a_key_that_is_not_a_function_is_refused():
-    with pytest.raises(sqlqueue.ConfigurationError, match="Concurrency.key must be a function"):
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"Concurrency\.key must be a function"):
         sqlqueue.Concurrency(limit=1, key="tenant")  # type: ignore[arg-type]
 
 

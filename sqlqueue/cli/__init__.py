@@ -4,9 +4,9 @@ reference of the command line is generated.
 
 Inside: ``_parser`` (the parser), ``_main`` (parse, run, map errors to exit codes; ``migrate``),
 ``_worker_cmd`` (``worker``), ``_ops`` (the reading commands: ``stats``, ``health``, ``jobs``,
-``batch``), ``_act`` (the acting ones: ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``, ``limit``),
-``_web_cmd`` (``web``), ``_text`` (tables, durations and job details as text) and ``_common``
-(exit codes, the usage error, the database URL made into an engine).
+``batch``), ``_act`` (the acting ones: ``dead``, ``cancel``, ``prune``, ``pause``, ``resume``,
+``limit``), ``_web_cmd`` (``web``), ``_text`` (tables, durations and job details as text) and
+``_common`` (exit codes, the usage error, the database URL made into an engine).
 """
 
 from __future__ import annotations

@@ -115,8 +115,8 @@ class Claiming(Clock):
         every claim of a worker; ``lease_seconds`` is bound as ``:lease_seconds`` too, except
         with an injected ``now``, whose lease end is a constant. ``floor``: only jobs at or
         after ``(:floor_priority, :floor_due)`` in claim order (see ``_store/claim_floor.py``).
-        ``limited``: only the jobs of ``:claim_limit_job_type`` under ``:claim_limit_key`` (a claim that
-        holds the key's lock and counted its room); otherwise only jobs with no limit key.
+        ``limited``: only the jobs of ``:claim_limit_job_type`` under ``:claim_limit_key`` (a
+        claim that holds the key's lock and counted its room); else only jobs with no limit key.
         ``:claim_ahead`` leaves the jobs' ``started_at`` NULL: held for a slot, not started."""
         due = self._due_jobs(
             queues=queues,
