@@ -51,7 +51,9 @@ def dead_snapshot(engine: sa.Engine) -> list[tuple[Any, ...]]:
                 "FROM sqlqueue_jobs ORDER BY id"
             )
         )
-        paused = conn.execute(sa.text("SELECT name, paused_at FROM sqlqueue_queues")).all()
+        paused = conn.execute(
+            sa.text("SELECT name, paused_at, max_running FROM sqlqueue_queues")
+        ).all()
         return [tuple(row) for row in rows] + [tuple(row) for row in paused]
 
 
@@ -531,6 +533,25 @@ def test_pause_and_resume_a_queue_showing_who_paused_it_and_why(backend: Backend
     assert "Pause</button>" in mail_row
 
 
+def test_set_and_lift_a_queue_limit_from_the_overview(backend: Backend) -> None:
+    queue, _ = populated(backend)
+    web = client(queue)
+    token = token_of(web.get("/").text)
+
+    set_ = web.post("/queues/limit", data={"csrf_token": token, "queue": "mail", "limit": "4"})
+    assert set_.status_code == 303
+    assert queue.stats().queues["mail"].max_running == 4
+    mail_row = web.get("/").text.split('<tr data-queue="mail">')[1].split("</tr>")[0]
+    assert 'name="limit" min="1" size="4" value="4"' in mail_row
+    bad = web.post("/queues/limit", data={"csrf_token": token, "queue": "mail", "limit": "-1"})
+    assert bad.status_code == 400
+    assert "whole number" in bad.text
+    assert queue.stats().queues["mail"].max_running == 4
+    lifted = web.post("/queues/limit", data={"csrf_token": token, "queue": "mail", "limit": ""})
+    assert lifted.status_code == 303
+    assert queue.stats().queues["mail"].max_running is None
+
+
 # -- safety -------------------------------------------------------------------------------------
 
 #: Every state-changing endpoint, with a form that would change something.
@@ -540,8 +561,16 @@ ACTIONS: list[tuple[str, Callable[[dict[str, list[int]]], str], dict[str, str]]]
     ("requeue", lambda ids: "/jobs/requeue", {"reason": "r", "error": "503"}),
     ("discard", lambda ids: "/jobs/discard", {"reason": "r", "error": "503"}),
     ("pause", lambda ids: "/queues/pause", {"reason": "r", "queue": "mail"}),
+    ("pause", lambda ids: "/queues/limit", {"limit": "3", "queue": "mail"}),
 ]
-ACTION_IDS = ["requeue-one", "discard-one", "requeue-matching", "discard-matching", "pause"]
+ACTION_IDS = [
+    "requeue-one",
+    "discard-one",
+    "requeue-matching",
+    "discard-matching",
+    "pause",
+    "limit",
+]
 
 
 @pytest.fixture

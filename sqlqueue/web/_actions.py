@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sqlqueue._errors import ConfigurationError
 from sqlqueue.web._csrf import origin_problem, token_problem
 from sqlqueue.web._query import job_list_filter
 from sqlqueue.web._render import link
@@ -25,6 +26,7 @@ __all__ = [
     "discard_job",
     "discard_matching",
     "field",
+    "limit_queue",
     "pause_queue",
     "requeue_job",
     "requeue_matching",
@@ -142,6 +144,22 @@ async def pause_queue(request: Request) -> Response:
     await run_in_threadpool(
         lambda: settings.queue.pause(name, by=settings.who(request), reason=reason)
     )
+    return see(request, "overview")
+
+
+async def limit_queue(request: Request) -> Response:
+    """Cap a queue's running jobs across all workers (a blank limit lifts the cap)."""
+    settings, form = await checked(request, "pause")
+    name = field(form, "queue", "a queue")
+    value = form.get("limit")
+    text = value.strip() if isinstance(value, str) else ""
+    if text and not (text.isdigit() and len(text) <= 10):
+        raise HTTPException(400, "the limit must be a whole number >= 1, or blank for none")
+    limit = int(text) if text else None
+    try:
+        await run_in_threadpool(settings.queue.set_queue_limit, name, limit)
+    except ConfigurationError as error:
+        raise HTTPException(400, str(error)) from None
     return see(request, "overview")
 
 

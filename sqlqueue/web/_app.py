@@ -55,6 +55,7 @@ def _routes() -> list[BaseRoute]:
         Route("/batches/{batch_id:int}", _groups.batch_page, name="batch"),
         Route("/queues/pause", _actions.pause_queue, methods=post, name="pause"),
         Route("/queues/resume", _actions.resume_queue, methods=post, name="resume"),
+        Route("/queues/limit", _actions.limit_queue, methods=post, name="limit"),
         Mount("/static", StaticFiles(packages=[("sqlqueue.web", "static")]), name="static"),
     ]
 
@@ -102,9 +103,9 @@ def create_app(
     """The web page of ``queue`` as an ASGI app.
 
     ``authorize(request, action)`` answers whether a request may ``"view"`` the pages or
-    ``"requeue"``, ``"discard"``, ``"pause"`` (pause and resume queues), ``"cancel"``,
-    ``"retry"`` (make a waiting job due now) or ``"reschedule"`` — one job or a filtered
-    selection; refused: 403, and the page hides what it may not do (default: everyone may do
+    ``"requeue"``, ``"discard"``, ``"pause"`` (pause and resume queues, set their limits),
+    ``"cancel"``, ``"retry"`` (make a waiting job due now) or ``"reschedule"`` — one job or a
+    filtered selection; refused: 403, and the page hides what it may not do (default: everyone may do
     everything — put the app behind your own login). ``current_user(request)`` names who acts,
     recorded on each job an action changes (default ``"web"``). ``read_only=True`` hides and
     refuses every action. ``max_queued_age``: a queue whose oldest due job waited longer
