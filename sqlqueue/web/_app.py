@@ -106,11 +106,11 @@ def create_app(
     ``"requeue"``, ``"discard"``, ``"pause"`` (pause and resume queues, set their limits),
     ``"cancel"``, ``"retry"`` (make a waiting job due now) or ``"reschedule"`` — one job or a
     filtered selection; refused: 403, and the page hides what it may not do (default: everyone
-    may do everything — put the app behind your own login). ``current_user(request)`` names who acts,
-    recorded on each job an action changes (default ``"web"``). ``read_only=True`` hides and
-    refuses every action. ``max_queued_age``: a queue whose oldest due job waited longer
-    (seconds) is flagged. ``refresh_seconds``: how often the overview and the lists reload
-    their figures in place (a button on the page pauses it).
+    may do everything — put the app behind your own login). ``current_user(request)`` names who
+    acts, recorded on each job an action changes (default ``"web"``). ``read_only=True`` hides
+    and refuses every action. ``max_queued_age``: a queue whose oldest due job waited longer
+    (seconds) is flagged. ``refresh_seconds``: how often the overview and the lists reload their
+    figures in place (a button on the page pauses it).
 
     ``allowed_hosts``: the hosts the page is served as, each a name or address with an optional
     port (``"ops.example.com"``, ``"localhost:8080"``, ``"[::1]:8080"``; ``"*"``: any, only
