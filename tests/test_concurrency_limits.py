@@ -5,6 +5,8 @@ tests/test_concurrency_limits_processes.py."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from typing import Any
 
@@ -17,6 +19,7 @@ from sqlqueue._store.limited_claim import ClaimLimits
 from tests._support import count_jobs, drain, run_cli
 
 LEASE = 30.0
+_NOWHERE = tempfile.mkdtemp(prefix="sqlqueue-limits-")
 
 
 def _claim(queue: sqlqueue.Queue, worker: str = "w", limit: int = 50) -> list[Any]:
@@ -233,6 +236,8 @@ def test_a_bad_key_is_an_enqueue_error_and_writes_nothing(backend, key, message)
     )
 )
 def test_set_queue_limit_refuses_anything_but_a_positive_int(limit):
-    queue = sqlqueue.Queue("sqlite://")
+    # Refused before any SQL: the database file is never even created.
+    queue = sqlqueue.Queue(f"sqlite:///{_NOWHERE}/never.db")
     with pytest.raises(sqlqueue.ConfigurationError, match="set_queue_limit: limit"):
         queue.set_queue_limit("default", limit)
+    assert os.listdir(_NOWHERE) == []
