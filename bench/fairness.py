@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from bench.databases import ROOT, fresh_database
-from bench.fairness_app import TASK
+from bench.names import TENANT_JOB as TASK
 from bench.settings import Settings
 from sqlqueue._schema import jobs
 from sqlqueue._store.limited_claim import candidate_keys_query

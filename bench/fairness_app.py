@@ -11,10 +11,10 @@ import os
 import time
 
 import sqlqueue
+from bench.names import TENANT_JOB
 
-__all__ = ["TASK", "queue"]
+__all__ = ["queue"]
 
-TASK = "bench.tenant_job"
 _url = os.environ.get("SQLQUEUE_DATABASE_URL")
 if not _url:
     raise SystemExit("bench.fairness_app needs SQLQUEUE_DATABASE_URL (the benchmark sets it)")
@@ -25,7 +25,7 @@ queue = sqlqueue.Queue(_url)
 
 
 @queue.task(
-    TASK,
+    TENANT_JOB,
     concurrency=sqlqueue.Concurrency(limit=_limit, key=lambda p: str(p["tenant"]))
     if _limit
     else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["APP", "NOOP", "NOOP_ASYNC", "RECORD_VARIABLE", "STAMP"]
+__all__ = ["APP", "NOOP", "NOOP_ASYNC", "RECORD_VARIABLE", "STAMP", "TENANT_JOB"]
 
 #: The sqlqueue application the workers serve (``module:attribute``).
 APP = "bench.app:queue"
@@ -14,3 +14,5 @@ NOOP_ASYNC = "noop_async"
 STAMP = "stamp"
 #: Where ``stamp`` handlers append ``seq time.time()`` lines.
 RECORD_VARIABLE = "SQLQUEUE_BENCH_RECORD"
+#: The fairness benchmark's job: a little work for a tenant (``bench/fairness_app.py``).
+TENANT_JOB = "bench.tenant_job"

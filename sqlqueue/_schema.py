@@ -88,6 +88,10 @@ _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "ut
 
 _STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
 _CLAIMABLE = text("status IN ('queued', 'failed')")
+# The plain claim's rows: claimable jobs of tasks without a concurrency limit (0013). Jobs of
+# limited tasks have an index of their own, so blocked ones never sit in the plain claim's way.
+_CLAIMABLE_UNLIMITED = text("status IN ('queued', 'failed') AND limit_key IS NULL")
+_CLAIMABLE_LIMITED = text("status IN ('queued', 'failed') AND limit_key IS NOT NULL")
 
 jobs = Table(
     "sqlqueue_jobs",
@@ -223,15 +227,16 @@ ENQUEUE_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.fill 
 ROW_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.fill is Fill.ROW)
 CLAIM_COLUMNS: tuple[JobColumn, ...] = tuple(c for c in JOB_COLUMNS if c.claimed)
 
-# Claim: due jobs of a queue in (priority, due time, id) order; only claimable rows are indexed.
+# Claim: due jobs of a queue in (priority, due time, id) order; only claimable rows of tasks
+# without a concurrency limit are indexed (0013: with limit_key IS NULL).
 Index(
     "ix_sqlqueue_jobs_claim",
     jobs.c.queue,
     jobs.c.priority,
     jobs.c.next_run_at,
     jobs.c.id,
-    postgresql_where=_CLAIMABLE,
-    sqlite_where=_CLAIMABLE,
+    postgresql_where=_CLAIMABLE_UNLIMITED,
+    sqlite_where=_CLAIMABLE_UNLIMITED,
 )
 # MariaDB/MySQL have no partial indexes, so there the claim index above holds every finished job
 # too, and a claim walked the whole history of its queue (176 ms per claim at 100,000 finished
@@ -241,6 +246,7 @@ Index(
     "ix_sqlqueue_jobs_claim_by_status",
     jobs.c.queue,
     jobs.c.status,
+    jobs.c.limit_key,  # 0013: the plain claim reads the NULL ones, in claim order
     jobs.c.priority,
     jobs.c.next_run_at,
     jobs.c.id,
@@ -296,19 +302,44 @@ Index(
     sqlite_where=_IN_BATCH,
 )
 
-# Concurrency limits (0013): the running jobs of a limit key, counted at each limited claim, and
-# its due jobs in claim order.
-_LIMITED = text("limit_key IS NOT NULL")
+
+def _not_mysql(
+    ddl: Any,
+    target: Any,
+    bind: Any,
+    tables: Any = None,
+    state: Any = None,
+    *,
+    dialect: Any,
+    compiler: Any = None,
+    checkfirst: bool,
+) -> bool:
+    """Create a partial index everywhere but on MariaDB/MySQL (which would index every row)."""
+    return dialect.name not in MYSQL_NAMES
+
+
+# Concurrency limits (0013): the claimable jobs of each limit key of a task in claim order (a
+# limited claim reads one key's), and the keys themselves (which have jobs waiting).
 Index(
     "ix_sqlqueue_jobs_limit",
+    jobs.c.job_type,
+    jobs.c.limit_key,
+    jobs.c.priority,
+    jobs.c.next_run_at,
+    jobs.c.id,
+    postgresql_where=_CLAIMABLE_LIMITED,
+    sqlite_where=_CLAIMABLE_LIMITED,
+).ddl_if(callable_=_not_mysql)
+# MariaDB/MySQL (no partial indexes): by status, as the claim reads them.
+Index(
+    "ix_sqlqueue_jobs_limit_by_status",
     jobs.c.job_type,
     jobs.c.limit_key,
     jobs.c.status,
     jobs.c.priority,
     jobs.c.next_run_at,
-    postgresql_where=_LIMITED,
-    sqlite_where=_LIMITED,
-)
+    jobs.c.id,
+).ddl_if(dialect=MYSQL_NAMES)  # type: ignore[arg-type]  # a tuple is documented
 
 # Flow control gates (added by 0004), shared by every worker: a token bucket per rate-limit key,
 # and the state of each circuit breaker key (see sqlqueue/_policies/rate_limit.py and
