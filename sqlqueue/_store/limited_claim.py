@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select
+from sqlalchemy import Connection, Select, String, exists, func, literal_column, select
 
 from sqlqueue._schema import jobs, limit_keys, queues
 from sqlqueue._store import claim as plain
@@ -31,6 +31,9 @@ from sqlqueue.dialects import Dialect
 __all__ = ["ClaimLimits", "candidate_keys_query", "claim_within_limits"]
 
 _CLAIMABLE = ("queued", "failed")
+#: The same as literals: the limited jobs' partial index is declared on exactly this predicate,
+#: and a planner cannot prove that a bound parameter matches it.
+_CLAIMABLE_LITERALS = [literal_column(f"'{status}'", String()) for status in _CLAIMABLE]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +149,11 @@ def _queue_room(
     return room
 
 
+#: Where each task's walk over its keys starts next: keys take turns whatever their names sort
+#: like (a fairness hint, per process; the limits never depend on it).
+_next_start: dict[str, str] = {}
+
+
 def _candidate_keys(
     conn: Connection,
     dialect: Dialect,
@@ -156,10 +164,24 @@ def _candidate_keys(
     now: datetime | None,
 ) -> list[str]:
     """Up to ``wanted`` keys of ``job_type`` with due jobs in ``names`` and room by this
-    transaction's view, most urgent first, then in lock order. Only a hint: the room is
-    counted again under each key's lock."""
-    query = candidate_keys_query(dialect, job_type, task_limit, names, wanted, now)
-    return sorted(str(key) for key in conn.execute(query).scalars())
+    transaction's view, taking turns: from past the last key served to the end, then from the
+    start. Only a hint: the room is counted again under each key's lock. Returned in lock
+    order."""
+    start = _next_start.get(job_type)
+    found = list(
+        conn.execute(
+            candidate_keys_query(dialect, job_type, task_limit, names, wanted, now, after=start)
+        ).scalars()
+    )
+    if len(found) < wanted and start is not None:
+        found += conn.execute(
+            candidate_keys_query(
+                dialect, job_type, task_limit, names, wanted - len(found), now, upto=start
+            )
+        ).scalars()
+    if found:
+        _next_start[job_type] = str(found[-1])
+    return sorted({str(key) for key in found})
 
 
 def candidate_keys_query(
@@ -169,8 +191,35 @@ def candidate_keys_query(
     names: Sequence[str],
     wanted: int,
     now: datetime | None = None,
+    *,
+    after: str | None = None,
+    upto: str | None = None,
 ) -> Select[Any]:
-    """The statement of :func:`_candidate_keys` (the benchmark EXPLAINs it)."""
+    """The keys of :func:`_candidate_keys`, in key order, past ``after`` (and up to and
+    including ``upto``). A loose index scan: a recursive walk from each waiting key to the
+    next through the limited jobs' index, one probe a key, so keys at their limit cost one
+    probe each however many jobs wait behind them."""
+    waiting = _CLAIMABLE_LITERALS
+    anchor = select(func.min(jobs.c.limit_key).label("k")).where(
+        jobs.c.job_type == job_type, jobs.c.status.in_(waiting), jobs.c.limit_key.is_not(None)
+    )
+    if after is not None:
+        anchor = anchor.where(jobs.c.limit_key > after)
+    walk = anchor.cte("sqlqueue_key_walk", recursive=True)
+    later = jobs.alias("sqlqueue_later_key")
+    following = (
+        select(func.min(later.c.limit_key))
+        .where(
+            later.c.job_type == job_type,
+            later.c.status.in_(waiting),
+            later.c.limit_key > walk.c.k,
+        )
+        .scalar_subquery()
+    )
+    step = select(following.label("k")).where(walk.c.k.is_not(None))
+    if upto is not None:
+        step = step.where(walk.c.k < upto)
+    walk = walk.union_all(step)
     full = (
         select(jobs.c.limit_key)
         .where(jobs.c.job_type == job_type, jobs.c.status == "running")
@@ -178,21 +227,21 @@ def candidate_keys_query(
         .group_by(jobs.c.limit_key)
         .having(func.count() >= task_limit)
     )
-    urgent = (
-        select(jobs.c.limit_key)
+    due = (
+        exists()
         .where(
             jobs.c.job_type == job_type,
-            jobs.c.limit_key.is_not(None),
-            jobs.c.status.in_(_CLAIMABLE),
+            jobs.c.limit_key == walk.c.k,
+            jobs.c.status.in_(waiting),
             jobs.c.queue.in_(list(names)),
             jobs.c.next_run_at <= dialect.now(now),
-            jobs.c.limit_key.not_in(full),
         )
-        .group_by(jobs.c.limit_key)
-        .order_by(func.min(jobs.c.priority), func.min(jobs.c.next_run_at))
-        .limit(wanted)
+        .correlate(walk)
     )
-    return urgent
+    query = select(walk.c.k).where(walk.c.k.is_not(None), walk.c.k.not_in(full), due)
+    if upto is not None:
+        query = query.where(walk.c.k <= upto)
+    return query.limit(wanted)
 
 
 def _lock_and_count_key(conn: Connection, dialect: Dialect, job_type: str, key: str) -> int:
