@@ -29,7 +29,7 @@ from bench.databases import ROOT, fresh_database
 from bench.names import TENANT_JOB as TASK
 from bench.settings import Settings
 from sqlqueue._schema import jobs
-from sqlqueue._store.limited_claim import candidate_keys_query
+from sqlqueue._store.limited_claim import WALK_KEYS, candidate_keys_query
 
 __all__ = ["run"]
 
@@ -186,10 +186,10 @@ def _claim_latency(settings: Settings, *, keys: int, due: int) -> None:
             f"{timings[int(len(timings) * 0.99) - 1] * 1000:.2f} ms",
             flush=True,
         )
-        query = candidate_keys_query(queue.dialect, TASK, 2, ["default"], 16)
+        query = candidate_keys_query(queue.dialect, TASK, 2, ["default"], WALK_KEYS)
         compiled = query.compile(engine, compile_kwargs={"literal_binds": True})
         with engine.connect() as conn:
             plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS) {compiled}").scalars().all()
-        print("plan of the statement that finds keys with room:")
+        print(f"plan of the statement that looks for keys with room (up to {WALK_KEYS} keys):")
         print("\n".join(f"    {line}" for line in plan))
         engine.dispose()

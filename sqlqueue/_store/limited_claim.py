@@ -20,7 +20,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, String, exists, func, literal_column, select
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Select,
+    String,
+    and_,
+    case,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 
 from sqlqueue._schema import jobs, limit_keys, queues
 from sqlqueue._store import claim as plain
@@ -153,6 +164,10 @@ def _queue_room(
 #: like (a fairness hint, per process; the limits never depend on it).
 _next_start: dict[str, str] = {}
 
+#: The most keys one claim looks at (index probes). A claim's cost stays bounded however many
+#: keys are at their limit; the next claims look further, round the keys.
+WALK_KEYS = 64
+
 
 def _candidate_keys(
     conn: Connection,
@@ -164,24 +179,31 @@ def _candidate_keys(
     now: datetime | None,
 ) -> list[str]:
     """Up to ``wanted`` keys of ``job_type`` with due jobs in ``names`` and room by this
-    transaction's view, taking turns: from past the last key served to the end, then from the
-    start. Only a hint: the room is counted again under each key's lock. Returned in lock
-    order."""
+    transaction's view, among the next :data:`WALK_KEYS` keys with waiting jobs past the last
+    one looked at (then from the first again). Only a hint: the room is counted again under
+    each key's lock. Returned in lock order."""
     start = _next_start.get(job_type)
-    found = list(
-        conn.execute(
-            candidate_keys_query(dialect, job_type, task_limit, names, wanted, now, after=start)
-        ).scalars()
-    )
-    if len(found) < wanted and start is not None:
-        found += conn.execute(
-            candidate_keys_query(
-                dialect, job_type, task_limit, names, wanted - len(found), now, upto=start
-            )
-        ).scalars()
-    if found:
-        _next_start[job_type] = str(found[-1])
-    return sorted({str(key) for key in found})
+    walked = conn.execute(
+        candidate_keys_query(
+            dialect, job_type, task_limit, names, max(WALK_KEYS, wanted), now, after=start
+        )
+    ).all()
+    taken: list[str] = []
+    last: str | None = None
+    for key, eligible in walked:
+        if key is None:  # the end of the keys: start from the first next time
+            last = None
+            break
+        last = str(key)
+        if eligible:
+            taken.append(last)
+            if len(taken) == wanted:
+                break
+    if last is None:
+        _next_start.pop(job_type, None)
+    else:
+        _next_start[job_type] = last
+    return sorted(taken)
 
 
 def candidate_keys_query(
@@ -189,20 +211,19 @@ def candidate_keys_query(
     job_type: str,
     task_limit: int,
     names: Sequence[str],
-    wanted: int,
+    steps: int,
     now: datetime | None = None,
     *,
     after: str | None = None,
-    upto: str | None = None,
 ) -> Select[Any]:
-    """The keys of :func:`_candidate_keys`, in key order, past ``after`` (and up to and
-    including ``upto``). A loose index scan: a recursive walk from each waiting key to the
-    next through the limited jobs' index, one probe a key, so keys at their limit cost one
-    probe each however many jobs wait behind them."""
+    """The next ``steps`` keys of ``job_type`` with waiting jobs past ``after``, in key order,
+    each with whether it has room and due jobs in ``names`` (a NULL key: no more keys). A loose
+    index scan: a recursive walk from each waiting key to the next through the limited jobs'
+    index, one probe a key, however many jobs wait behind it."""
     waiting = _CLAIMABLE_LITERALS
-    anchor = select(func.min(jobs.c.limit_key).label("k")).where(
-        jobs.c.job_type == job_type, jobs.c.status.in_(waiting), jobs.c.limit_key.is_not(None)
-    )
+    anchor = select(
+        func.min(jobs.c.limit_key).label("k"), literal_column("1", Integer()).label("n")
+    ).where(jobs.c.job_type == job_type, jobs.c.status.in_(waiting), jobs.c.limit_key.is_not(None))
     if after is not None:
         anchor = anchor.where(jobs.c.limit_key > after)
     walk = anchor.cte("sqlqueue_key_walk", recursive=True)
@@ -216,9 +237,9 @@ def candidate_keys_query(
         )
         .scalar_subquery()
     )
-    step = select(following.label("k")).where(walk.c.k.is_not(None))
-    if upto is not None:
-        step = step.where(walk.c.k < upto)
+    step = select(following.label("k"), (walk.c.n + 1).label("n")).where(
+        walk.c.k.is_not(None), walk.c.n < steps
+    )
     walk = walk.union_all(step)
     full = (
         select(jobs.c.limit_key)
@@ -238,10 +259,8 @@ def candidate_keys_query(
         )
         .correlate(walk)
     )
-    query = select(walk.c.k).where(walk.c.k.is_not(None), walk.c.k.not_in(full), due)
-    if upto is not None:
-        query = query.where(walk.c.k <= upto)
-    return query.limit(wanted)
+    eligible = case((and_(walk.c.k.not_in(full), due), 1), else_=0)
+    return select(walk.c.k, eligible.label("eligible")).order_by(walk.c.n)
 
 
 def _lock_and_count_key(conn: Connection, dialect: Dialect, job_type: str, key: str) -> int:
