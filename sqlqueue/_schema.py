@@ -303,21 +303,6 @@ Index(
 )
 
 
-def _not_mysql(
-    ddl: Any,
-    target: Any,
-    bind: Any,
-    tables: Any = None,
-    state: Any = None,
-    *,
-    dialect: Any,
-    compiler: Any = None,
-    checkfirst: bool,
-) -> bool:
-    """Create a partial index everywhere but on MariaDB/MySQL (which would index every row)."""
-    return dialect.name not in MYSQL_NAMES
-
-
 # Concurrency limits (0013): the claimable jobs of each limit key of a task in claim order (a
 # limited claim reads one key's), and the keys themselves (which have jobs waiting).
 Index(
@@ -329,7 +314,7 @@ Index(
     jobs.c.id,
     postgresql_where=_CLAIMABLE_LIMITED,
     sqlite_where=_CLAIMABLE_LIMITED,
-).ddl_if(callable_=_not_mysql)
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 # MariaDB/MySQL (no partial indexes): by status, as the claim reads them.
 Index(
     "ix_sqlqueue_jobs_limit_by_status",
