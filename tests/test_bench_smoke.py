@@ -188,3 +188,15 @@ def test_faults_run_on_sqlite_prints_healthy_and_failing_drains() -> None:
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("sqlite ")]
     assert [row[1] for row in rows] == ["0.0%", "5.0%"]
     assert rows[1][-1] in {"ok", "MISSED"}  # judged against issue 31's target, not asserted
+
+
+def test_the_fairness_bench_runs_on_sqlite_at_a_small_size() -> None:
+    done = _bench(
+        "--only", "fairness", "--backends", "sqlite", "--fairness-big", "200", timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("fairness [sqlite]")]
+    assert len(lines) == 2
+    assert "no limit" in lines[0]
+    assert "limit 2 per tenant" in lines[1]
+    assert "p99" in lines[1]
