@@ -1,0 +1,87 @@
+"""The database fails while a worker starts: its first read of the paused queues raises a real
+driver error (``FailStatements``, SQLAlchemy's ``before_cursor_execute`` event on the real
+engine; sqlqueue itself is not touched).
+
+A burst worker (a cron job, a CI step) must not wait for a database it cannot read: it stops at
+once with the error, having claimed nothing and registered nothing, and the next run drains the
+queue. A long-running worker keeps the last pauses it knew (none yet), says so once, and serves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import pytest
+
+import sqlqueue
+from tests._support import WorkerThread, drain, wait_until
+from tests.apps.statement_faults import FailStatements, transient_error
+
+#: The worker's read of the paused queues, as every backend spells it.
+PAUSES = r"SELECT sqlqueue_queues\.name\s+FROM sqlqueue_queues\s+WHERE sqlqueue_queues\.paused_at"
+
+
+def _counted_queue(backend) -> tuple[sqlqueue.Queue, Counter[int], int]:
+    """A queue with one ``t`` job enqueued, and the runs of each job's ``n``."""
+    queue = backend.queue()
+    runs: Counter[int] = Counter()
+
+    @queue.task("t")
+    def t(n: int) -> None:
+        runs[n] += 1
+
+    with backend.engine.begin() as conn:
+        job_id = t.enqueue(conn, n=1)
+    return queue, runs, job_id
+
+
+def test_a_burst_worker_whose_first_read_of_the_pauses_fails_stops_at_once_with_the_error(
+    backend, caplog
+):
+    queue, runs, job_id = _counted_queue(backend)
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    with (
+        FailStatements(backend.engine, PAUSES) as failing,
+        pytest.raises(sqlqueue.DatabaseUnavailable) as raised,
+    ):
+        drain(queue)
+    assert failing.failed == 1
+    assert failing.matched == 1  # not read again: the worker stopped, it did not wait
+    # The user sees the driver's own words, not a generic failure.
+    assert str(transient_error(backend.engine.dialect.name).args[-1]) in str(raised.value)
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("queued", 0)  # never claimed: nothing to recover
+    assert runs == {}
+    assert queue.workers() == []  # it never registered, so no row waits to expire
+    assert not [r for r in caplog.records if r.getMessage().startswith("cannot claim")]
+
+    drain(queue)  # the next run, on a healthy database, drains the queue
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert runs == {1: 1}
+
+
+def test_a_serving_worker_whose_first_read_of_the_pauses_fails_says_so_once_and_serves(
+    backend, caplog
+):
+    queue, runs, job_id = _counted_queue(backend)
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    with (
+        FailStatements(backend.engine, PAUSES) as failing,
+        WorkerThread(queue.worker(poll_interval=0.05)),  # stops cleanly: no error to re-raise
+    ):
+        wait_until(
+            lambda: (job := queue.get_job(job_id)) is not None and job.status == "succeeded",
+            what="the job to run on the worker that could not read the pauses",
+        )
+    assert failing.failed == 1
+    said = [r for r in caplog.records if r.getMessage().startswith("cannot read the paused")]
+    assert len(said) == 1
+    assert said[0].levelno == logging.WARNING
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert runs == {1: 1}
