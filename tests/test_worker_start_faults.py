@@ -1,10 +1,11 @@
-"""The database fails while a worker starts: its first read of the paused queues raises a real
-driver error (``FailStatements``, SQLAlchemy's ``before_cursor_execute`` event on the real
-engine; sqlqueue itself is not touched).
+"""The database fails as a worker starts (its first read of the paused queues) or as a burst
+worker takes its last look: a statement raises a real driver error (``FailStatements``,
+SQLAlchemy's ``before_cursor_execute`` event on the real engine; sqlqueue itself is untouched).
 
 A burst worker (a cron job, a CI step) must not wait for a database it cannot read: it stops at
 once with the error, having claimed nothing and registered nothing, and the next run drains the
 queue. A long-running worker keeps the last pauses it knew (none yet), says so once, and serves.
+A failed last look is not "empty": the burst worker looks again and ends drained.
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ def test_a_serving_worker_whose_first_read_of_the_pauses_fails_says_so_once_and_
     said = [r for r in caplog.records if r.getMessage().startswith("cannot read the paused")]
     assert len(said) == 1
     assert said[0].levelno == logging.WARNING
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert runs == {1: 1}
+
+
+#: The reaper's read of the expired leases, as every backend spells it.
+EXPIRED = r"ORDER BY sqlqueue_jobs\.lease_expires_at"
+
+
+def test_a_burst_workers_last_look_that_fails_is_taken_again_and_the_worker_ends_drained(
+    backend, caplog
+):
+    """Before a burst worker ends it reaps expired leases and claims once more; a failure there
+    means "not known to be empty", so it looks again instead of ending or stopping with it."""
+    queue, runs, job_id = _counted_queue(backend)
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+    with FailStatements(backend.engine, EXPIRED, times=3) as failing:
+        drain(queue)  # returns: the worker ended normally, drained
+    assert failing.failed == 3
+    assert failing.matched > 3  # the look after the failures landed
     job = queue.get_job(job_id)
     assert job is not None
     assert (job.status, job.attempts) == ("succeeded", 1)
