@@ -1,16 +1,20 @@
-"""The database fails as a worker starts (its first read of the paused queues) or as a burst
-worker takes its last look: a statement raises a real driver error (``FailStatements``,
-SQLAlchemy's ``before_cursor_execute`` event on the real engine; sqlqueue itself is untouched).
+"""The database fails as a worker starts (its first read of the paused queues), as a burst
+worker takes its last look, or as a handler's progress is written: a statement raises a real
+driver error (``FailStatements``, SQLAlchemy's ``before_cursor_execute`` event on the real
+engine; sqlqueue itself is untouched).
 
 A burst worker (a cron job, a CI step) must not wait for a database it cannot read: it stops at
 once with the error, having claimed nothing and registered nothing, and the next run drains the
 queue. A long-running worker keeps the last pauses it knew (none yet), says so once, and serves.
-A failed last look is not "empty": the burst worker looks again and ends drained.
+A failed last look is not "empty": the burst worker looks again and ends drained. A progress
+report that cannot be written is logged and dropped (the next one carries the latest state); the
+handler goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 
 import pytest
@@ -107,3 +111,56 @@ def test_a_burst_workers_last_look_that_fails_is_taken_again_and_the_worker_ends
     assert job is not None
     assert (job.status, job.attempts) == ("succeeded", 1)
     assert runs == {1: 1}
+
+
+#: A handler's progress report, as every backend spells it (its SET clause, before WHERE, names
+#: progress; a claim's or an outcome's starts with the status).
+PROGRESS = r"UPDATE sqlqueue_jobs SET (?!status=)[^W]*\bprogress="
+
+
+def test_a_progress_write_that_fails_is_logged_the_handler_goes_on_and_the_next_report_lands(
+    backend, caplog
+):
+    queue = backend.queue(lease_seconds=60)
+    first, go = threading.Event(), threading.Event()
+
+    @queue.task("crunch")
+    def crunch(ctx: sqlqueue.JobContext) -> None:
+        ctx.progress(1, 2, note="first half")
+        first.set()
+        assert go.wait(30)
+        ctx.progress(2, 2, note="second half")
+        assert go.wait(30)
+
+    with backend.engine.begin() as conn:
+        job_id = crunch.enqueue(conn)
+    caplog.set_level(logging.INFO, logger="sqlqueue")
+
+    def warned() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage().startswith("could not record progress")]
+
+    with (
+        FailStatements(backend.engine, PROGRESS) as failing,
+        WorkerThread(queue.worker(poll_interval=0.05)),
+    ):
+        assert first.wait(30)
+        (said,) = wait_until(warned, what="the worker to say the progress write failed")
+        assert said.levelno == logging.WARNING
+        assert "could not record progress of 1 job(s)" in said.getMessage()
+        go.set()
+        wait_until(
+            lambda: (
+                (job := queue.get_job(job_id)) is not None
+                and job.progress is not None
+                and job.progress.note == "second half"
+            ),
+            what="the next progress report to land",
+        )
+        wait_until(
+            lambda: (job := queue.get_job(job_id)) is not None and job.status == "succeeded",
+            what="the job to finish",
+        )
+    assert failing.failed == 1
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts, job.errors) == ("succeeded", 1, ())  # the handler went on
