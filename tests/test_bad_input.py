@@ -328,7 +328,11 @@ def test_queue_settings_are_checked_at_construction(tmp_path, options, field):
         ({"poll_interval": 0}, "poll_interval"),
         ({"shutdown_timeout": -1}, "shutdown_timeout"),
         ({"queues": []}, "queues"),
+        ({"queues": "mail"}, "queues must be a list of names"),
         ({"listen": "no"}, "listen"),
+        ({"reaper_interval": 0}, "reaper_interval"),
+        ({"metrics_interval": 0}, "metrics_interval"),
+        ({"metrics_port": 70000}, "metrics_port"),
     ],
 )
 def test_worker_settings_are_checked_at_construction(tmp_path, options, field):

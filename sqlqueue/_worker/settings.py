@@ -58,5 +58,3 @@ class WorkerSettings:
             )
         if self.queues is not None and (not self.queues or not all(self.queues)):
             raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")
-        if self.queues is not None and isinstance(self.queues, str):
-            raise ConfigurationError(f"queues must be a list of names, not {self.queues!r}")
