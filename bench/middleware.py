@@ -210,9 +210,11 @@ def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
         lines.append(f"one empty middleware adds {overhead_us:.2f} µs to each attempt's call;")
         for figure in figures:
             per_job_us = 1e6 / figure.median("no middleware")
+            cpu_us = figure.cpu_median("no middleware")
             lines.append(
                 f"  {figure.backend}: {100 * overhead_us / per_job_us:.2f} % of its "
-                f"{per_job_us:,.0f} µs per job without middleware"
+                f"{per_job_us:,.0f} µs per job without middleware (wall clock), "
+                f"{100 * overhead_us / cpu_us:.2f} % of its {cpu_us:,.0f} µs CPU per job"
             )
     return "\n".join(lines)
 

@@ -188,3 +188,29 @@ def test_faults_run_on_sqlite_prints_healthy_and_failing_drains() -> None:
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("sqlite ")]
     assert [row[1] for row in rows] == ["0.0%", "5.0%"]
     assert rows[1][-1] in {"ok", "MISSED"}  # judged against issue 31's target, not asserted
+
+
+def test_the_middleware_bench_measures_cpu_per_job_and_pairs_its_runs() -> None:
+    from bench.middleware import Figure, table
+
+    figure = Figure(
+        backend="sqlite",
+        jobs=100,
+        concurrency=1,
+        runs={"no middleware": [1000.0, 500.0, 900.0], "1 empty middleware": [990.0] * 3},
+        # Run 2 was slow for both variants (a busy neighbour): pairing runs discounts it.
+        cpu_us={
+            "no middleware": [100.0, 300.0, 100.0],
+            "1 empty middleware": [102.0, 309.0, 101.0],
+        },
+    )
+    assert round(figure.cpu_cost_percent, 6) == 2.0  # the median of +2 %, +3 %, +1 %
+    assert figure.cpu_median("no middleware") == 100.0
+    text = table([figure], overhead_us=2.0)
+    assert "2.00%" in text
+    assert "2.00 % of its 100 µs CPU per job" in text
+
+    done = _bench("--only", "middleware", "--quick", "--backends", "sqlite", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "CPU/job, none" in done.stdout
+    assert "µs CPU per job" in done.stdout
