@@ -29,7 +29,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import faults, memory, middleware, mvcc, peers, report, side_by_side
+from bench import (
+    faults,
+    memory,
+    middleware,
+    middleware_instructions,
+    mvcc,
+    peers,
+    report,
+    side_by_side,
+)
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -89,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"scenarios to run, of {','.join(SCENARIOS)} (all), or "
         f"{','.join(EXTRA_SCENARIOS)} (not in the default run); or 'middleware' alone: drain "
         "throughput with no middleware and with one empty one (bench/middleware.py)",
+    )
+    add(
+        "--instructions",
+        action="store_true",
+        help="with --only middleware: also count the drains' instructions under valgrind's "
+        "callgrind, steady however busy the machine (minutes; bench/middleware_instructions.py)",
     )
     add(
         "--memory",
@@ -393,6 +408,10 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     )
     print()
     print(middleware.table(found, middleware.call_overhead_us()))
+    if args.instructions:
+        small, big = (50, 150) if args.quick else (200, 1000)
+        print()
+        print(middleware_instructions.table(middleware_instructions.measure(small=small, big=big)))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 
