@@ -27,6 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlqueue
+from bench.middleware import _empty
+from bench.names import NOOP
+
 __all__ = ["Counts", "count", "main", "measure", "table"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,10 +57,6 @@ class Counts:
 
 def _child(jobs: int, middlewares: int) -> None:
     """The drain callgrind watches: a fresh SQLite file, ``jobs`` no-op jobs, a burst worker."""
-    import sqlqueue
-    from bench.middleware import _empty
-    from bench.names import NOOP
-
     url = f"sqlite:///{Path(tempfile.mkdtemp()) / 'q.db'}"
     sqlqueue.migrate(url)
     queue = sqlqueue.Queue(url)
