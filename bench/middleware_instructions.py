@@ -2,9 +2,13 @@
 worker drains no-op jobs from a SQLite file under valgrind's callgrind, which counts every
 instruction the process executes (Python, SQLAlchemy, the embedded SQLite, every thread).
 
-A count does not move with the machine's load, so it is the robust figure on a shared machine
-where throughput and even CPU time per job swing by tens of per cent between two runs (a slow
-drain polls more per job). Each variant (no middleware, one that only calls ``call_next()``)
+A count does not depend on how fast the machine is, only on what the process did: steadier
+than throughput and CPU time per job, which swing by tens of per cent between two runs on a
+shared machine (a slow drain polls more per job). It is not exact either: how the worker's
+threads interleave decides how many claim and poll rounds a drain makes, so two drains of the
+same jobs differ by a few per cent — more than one empty middleware costs. Read the cost as
+"within that spread" unless it clearly exceeds it, and compare it with the direct figure of
+``bench.middleware.call_overhead_us``. Each variant (no middleware, one that only calls ``call_next()``)
 drains ``small`` and then ``big`` jobs; the difference between the two drains cancels the start
 (interpreter, imports, migration), leaving the instructions of ``big - small`` jobs. The cost
 is the extra instructions per job of the middleware variant over the plain one's per job.
