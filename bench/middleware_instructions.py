@@ -8,8 +8,9 @@ shared machine (a slow drain polls more per job). It is not exact either: how th
 threads interleave decides how many claim and poll rounds a drain makes, so two drains of the
 same jobs differ by a few per cent — more than one empty middleware costs. Read the cost as
 "within that spread" unless it clearly exceeds it, and compare it with the direct figure of
-``bench.middleware.call_overhead_us``. Each variant (no middleware, one that only calls ``call_next()``)
-drains ``small`` and then ``big`` jobs; the difference between the two drains cancels the start
+``bench.middleware.call_overhead_us``.
+
+Each variant (no middleware, one that only calls ``call_next()``) drains ``small`` and then ``big`` jobs; the difference between the two drains cancels the start
 (interpreter, imports, migration), leaving the instructions of ``big - small`` jobs. The cost
 is the extra instructions per job of the middleware variant over the plain one's per job.
 
