@@ -10,9 +10,10 @@ same jobs differ by a few per cent — more than one empty middleware costs. Rea
 "within that spread" unless it clearly exceeds it, and compare it with the direct figure of
 ``bench.middleware.call_overhead_us``.
 
-Each variant (no middleware, one that only calls ``call_next()``) drains ``small`` and then ``big`` jobs; the difference between the two drains cancels the start
-(interpreter, imports, migration), leaving the instructions of ``big - small`` jobs. The cost
-is the extra instructions per job of the middleware variant over the plain one's per job.
+Each variant (no middleware, one that only calls ``call_next()``) drains ``small`` and then
+``big`` jobs; the difference between the two drains cancels the start (interpreter, imports,
+migration), leaving the instructions of ``big - small`` jobs. The cost is the extra
+instructions per job of the middleware variant over the plain one's per job.
 
 Slow — callgrind runs the interpreter some fifty times slower: four drains of a few hundred
 jobs take minutes. ``python -m bench --only middleware --instructions`` or
