@@ -8,6 +8,14 @@ bench/drain.py. The two variants take turns (A B B A …) so that a machine gett
 quieter weighs on both alike; the figure is the median of each and the cost in per cent of
 the plain drain's throughput.
 
+Throughput on a shared, noisy machine swings by more than the few per cent sought, so each
+drain also records the worker process's CPU time per job (``time.process_time`` around the
+burst worker's run: every thread of this process, the handlers', the event loop's and the
+database thread's; on SQLite the embedded database's work too, on a server backend not the
+server's). The robust cost figure is the median, over the runs, of each run's ratio of the
+CPU per job with the middleware to that without it — a busy neighbour slows the wall clock,
+not the CPU a job takes.
+
 ``python -m bench --only middleware`` (``--runs``, ``--backends``, ``--drain-jobs``) or
 ``python -m bench.middleware``.
 """
@@ -44,6 +52,8 @@ class Figure:
     jobs: int
     concurrency: int
     runs: dict[str, list[float]]
+    #: The worker process's CPU time per job, in microseconds, of each variant, every run.
+    cpu_us: dict[str, list[float]]
 
     def median(self, variant: str) -> float:
         """The median throughput of ``variant``."""
@@ -55,12 +65,25 @@ class Figure:
         plain = self.median("no middleware")
         return 100.0 * (plain - self.median("1 empty middleware")) / plain
 
+    def cpu_median(self, variant: str) -> float:
+        """The median CPU time per job of ``variant``, in microseconds."""
+        return statistics.median(self.cpu_us[variant])
+
+    @property
+    def cpu_cost_percent(self) -> float:
+        """How much more CPU per job the worker spends with one empty middleware, in per cent:
+        the median over the runs of each run's ratio (the two variants of a run drained one
+        right after the other)."""
+        pairs = zip(self.cpu_us["1 empty middleware"], self.cpu_us["no middleware"], strict=True)
+        return 100.0 * (statistics.median(with_ / without for with_, without in pairs) - 1.0)
+
 
 def _empty(job: sqlqueue.Job, call_next: Callable[[], Any]) -> Any:
     return call_next()
 
 
-def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> float:
+def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> tuple[float, float]:
+    """One drain: its throughput (jobs/s, database clock) and the worker's CPU per job (µs)."""
     queue = sqlqueue.Queue(url)
     queue.task(NOOP)(lambda: None)
     for _ in range(middlewares):
@@ -68,7 +91,10 @@ def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> floa
     try:
         with queue.engine.begin() as conn:
             queue.enqueue_many(conn, [sqlqueue.JobRequest(job_type=NOOP) for _ in range(jobs)])
-        queue.worker(concurrency=concurrency, poll_interval=0.05).run(burst=True)
+        worker = queue.worker(concurrency=concurrency, poll_interval=0.05)
+        cpu_started = time.process_time()
+        worker.run(burst=True)
+        cpu = time.process_time() - cpu_started
         with queue.engine.connect() as conn:
             counts = sa.text("SELECT status, count(*) FROM sqlqueue_jobs GROUP BY status")
             by_status = {str(status): int(n) for status, n in conn.execute(counts)}
@@ -77,7 +103,7 @@ def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> floa
             ).one()
         if by_status != {"succeeded": jobs}:
             raise RuntimeError(f"the drain left {by_status}, expected {{'succeeded': {jobs}}}")
-        return jobs / (moment(last) - moment(first)).total_seconds()
+        return jobs / (moment(last) - moment(first)).total_seconds(), 1e6 * cpu / jobs
     finally:
         queue.engine.dispose()
 
@@ -132,14 +158,22 @@ def measure(
     figures = []
     for backend in backends:
         found: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for run in range(runs):
             order = list(VARIANTS) if run % 2 == 0 else list(reversed(VARIANTS))
             for name in order:
                 with fresh_database(backend, target) as url:
-                    rate = _drain_once(url, jobs, concurrency, VARIANTS[name])
+                    rate, cpu_us = _drain_once(url, jobs, concurrency, VARIANTS[name])
                 found[name].append(rate)
-                print(f"  {backend} run {run + 1}/{runs} {name}: {rate:,.0f} jobs/s", flush=True)
-        figures.append(Figure(backend=backend, jobs=jobs, concurrency=concurrency, runs=found))
+                cpu[name].append(cpu_us)
+                print(
+                    f"  {backend} run {run + 1}/{runs} {name}: {rate:,.0f} jobs/s, "
+                    f"{cpu_us:,.0f} µs CPU per job",
+                    flush=True,
+                )
+        figures.append(
+            Figure(backend=backend, jobs=jobs, concurrency=concurrency, runs=found, cpu_us=cpu)
+        )
     return figures
 
 
@@ -160,13 +194,27 @@ def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
         "jobs/s: median of the runs, drain window on the database clock; cost: how much lower "
         "the throughput with one middleware that only calls call_next() is"
     )
+    lines.append("")
+    lines.append(f"{'backend':<12} {'CPU/job, none':>14} {'CPU/job, 1 empty':>17} {'CPU cost':>9}")
+    for figure in figures:
+        lines.append(
+            f"{figure.backend:<12} {figure.cpu_median('no middleware'):>11,.1f} µs "
+            f"{figure.cpu_median('1 empty middleware'):>14,.1f} µs "
+            f"{figure.cpu_cost_percent:>8.2f}%"
+        )
+    lines.append(
+        "CPU/job: the worker process's CPU time per job (process_time), median of the runs; "
+        "CPU cost: median over the runs of each run's with/without ratio, minus one"
+    )
     if overhead_us is not None:
         lines.append(f"one empty middleware adds {overhead_us:.2f} µs to each attempt's call;")
         for figure in figures:
             per_job_us = 1e6 / figure.median("no middleware")
+            cpu_us = figure.cpu_median("no middleware")
             lines.append(
                 f"  {figure.backend}: {100 * overhead_us / per_job_us:.2f} % of its "
-                f"{per_job_us:,.0f} µs per job without middleware"
+                f"{per_job_us:,.0f} µs per job without middleware (wall clock), "
+                f"{100 * overhead_us / cpu_us:.2f} % of its {cpu_us:,.0f} µs CPU per job"
             )
     return "\n".join(lines)
 

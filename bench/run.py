@@ -30,7 +30,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import fairness, faults, memory, middleware, mvcc, peers, report, side_by_side
+from bench import (
+    fairness,
+    faults,
+    memory,
+    middleware,
+    middleware_instructions,
+    mvcc,
+    peers,
+    report,
+    side_by_side,
+)
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -95,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--fairness-big", type=int, default=20_000, help="fairness: the big tenant's jobs")
     add("--fairness-keys", type=int, default=1_000, help="fairness: keys at their limit")
     add("--fairness-due", type=int, default=100_000, help="fairness: due jobs behind them")
+    add(
+        "--instructions",
+        action="store_true",
+        help="with --only middleware: also count the drains' instructions under valgrind's "
+        "callgrind, steady however busy the machine (minutes; bench/middleware_instructions.py)",
+    )
     add(
         "--memory",
         type=int,
@@ -406,6 +422,10 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     )
     print()
     print(middleware.table(found, middleware.call_overhead_us()))
+    if args.instructions:
+        small, big = (50, 150) if args.quick else (200, 1000)
+        print()
+        print(middleware_instructions.table(middleware_instructions.measure(small=small, big=big)))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 

@@ -9,7 +9,9 @@ client — queries and rendering, the same work uvicorn would do minus the socke
 max of 7 calls after a warm-up, in ms, against the 200 ms budget. The pages: the overview, the
 job list filtered several ways (and its third page), a job's page, the Workers, Periodic and
 Batches pages, and a bulk action's confirmation (which counts the jobs it would change).
-``--plans`` prints PostgreSQL's plan of every statement of a page over budget.
+``--plans`` prints PostgreSQL's plan of every statement of a page over budget. ``--before``
+first times the pages without the indexes of migration 0013 (dropped, then made again), so a
+run shows before and after on the same data.
 
 Figures depend on the machine and its load; the budget is the issue's, not a ratio.
 """
@@ -22,9 +24,12 @@ import time
 import warnings
 from collections.abc import Callable
 
+import sqlalchemy as sa
+
 import sqlqueue
 from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, Target, fresh_database
 from bench.operations import DEAD, QUEUED, Sizes, explain, fill, timed
+from sqlqueue._schema import jobs
 from sqlqueue.web import create_app
 
 with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx still works
@@ -81,8 +86,39 @@ def pages(queue: sqlqueue.Queue) -> dict[str, Callable[[], object]]:
     }
 
 
-def measure(backend: str, target: Target, sizes: Sizes, show_plans: bool) -> list[str]:
-    """Fill a database, time every page; return the names of pages over budget."""
+#: The indexes migration 0013 adds for the web page (those that exist on a backend).
+WEB_SPEED_INDEXES = ("ix_sqlqueue_jobs_unhandled_errors",)
+
+
+def _web_speed_indexes(engine: sa.Engine) -> list[sa.Index]:
+    if engine.dialect.name == "sqlite":  # SQLAlchemy does not reflect expression indexes there
+        with engine.connect() as conn:
+            found = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")
+            names = {str(name) for (name,) in found}
+    else:
+        names = {str(index["name"]) for index in sa.inspect(engine).get_indexes("sqlqueue_jobs")}
+    return [
+        index for index in jobs.indexes if index.name in WEB_SPEED_INDEXES and index.name in names
+    ]
+
+
+def _time_pages(calls: dict[str, Callable[[], object]], label: str) -> list[str]:
+    """Time each page; print a line each; return the names over budget."""
+    over = []
+    for name, call in calls.items():
+        median, worst = timed(call)
+        verdict = "ok" if median < BUDGET_MS else "OVER"
+        if median >= BUDGET_MS:
+            over.append(name)
+        print(f"{label}{name:48} median {median:7.1f} ms   max {worst:7.1f} ms   {verdict}")
+    return over
+
+
+def measure(
+    backend: str, target: Target, sizes: Sizes, show_plans: bool, before: bool = False
+) -> list[str]:
+    """Fill a database, time every page; return the names of pages over budget. ``before``:
+    first without migration 0013's indexes."""
     over: list[str] = []
     with fresh_database(backend, target) as url:
         queue = sqlqueue.Queue(url)
@@ -98,12 +134,21 @@ def measure(backend: str, target: Target, sizes: Sizes, show_plans: bool) -> lis
             f"{sizes.queued:,} queued (filled and analyzed in {took:.0f} s)"
         )
         calls = pages(queue)
-        for name, call in calls.items():
-            median, worst = timed(call)
-            verdict = "ok" if median < BUDGET_MS else "OVER"
-            if median >= BUDGET_MS:
-                over.append(name)
-            print(f"{name:48} median {median:7.1f} ms   max {worst:7.1f} ms   {verdict}")
+        if before:
+            dropped = _web_speed_indexes(queue.engine)
+            with queue.engine.begin() as conn:
+                for index in dropped:
+                    index.drop(conn)
+            names = ", ".join(index.name or "" for index in dropped) or "none on this backend"
+            print(f"-- before: without migration 0013's indexes ({names})")
+            _time_pages(calls, "before ")
+            with queue.engine.begin() as conn:
+                for index in dropped:
+                    index.create(conn)
+                if backend == "sqlite":
+                    conn.exec_driver_sql("ANALYZE")
+            print("-- after: with them")
+        over = _time_pages(calls, "after  " if before else "")
         if show_plans and backend == "postgresql":
             for name in over:
                 print(f"\n-- plans of {name}")
@@ -121,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument("--plans", action="store_true", help="print plans of pages over budget")
+    parser.add_argument(
+        "--before", action="store_true", help="first time the pages without 0013's indexes"
+    )
     args = parser.parse_args(argv)
     target = Target(postgres_url=args.postgres_url)
     started = time.perf_counter()
@@ -128,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     for backend in args.backends.split(","):
         sizes = Sizes(args.rows, args.dead, args.queued)
         over += [
-            f"{backend}: {name}" for name in measure(backend.strip(), target, sizes, args.plans)
+            f"{backend}: {name}"
+            for name in measure(backend.strip(), target, sizes, args.plans, args.before)
         ]
     print(f"\n{len(over)} page(s) over {BUDGET_MS:.0f} ms ({time.perf_counter() - started:.0f} s)")
     for name in over:

@@ -200,3 +200,29 @@ def test_the_fairness_bench_runs_on_sqlite_at_a_small_size() -> None:
     assert "no limit" in lines[0]
     assert "limit 2 per tenant" in lines[1]
     assert "p99" in lines[1]
+
+
+def test_the_middleware_bench_measures_cpu_per_job_and_pairs_its_runs() -> None:
+    from bench.middleware import Figure, table
+
+    figure = Figure(
+        backend="sqlite",
+        jobs=100,
+        concurrency=1,
+        runs={"no middleware": [1000.0, 500.0, 900.0], "1 empty middleware": [990.0] * 3},
+        # Run 2 was slow for both variants (a busy neighbour): pairing runs discounts it.
+        cpu_us={
+            "no middleware": [100.0, 300.0, 100.0],
+            "1 empty middleware": [102.0, 309.0, 101.0],
+        },
+    )
+    assert round(figure.cpu_cost_percent, 6) == 2.0  # the median of +2 %, +3 %, +1 %
+    assert figure.cpu_median("no middleware") == 100.0
+    text = table([figure], overhead_us=2.0)
+    assert "2.00%" in text
+    assert "2.00 % of its 100 µs CPU per job" in text
+
+    done = _bench("--only", "middleware", "--quick", "--backends", "sqlite", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "CPU/job, none" in done.stdout
+    assert "µs CPU per job" in done.stdout

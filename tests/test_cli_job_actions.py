@@ -5,10 +5,10 @@ web page's actions on waiting jobs from the command line, each recorded with who
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import sqlqueue
-from tests._support import enqueue, run_cli
+from tests._support import drain, enqueue, run_cli
 from tests.conftest import Backend
 
 
@@ -58,3 +58,66 @@ def test_run_now_reschedule_and_cancel_record_who_and_why(backend: Backend) -> N
     gone = queue.get_job(third)
     assert gone is not None
     assert gone.status is sqlqueue.JobStatus.CANCELLED
+
+
+def test_jobs_show_lists_the_actions_on_a_job_with_who_when_and_why(backend: Backend) -> None:
+    queue = backend.queue()
+    queue.task("report")(lambda n=0: None)
+    job_id = queue.enqueue(backend.engine, "report", {"n": 1}, delay=3600)
+    untouched = queue.enqueue(backend.engine, "report", {"n": 2}, delay=3600)
+    for command in (
+        ["reschedule", str(job_id), "--at", "+2h", "--by", "ada", "--reason", "after deploy"],
+        ["run-now", str(job_id), "--by", "bob", "--reason", "customer waits"],
+        ["cancel", str(job_id), "--by", "cy", "--reason", "withdrawn"],
+    ):
+        done = run_cli(*command, url=backend.url)
+        assert done.returncode == 0, done.stderr
+    shown = run_cli("jobs", "show", str(job_id), url=backend.url)
+    as_json = run_cli("jobs", "show", str(job_id), "--json", url=backend.url)
+    bare = run_cli("jobs", "show", str(untouched), url=backend.url)
+
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    lines = [line.strip() for line in text[text.index("actions:\n") :].splitlines()[1:4]]
+    said = [line.split(" ", 2)[2] for line in lines]
+    assert said[0].startswith("reschedule by ada: after deploy (run at ")
+    assert said[1:] == ["run-now by bob: customer waits", "cancel by cy: withdrawn"]
+    recorded = [
+        a.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") for a in queue.job_actions(job_id)
+    ]
+    assert [line[:19] for line in lines] == recorded  # when, to the second (UTC)
+    assert as_json.returncode == 0, as_json.stderr
+    actions = json.loads(as_json.stdout)["actions"]
+    assert [(a["action"], a["by"], a["reason"]) for a in actions] == [
+        ("reschedule", "ada", "after deploy"),
+        ("run_now", "bob", "customer waits"),
+        ("cancel", "cy", "withdrawn"),
+    ]
+    assert "run_at" in actions[0]["detail"]
+    assert bare.returncode == 0, bare.stderr
+    assert "actions:" not in bare.stdout
+
+
+def test_jobs_show_lists_a_requeue_and_a_discard(backend: Backend) -> None:
+    queue = backend.queue()
+
+    @queue.task("boom", max_attempts=1)
+    def boom(n: int) -> None:
+        raise ValueError("no")
+
+    first, second = enqueue(queue, "boom", 2)
+    drain(queue)
+    assert run_cli(
+        "dead", "requeue", "--ids", str(first), "--by", "ada", "--reason", "fixed",
+        url=backend.url,
+    ).returncode == 0  # fmt: skip
+    assert run_cli(
+        "dead", "discard", "--ids", str(second), "--by", "bob", "--reason", "spam",
+        url=backend.url,
+    ).returncode == 0  # fmt: skip
+    requeued = queue.get_job(first)
+    assert requeued is not None
+    shown_first = run_cli("jobs", "show", str(first), url=backend.url).stdout
+    shown_second = run_cli("jobs", "show", str(second), url=backend.url).stdout
+    assert f"requeue by ada: fixed (as job {requeued.requeued_as})" in shown_first
+    assert "discard by bob: spam" in shown_second.split("actions:\n")[1]

@@ -203,13 +203,20 @@ def test_claim_never_returns_more_than_its_limit_and_orders_by_priority(backend)
 
 def test_heartbeat_reports_the_leases_it_lost(backend, caplog):
     from sqlqueue._worker.heartbeat import Heartbeat
+    from sqlqueue._worker.registry import Registration
 
     queue, job_id = _one_job(backend)
     [job] = _claim(queue, "w1")
-    beat = Heartbeat(queue.store, worker_id="w1", lease_seconds=30)
-    assert beat.run_once([job], still_running=lambda _: True).lost == set()
+    registration = Registration(
+        queue.admin, worker_id="w1", queues={"default": 1}, job_types=None, interval=10
+    )
+    beat = Heartbeat(queue.store, registration=registration, lease_seconds=30)
+    assert (
+        beat.run_once([job], still_running=lambda _: True, running=1, stopping=False).lost == set()
+    )
     Reaper(queue.store).run_once(now=job.lease_expires_at + timedelta(hours=1))
-    assert beat.run_once([job], still_running=lambda _: True).lost == {job_id}
+    lost = beat.run_once([job], still_running=lambda _: True, running=1, stopping=False).lost
+    assert lost == {job_id}
     assert f"lost the lease on running job {job_id}" in caplog.text
 
 

@@ -15,6 +15,7 @@ import sqlqueue
 from sqlqueue._schema import workers
 from sqlqueue.testing import age_jobs
 from tests._support import WorkerThread, db_now, drain, run_cli, wait_until
+from tests._support.statements import statements
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(120)
@@ -207,3 +208,79 @@ def test_a_stopping_worker_says_so_while_its_last_job_finishes(backend: Backend)
         release.set()
         running.stop()
     assert queue.workers(include_gone=True) == []
+
+
+# -- the row rides on the heartbeat; retention prunes the rows of gone workers -----------------
+
+
+def test_the_heartbeat_writes_the_row_in_the_transaction_that_extends_the_leases(
+    backend: Backend,
+) -> None:
+    from sqlqueue._worker.heartbeat import Heartbeat
+    from sqlqueue._worker.registry import Registration
+
+    queue = _queue(backend)
+    with backend.engine.begin() as conn:
+        queue.enqueue(conn, "mail_job", {"n": 1})
+    [job] = queue.store.claim(
+        queues=["mail"], job_types=None, limit=1, worker_id="w1", lease_seconds=30
+    )
+    registration = Registration(
+        queue.admin, worker_id="w1", queues={"mail": 2}, job_types=None, interval=10.0
+    )
+    heartbeat = Heartbeat(queue.store, registration=registration, lease_seconds=30)
+    with statements(backend.engine) as alone:  # the row's upsert in a transaction of its own
+        registration.announce(running=0, stopping=False)
+    with statements(backend.engine) as sent:
+        beat = heartbeat.run_once([job], still_running=lambda _: True, running=1, stopping=False)
+    assert beat.lost == frozenset()
+    assert (alone.commits, sent.commits) == (1, 1)  # the row and the leases: one transaction
+    # The row costs the heartbeat what its upsert costs alone (one statement; MariaDB's
+    # emulated upsert a few), and gone workers' rows are no longer deleted on the way.
+    assert len(sent.touching("sqlqueue_workers")) == len(alone.touching("sqlqueue_workers"))
+    assert not [sql for sql in sent.sql if sql.lstrip().upper().startswith("DELETE")]
+    assert len(sent.touching("lease_expires_at")) == 1  # the leases' update
+    (info,) = queue.workers()
+    assert (info.id, info.queues, info.running, info.alive) == ("w1", {"mail": 2}, 1, True)
+
+
+def test_retention_prunes_the_rows_of_workers_gone_long_enough(backend: Backend) -> None:
+    retention = sqlqueue.Retention(gone_workers=3600.0, interval=0.05)
+    queue = _queue(backend, retention=retention)
+    _announce(queue, "live", {"mail": 1})
+    _announce(queue, "killed_long_ago", {"mail": 1})
+    _last_seen(backend, "killed_long_ago", 7200)
+    _announce(queue, "killed_lately", {"mail": 1})
+    _last_seen(backend, "killed_lately", 60)
+    worker = queue.worker(queues=["reports"], poll_interval=0.05)
+    with WorkerThread(worker):
+        wait_until(
+            lambda: "killed_long_ago" not in {w.id for w in queue.workers(include_gone=True)},
+            what="retention to prune the row of the worker gone two hours ago",
+        )
+        kept = {w.id: w.alive for w in queue.workers(include_gone=True)}
+        assert kept == {"live": True, "killed_lately": False, worker.worker_id: True}
+
+
+def test_gone_workers_rows_are_kept_a_day_by_default(backend: Backend) -> None:
+    # A retention that prunes no jobs (every age None, as a queue without one: sqlqueue uses
+    # Retention() then, every minute) still prunes gone workers' rows, a day after they left.
+    queue = _queue(backend, retention=sqlqueue.Retention(interval=0.05))
+    _announce(queue, "killed_two_days_ago", {"mail": 1})
+    _last_seen(backend, "killed_two_days_ago", 2 * 86400)
+    _announce(queue, "killed_an_hour_ago", {"mail": 1})
+    _last_seen(backend, "killed_an_hour_ago", 3600)
+    worker = queue.worker(queues=["reports"], poll_interval=0.05)
+    with WorkerThread(worker):
+        wait_until(
+            lambda: "killed_two_days_ago" not in {w.id for w in queue.workers(include_gone=True)},
+            what="the default retention to prune the row of the worker gone two days ago",
+        )
+        assert "killed_an_hour_ago" in {w.id for w in queue.workers(include_gone=True)}
+
+
+def test_gone_workers_retention_must_not_be_negative() -> None:
+    with pytest.raises(sqlqueue.ConfigurationError, match=r"Retention\.gone_workers must be >= 0"):
+        sqlqueue.Retention(gone_workers=-1.0)
+    assert sqlqueue.Retention().gone_workers == 86400.0
+    assert sqlqueue.Retention(gone_workers=None).gone_workers is None

@@ -26,21 +26,25 @@ def check_prunable(statuses: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Retention:
-    """How many seconds finished jobs are kept, per status (``None``: kept for ever).
+    """How many seconds finished jobs are kept, per status (``None``: kept for ever), and the
+    rows of workers gone without a word (killed, crashed) after their last heartbeat
+    (``gone_workers``, a day by default; a worker that stops cleanly deletes its own row).
 
     ``Queue(retention=Retention(succeeded=7 * 86400, cancelled=7 * 86400, dead=30 * 86400))``
     makes workers prune every ``interval`` seconds, ``batch_size`` rows per transaction.
-    Pruning a job frees its idempotency key.
+    Pruning a job frees its idempotency key. A queue without a retention still prunes gone
+    workers' rows after a day.
     """
 
     succeeded: float | None = None
     cancelled: float | None = None
     dead: float | None = None
+    gone_workers: float | None = 86400.0
     interval: float = 60.0
     batch_size: int = 1000
 
     def __post_init__(self) -> None:
-        for name in PRUNABLE:
+        for name in (*PRUNABLE, "gone_workers"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigurationError(f"Retention.{name} must be >= 0 seconds, got {value!r}")

@@ -263,6 +263,12 @@ class Admin:
         """See :func:`workers.remove_worker`."""
         self._write(lambda conn: workers.remove_worker(conn, worker_id=worker_id))
 
+    def prune_gone_workers(self, *, older_than: float) -> int:
+        """See :func:`workers.prune_gone_workers`."""
+        return self._write(
+            lambda conn: workers.prune_gone_workers(conn, self.dialect, older_than=older_than)
+        )
+
     def live_workers(self) -> list[LiveWorker]:
         """See :func:`workers.read_live_workers`."""
         return self._read(lambda conn: workers.read_live_workers(conn, self.dialect))

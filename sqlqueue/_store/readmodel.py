@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, or_, select, union_all
 
 from sqlqueue._job import Job
-from sqlqueue._schema import jobs, queues
+from sqlqueue._schema import ERROR_GROUP, ERROR_GROUP_CHARS, UNHANDLED_ERRORS, jobs, queues
 from sqlqueue._store.counts import read_finished_counts
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
@@ -37,9 +37,6 @@ __all__ = [
 #: The live work, counted from a short range of ``ix_sqlqueue_jobs_status`` whatever the
 #: history's size (finished jobs: see :mod:`sqlqueue._store.counts`).
 UNFINISHED = ("queued", "running", "failed")
-
-#: Errors are grouped by their first characters: the rest often holds ids that differ per job.
-ERROR_GROUP_CHARS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +90,13 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
     dead = conn.execute(
         select(func.count()).where(*unhandled_dead(), jobs.c.finished_at >= hour_ago)
     ).scalar_one()
-    error = func.substr(jobs.c.last_error, 1, ERROR_GROUP_CHARS).label("error")
+    # Word for word the predicate and expression of ix_sqlqueue_jobs_unhandled_errors (SQLite).
+    error = ERROR_GROUP.label("error")
     errors = conn.execute(
         select(error, count)
-        .where(jobs.c.status.in_(("failed", "dead")), jobs.c.last_error.is_not(None))
-        .where(jobs.c.requeued_as.is_(None), jobs.c.discarded_at.is_(None))
-        .group_by(error)
+        .select_from(jobs)
+        .where(UNHANDLED_ERRORS)
+        .group_by(ERROR_GROUP)
         .order_by(count.desc(), error)
         .limit(10)
     ).all()

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes
+from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes, workers
 from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
@@ -225,6 +225,33 @@ class Store(GateTransactions):
             ),
             relaxed=True,
         )
+
+    def beat(
+        self,
+        *,
+        worker_id: str,
+        fences: Sequence[tuple[int, int]],
+        lease_seconds: float,
+        facts: Mapping[str, Any],
+        expires_in: float,
+    ) -> dict[int, bool]:
+        """A worker's heartbeat, one transaction: write its row in the live workers' table
+        (see :func:`workers.announce_worker`), and extend the leases of ``fences`` (see
+        :meth:`extend_leases`, whose answer it returns)."""
+
+        def run(conn: Connection) -> dict[int, bool]:
+            workers.announce_worker(
+                conn, self.dialect, worker_id=worker_id, facts=facts, expires_in=expires_in
+            )
+            return leases.extend_leases(
+                conn,
+                self.dialect,
+                worker_id=worker_id,
+                fences=fences,
+                lease_seconds=lease_seconds,
+            )
+
+        return self._in_write(run, relaxed=True)
 
     def reap_expired(
         self, *, limit: int = 100, now: datetime | None = None

@@ -1,5 +1,6 @@
 """The live workers (``sqlqueue_workers``): each worker writes its row every heartbeat interval
-and deletes it at a clean exit; a row past its ``expires_at`` is a worker gone without a word.
+and deletes it at a clean exit; a row past its ``expires_at`` is a worker gone without a word,
+kept until retention prunes it (:func:`prune_gone_workers`).
 Health reads which job types the live workers of each queue know, and which overdue jobs are of
 types none of them knows."""
 
@@ -16,21 +17,17 @@ from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.dialects import Dialect
 
 __all__ = [
-    "GONE_KEPT_SECONDS",
     "LiveWorker",
     "OverdueType",
     "SeenWorker",
     "announce_worker",
+    "prune_gone_workers",
     "read_live_workers",
     "read_overdue_types",
     "read_seen_workers",
     "read_workers",
     "remove_worker",
 ]
-
-#: How long the row of a worker gone without a word is kept after it expired (then the next
-#: announcement of any worker deletes it).
-GONE_KEPT_SECONDS = 86400.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +70,8 @@ def announce_worker(
     expires_in: float,
 ) -> None:
     """Write (or refresh) ``worker_id``'s row: ``facts`` are its columns other than the times;
-    it counts as live for ``expires_in`` seconds. Rows of workers gone long ago go too."""
+    it counts as live for ``expires_in`` seconds. One statement: the heartbeat's transaction
+    carries it."""
     current = dialect.now()
     expires_at = dialect.now_plus(float(expires_in))
     seen = {**facts, "last_seen_at": current, "expires_at": expires_at}
@@ -87,7 +85,17 @@ def announce_worker(
             where=workers.c.id == worker_id,
         ),
     )
-    conn.execute(delete(workers).where(workers.c.expires_at < dialect.now_plus(-GONE_KEPT_SECONDS)))
+
+
+def prune_gone_workers(conn: Connection, dialect: Dialect, *, older_than: float) -> int:
+    """Delete the rows of workers gone without a word whose last heartbeat is more than
+    ``older_than`` seconds old (database clock); return how many went. A live worker's row
+    stays, however old its last heartbeat."""
+    stmt = delete(workers).where(
+        workers.c.expires_at <= dialect.now(),
+        workers.c.last_seen_at < dialect.now_plus(-float(older_than)),
+    )
+    return int(conn.execute(stmt).rowcount)
 
 
 def remove_worker(conn: Connection, *, worker_id: str) -> None:
@@ -114,7 +122,7 @@ def read_live_workers(conn: Connection, dialect: Dialect) -> list[LiveWorker]:
 
 def read_workers(conn: Connection, dialect: Dialect, *, include_gone: bool) -> list[WorkerInfo]:
     """The workers' rows, live ones first, each group by host, pid and id; ``include_gone``: the
-    expired rows too (workers gone without a word, kept a day)."""
+    expired rows too (workers gone without a word, kept until retention prunes them)."""
     alive = (workers.c.expires_at > dialect.now()).label("alive")
     query = select(workers, alive).order_by(
         alive.desc(), workers.c.host, workers.c.pid, workers.c.id
@@ -139,7 +147,7 @@ def read_workers(conn: Connection, dialect: Dialect, *, include_gone: bool) -> l
 
 
 def read_seen_workers(conn: Connection, dialect: Dialect) -> list[SeenWorker]:
-    """Every worker's row, live or gone (gone rows are kept a day), with its age."""
+    """Every worker's row, live or gone (until retention prunes it), with its age."""
     current = dialect.now()
     query = select(
         workers.c.queues,

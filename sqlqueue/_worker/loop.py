@@ -93,8 +93,15 @@ class Worker:
         self._store = queue.store
         self._reaper = Reaper(queue.store)
         self._scheduler = Scheduler(queue, queue.periodic_schedules)
+        self._registration = Registration(
+            queue.admin,
+            worker_id=self.worker_id,
+            queues={name: pool.limit for pool in self._slots.pools for name in pool.queues},
+            job_types=self._job_types,
+            interval=self._heartbeat_interval,
+        )
         self._heartbeat = Heartbeat(
-            queue.store, worker_id=self.worker_id, lease_seconds=queue.lease_seconds
+            queue.store, registration=self._registration, lease_seconds=queue.lease_seconds
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = asyncio.Event()
@@ -256,13 +263,7 @@ class Worker:
             served=self._served,
             poll_interval=self.settings.poll_interval,
             on_resumed=self._resumed,
-            registration=Registration(
-                self.queue.admin,
-                worker_id=self.worker_id,
-                queues={name: pool.limit for pool in self._slots.pools for name in pool.queues},
-                job_types=self._job_types,
-                interval=self._heartbeat_interval,
-            ),
+            registration=self._registration,
             running=lambda: len(self._running),
             on_limits=self._queue_limits_read,
         )
@@ -284,7 +285,13 @@ class Worker:
             asyncio.create_task(contexts.run(), name="sqlqueue-progress"),
             asyncio.create_task(completer.run(), name="sqlqueue-completer"),
             asyncio.create_task(
-                every(self._heartbeat_interval, self._beat, "heartbeat", answers=self._db.answers),
+                every(
+                    self._heartbeat_interval,
+                    self._beat,
+                    "heartbeat",
+                    answers=self._db.answers,
+                    at_once=True,  # the worker's row, at once
+                ),
                 name="sqlqueue-heartbeat",
             ),
             asyncio.create_task(
@@ -604,6 +611,8 @@ class Worker:
                 self._heartbeat.run_once,
                 jobs,
                 still_running=lambda job_id: job_id in self._running or job_id in held,
+                running=len(self._running),
+                stopping=self._stop_requested.is_set(),
             )
         )
         # A held job whose lease was lost was reaped and may run elsewhere: never start it.

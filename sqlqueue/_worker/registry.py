@@ -1,6 +1,7 @@
-"""A worker's row in the live workers' table (``sqlqueue_workers``): written when it starts and
-every heartbeat interval after (one short write, never per job), deleted when it stops cleanly.
-Missing three intervals, it counts as gone. It says which queues the worker serves and which job
+"""A worker's row in the live workers' table (``sqlqueue_workers``): written by every heartbeat,
+in the transaction that extends the worker's leases (one statement more in a round trip the
+worker makes anyway, never per job), deleted when it stops cleanly. Missing three heartbeats, it
+counts as gone; retention prunes it later. It says which queues the worker serves and which job
 types it has tasks for: what ``health`` needs to tell jobs no live worker can run."""
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def _version() -> str:
 
 
 class Registration:
-    """One worker's row: :meth:`announce` on the database thread every ``interval`` seconds,
-    :meth:`withdraw` at a clean exit."""
+    """One worker's row: its columns for the heartbeat (:meth:`row`), :meth:`announce` once
+    more when it begins to stop, :meth:`withdraw` at a clean exit."""
 
     def __init__(
         self,
@@ -51,12 +52,22 @@ class Registration:
             "job_types": None if job_types is None else sorted(job_types),
         }
 
+    @property
+    def expires_in(self) -> float:
+        """How long a written row counts as live: :data:`MISSED_BEATS` intervals."""
+        return MISSED_BEATS * self.interval
+
+    def row(self, *, running: int, stopping: bool) -> dict[str, Any]:
+        """The row's columns other than its times, as the heartbeat writes them."""
+        return {**self._facts, "running": running, "stopping": stopping}
+
     def announce(self, *, running: int, stopping: bool) -> None:
-        """Write the row (live for :data:`MISSED_BEATS` intervals from now)."""
+        """Write the row in a transaction of its own (live for :data:`MISSED_BEATS` intervals
+        from now): the heartbeat writes it otherwise."""
         self._admin.announce_worker(
             worker_id=self.worker_id,
-            facts={**self._facts, "running": running, "stopping": stopping},
-            expires_in=MISSED_BEATS * self.interval,
+            facts=self.row(running=running, stopping=stopping),
+            expires_in=self.expires_in,
         )
 
     def withdraw(self) -> None:

@@ -1,4 +1,5 @@
-"""The retention duty: prune finished jobs older than the queue's :class:`~sqlqueue.Retention`.
+"""The retention duty: prune finished jobs older than the queue's :class:`~sqlqueue.Retention`,
+and the rows of workers gone without a word long enough.
 
 Every worker runs the duty, but one at a time across all hosts holds it (a lease row in
 ``sqlqueue_duties``); each batch is its own short transaction and takes only rows nobody else
@@ -70,11 +71,21 @@ class RetentionDuty:
                     break
                 if self._single_writer:
                     await asyncio.sleep(min(loop.time() - started, 0.2))
+        if self.retention.gone_workers is not None and not stopping():
+            await db.call(partial(self.prune_workers, self.retention.gone_workers))
 
     def release(self) -> None:
         """Give the duty up (a worker that stops), so another worker takes it at its next pass
         rather than when this lease runs out."""
         self._admin.release_duty(name=DUTY_NAME, holder=self._holder)
+
+    def prune_workers(self, age: float) -> int:
+        """Delete the rows of workers gone without a heartbeat for ``age`` seconds; return how
+        many went (a small table: one statement)."""
+        deleted = self._admin.prune_gone_workers(older_than=age)
+        if deleted:
+            log.info("retention: pruned %d gone worker row(s) older than %g s", deleted, age)
+        return deleted
 
     def prune(self, status: str, age: float) -> int:
         """Delete one batch of ``status`` jobs older than ``age`` seconds; return how many went

@@ -1,7 +1,7 @@
 """A worker's duties for the operators: follow pauses, fold finished jobs into the stats'
-counts, prune by the queue's retention, and keep its row in the live workers' table — each a
-periodic task beside the claim loop, its SQL run on the worker's database thread between
-claims."""
+counts, prune by the queue's retention — each a periodic task beside the claim loop, its SQL
+run on the worker's database thread between claims — and say in its row of the live workers'
+table that it is stopping, then delete the row (the heartbeat writes it otherwise)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sqlqueue._errors import DatabaseError
+from sqlqueue._policies.retention import Retention
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.pauses import Pauses
 from sqlqueue._worker.registry import Registration
@@ -20,7 +21,6 @@ from sqlqueue._worker.retention import RetentionDuty
 from sqlqueue._worker.retries import Answers, Backoff
 
 if TYPE_CHECKING:
-    from sqlqueue._policies.retention import Retention
     from sqlqueue._store.admin import Admin
 
 __all__ = ["FOLD_SECONDS", "Upkeep", "every"]
@@ -86,9 +86,10 @@ class Upkeep:
         self.pauses = Pauses(admin, served, on_limits)
         self._reading: asyncio.Future[None] | None = None
         self._stopping: asyncio.Future[None] | None = None
+        retention = Retention() if retention is None else retention  # gone workers' rows
         self._retention = (
             RetentionDuty(admin, retention, holder=worker_id, single_writer=single_writer)
-            if retention is not None and any(retention.ages())
+            if any(retention.ages()) or retention.gone_workers is not None
             else None
         )
 
@@ -124,38 +125,24 @@ class Upkeep:
             if self._single_writer:
                 await asyncio.sleep(min(loop.time() - started, 0.2))
 
-    async def announce(self, stopping: bool) -> None:
-        """Write this worker's row in the live workers' table (see registry.py)."""
-        running = self._running()
-        await self._db.call(lambda: self._registration.announce(running=running, stopping=stopping))
-
     def stopping_now(self) -> None:
         """The worker began to shut down: say so in its row at once (on the loop), so operators
         see it stopping while its last jobs finish."""
 
+        running = self._running()
+
         async def announce() -> None:
             with contextlib.suppress(DatabaseError):
-                await self.announce(True)
+                await self._db.call(
+                    lambda: self._registration.announce(running=running, stopping=True)
+                )
 
         self._stopping = asyncio.ensure_future(announce())
 
     def start(self, stopping: Callable[[], bool]) -> list[asyncio.Task[None]]:
         """The periodic tasks; ``stopping`` ends a retention pass early."""
 
-        async def announce() -> None:
-            await self.announce(stopping())
-
         tasks = [
-            asyncio.create_task(
-                every(
-                    self._registration.interval,
-                    announce,
-                    "worker registry",
-                    answers=self._db.answers,
-                    at_once=True,
-                ),
-                name="sqlqueue-registry",
-            ),
             asyncio.create_task(
                 every(
                     self._poll_interval,

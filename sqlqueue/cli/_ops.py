@@ -222,10 +222,12 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     if job is None:
         raise JobNotFound(f"there is no job {args.job_id}")
     worker = worker_of(queue, job)
+    actions = queue.job_actions(job.id)
     if args.json:
-        print(json_text({**job.to_dict(), "worker": None if worker is None else worker.to_dict()}))
+        shown = {**job.to_dict(), "worker": None if worker is None else worker.to_dict()}
+        print(json_text({**shown, "actions": [action.to_dict() for action in actions]}))
     else:
-        print(job_details(job, worker=worker_text(job, worker)))
+        print(job_details(job, worker=worker_text(job, worker), actions=actions))
     return 0
 
 

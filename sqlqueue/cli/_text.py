@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
+from sqlqueue._job_action import JobAction
 from sqlqueue._operators.moments import parse_duration, parse_moment
 from sqlqueue._scrub import shorten
 
@@ -104,8 +105,9 @@ def batch_details(batch: BatchStatus) -> str:
     return "\n".join(f"{name + ':':17} {_cell(value)}" for name, value in fields)
 
 
-def job_details(job: Job, *, worker: str | None = None) -> str:
-    """Everything about one job, for ``sqlqueue jobs show`` (``worker``: who runs it)."""
+def job_details(job: Job, *, worker: str | None = None, actions: Sequence[JobAction] = ()) -> str:
+    """Everything about one job, for ``sqlqueue jobs show`` (``worker``: who runs it; ``actions``:
+    what operators did to it besides requeue and discard, which the job records itself)."""
     fields: list[tuple[str, Any]] = [
         ("id", job.id),
         ("type", job.job_type),
@@ -130,6 +132,10 @@ def job_details(job: Job, *, worker: str | None = None) -> str:
         ("last error", job.last_error),
     ]
     lines = [f"{name + ':':17} {_cell(value)}" for name, value in fields]
+    done = _actions_done(job, actions)
+    if done:
+        lines.append("actions:")
+        lines += ["  " + line for line in done]
     lines.append("payload:")
     lines += ["  " + line for line in json_text(dict(job.payload)).splitlines()]
     if job.result is not None:
@@ -146,3 +152,20 @@ def _who_when_why(by: str | None, at: datetime | None, reason: str | None) -> st
     if at is None:
         return None
     return f"{_cell(at)} by {by}: {reason}"
+
+
+def _actions_done(job: Job, actions: Sequence[JobAction]) -> list[str]:
+    """Every operator's action on ``job``, oldest first, one line each: when, what, who, why
+    (and a reschedule's new run time)."""
+    done: list[tuple[datetime, str]] = []
+    for action in actions:
+        run_at = action.detail.get("run_at")
+        extra = f" (run at {run_at})" if run_at else ""
+        name = action.action.replace("_", "-")
+        done.append((action.at, f"{name} by {action.by}: {action.reason}{extra}"))
+    if job.requeued_at is not None:
+        what = f" (as job {job.requeued_as})" if job.requeued_as is not None else ""
+        done.append((job.requeued_at, f"requeue by {job.requeued_by}: {job.requeue_reason}{what}"))
+    if job.discarded_at is not None:
+        done.append((job.discarded_at, f"discard by {job.discarded_by}: {job.discard_reason}"))
+    return [f"{_cell(at)} {text}" for at, text in sorted(done, key=lambda entry: entry[0])]
