@@ -27,6 +27,7 @@ from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.transactions import translated
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
+from sqlqueue._unique import Unique, UniqueCheck, unique_key
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -125,6 +126,7 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
         request.max_attempts,
         request.external,
         settings.hooks,
+        request.unique,
     )
 
 
@@ -143,6 +145,7 @@ def check_job(
     max_attempts: int | None = None,
     external: bool = False,
     hooks: Sequence[EnqueueHook] = (),
+    unique: Unique | None = None,
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
     ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job. The
@@ -161,12 +164,14 @@ def check_job(
                 queue=queue,
                 max_attempts=max_attempts,
                 external=external,
+                unique=unique,
             ),
         )
         job_type, payload = request.job_type, request.payload
         idempotency_key, group_key = request.idempotency_key, request.group_key
         delay, run_at, priority = request.delay, request.run_at, request.priority
         queue, max_attempts, external = request.queue, request.max_attempts, request.external
+        unique = request.unique
     delay_seconds = check_enqueue(
         job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
     )
@@ -179,6 +184,14 @@ def check_job(
         )
     if task is not None and not external:
         check_arguments(task, payload)
+    if unique is None and task is not None:
+        unique = task.unique
+    key = check = None
+    if unique is not None:
+        if not isinstance(unique, Unique):
+            raise EnqueueError(f"unique must be a sqlqueue.Unique, got {unique!r}")
+        key = unique_key(job_type, unique, payload or {})
+        check = UniqueCheck(states=tuple(unique.states), replace=unique.on_conflict == "replace")
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
@@ -199,6 +212,8 @@ def check_job(
         "group_key": group_key,
         "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "batch_id": None,
+        "unique_key": key,
+        "_unique": check,
         "_run_at": run_at,
         "_delay": delay_seconds,
     }
@@ -257,7 +272,14 @@ def check_batch_children(settings: EnqueueSettings, requests: object) -> list[Jo
                 "a batch cannot have one (an existing job with that key is not this batch's); "
                 "make the code that creates the batch idempotent instead"
             )
-        rows.append(build_row(settings, request))
+        row = build_row(settings, request)
+        if row["unique_key"] is not None:
+            raise EnqueueError(
+                f"batch child {index} ({request.job_type}) is unique (sqlqueue.Unique): "
+                "children of a batch cannot be (an existing job kept in its place is not this "
+                "batch's); enqueue it outside the batch"
+            )
+        rows.append(row)
     return rows
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "queues",
     "rate_limits",
     "table_options",
+    "unique_keys",
     "webhook_endpoints",
     "workers",
 ]
@@ -58,7 +59,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -137,6 +138,9 @@ jobs = Table(
     Column("trace_context", Text, nullable=True),
     # Batches (added by 0009): the batch a child belongs to, or that a callback job completes.
     Column("batch_id", Id, nullable=True),
+    # Unique jobs (added by 0013): the SHA-256 hex digest of the task, the ``Unique.by`` values
+    # and the period bucket (see sqlqueue/_unique.py); NULL for a job that is not unique.
+    Column("unique_key", String(64), nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -210,6 +214,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("group_key", fill=Fill.ROW),
     JobColumn("trace_context", fill=Fill.ROW, claimed=True),
     JobColumn("batch_id", fill=Fill.ROW, claimed=True),
+    JobColumn("unique_key", fill=Fill.ROW),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )
@@ -249,6 +254,17 @@ Index(
 )
 # Idempotency: enforced by the database, not by check-then-insert. NULL keys never collide.
 Index("uq_sqlqueue_jobs_idempotency_key", jobs.c.idempotency_key, unique=True)
+# Unique jobs (0013): the jobs holding a unique key, by status (not unique: the states that block
+# vary per task, so the store looks them up under a lock on the key's row in
+# ``sqlqueue_unique_keys``; a job leaving those states frees the key with no write of its own).
+_UNIQUE = text("unique_key IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_unique_key",
+    jobs.c.unique_key,
+    jobs.c.status,
+    postgresql_where=_UNIQUE,
+    sqlite_where=_UNIQUE,
+)
 # Per-key ordering: the unfinished jobs of a group, oldest first.
 _UNFINISHED = text("status IN ('queued', 'failed', 'running')")
 Index(
@@ -469,3 +485,14 @@ job_actions = Table(
 )
 # A job's actions, in order: what its page shows.
 Index("ix_sqlqueue_job_actions_job", job_actions.c.job_id, job_actions.c.id)
+
+# Unique jobs (added by 0013): one row per unique key ever enqueued, written if absent and then
+# locked by every enqueue of that key, so concurrent enqueuers of one key take turns (the row
+# lock on PostgreSQL and MariaDB/MySQL; SQLite's write lock serialises them anyway) and each
+# sees the jobs the previous one committed. The row carries no state: jobs hold it.
+unique_keys = Table(
+    "sqlqueue_unique_keys",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    **_MYSQL_TABLE,
+)

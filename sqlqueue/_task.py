@@ -18,6 +18,7 @@ from sqlqueue._policies.circuit_breaker import CircuitBreaker
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
 from sqlqueue._tracing import Tracing
+from sqlqueue._unique import Unique
 from sqlqueue._worker.pipeline import Plan, plan
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class EnqueueOptions:
     priority: int | None = None
     queue: str | None = None
     max_attempts: int | None = None
+    #: Overrides the task's ``unique`` for this job.
+    unique: Unique | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +66,8 @@ class JobRequest:
     queue: str | None = None
     max_attempts: int | None = None
     external: bool = False
+    #: At most one such job per key (overrides the task's ``unique``; see sqlqueue.Unique).
+    unique: Unique | None = None
 
     @property
     def options(self) -> EnqueueOptions:
@@ -75,6 +80,7 @@ class JobRequest:
             priority=self.priority,
             queue=self.queue,
             max_attempts=self.max_attempts,
+            unique=self.unique,
         )
 
 
@@ -95,6 +101,7 @@ class Enqueuer(Protocol):
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        unique: Unique | None = None,
     ) -> int:
         """Enqueue one job in ``conn``'s transaction."""
 
@@ -128,6 +135,8 @@ class Task:
     circuit_breaker: CircuitBreaker | None = None
     #: The payload fields sealed at enqueue and opened into the handler's arguments.
     secrets: SecretFields | None = None
+    #: At most one job per key among those in some statuses (see sqlqueue/_unique.py).
+    unique: Unique | None = None
     #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
     tracing: Tracing | None = None
     #: The queue's middleware (``@queue.middleware``), around every attempt.
@@ -271,6 +280,7 @@ def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
         "priority": options.priority,
         "queue": options.queue,
         "max_attempts": options.max_attempts,
+        "unique": options.unique,
     }
 
 
@@ -290,6 +300,7 @@ def make_task(
     secrets: SecretFields | None = None,
     tracing: Tracing | None = None,
     middlewares: Middlewares | None = None,
+    unique: Unique | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -300,6 +311,8 @@ def make_task(
         raise ConfigurationError(
             f"circuit_breaker must be a sqlqueue.CircuitBreaker, got {circuit_breaker!r}"
         )
+    if unique is not None and not isinstance(unique, Unique):
+        raise ConfigurationError(f"unique must be a sqlqueue.Unique, got {unique!r}")
     if isinstance(retry_on, type):
         retry_on = (retry_on,)
     return Task(
@@ -317,4 +330,5 @@ def make_task(
         secrets=secrets,
         tracing=tracing,
         middlewares=middlewares,
+        unique=unique,
     )

@@ -46,6 +46,7 @@ PUBLIC = {
     "Stats",
     "Task",
     "TaskCall",
+    "Unique",
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",

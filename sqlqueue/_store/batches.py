@@ -112,6 +112,7 @@ def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
         # The callback joins the trace of the code that started the batch.
         "trace_context": document.get("trace_context"),
         "batch_id": batch_id,
+        "unique_key": None,
         "_run_at": datetime.fromisoformat(run_at) if run_at else None,
         "_delay": float(document.get("delay") or 0.0),
     }

@@ -1,0 +1,54 @@
+"""Unique jobs: each job's unique key, and a table of keys whose rows enqueuers lock in turn.
+
+``sqlqueue_jobs.unique_key`` holds the SHA-256 hex digest of a unique job's task, ``Unique.by``
+values and period bucket, indexed with the status (partial where the backend allows). The
+``sqlqueue_unique_keys`` table has one row per key: an enqueue writes it if absent and locks it,
+so concurrent enqueuers of one key take turns and the database decides (see
+sqlqueue/_store/unique.py). Existing jobs get no key: none of them is unique.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+_UNIQUE = sa.text("unique_key IS NOT NULL")
+
+#: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
+_MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("sqlqueue_jobs") as batch:
+        batch.add_column(sa.Column("unique_key", sa.String(64), nullable=True))
+    op.create_index(
+        "ix_sqlqueue_jobs_unique_key",
+        "sqlqueue_jobs",
+        ["unique_key", "status"],
+        postgresql_where=_UNIQUE,
+        sqlite_where=_UNIQUE,
+    )
+    op.create_table(
+        "sqlqueue_unique_keys",
+        sa.Column("key", sa.String(64), nullable=False),
+        sa.PrimaryKeyConstraint("key", name="pk_sqlqueue_unique_keys"),
+        **_MYSQL_TABLE,
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("sqlqueue_unique_keys")
+    op.drop_index("ix_sqlqueue_jobs_unique_key", table_name="sqlqueue_jobs")
+    with op.batch_alter_table("sqlqueue_jobs") as batch:
+        batch.drop_column("unique_key")
