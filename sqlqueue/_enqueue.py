@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
+from sqlqueue._expiry import expiry_of
 from sqlqueue._jobrow import JobRow
 from sqlqueue._limits import check_enqueue
 from sqlqueue._middleware import EnqueueHook
@@ -127,6 +128,8 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
         request.external,
         settings.hooks,
         request.unique,
+        request.expires_in,
+        request.expires_at,
     )
 
 
@@ -146,6 +149,8 @@ def check_job(
     external: bool = False,
     hooks: Sequence[EnqueueHook] = (),
     unique: Unique | None = None,
+    expires_in: float | None = None,
+    expires_at: datetime | None = None,
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
     ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job. The
@@ -165,6 +170,8 @@ def check_job(
                 max_attempts=max_attempts,
                 external=external,
                 unique=unique,
+                expires_in=expires_in,
+                expires_at=expires_at,
             ),
         )
         job_type, payload = request.job_type, request.payload
@@ -172,9 +179,11 @@ def check_job(
         delay, run_at, priority = request.delay, request.run_at, request.priority
         queue, max_attempts, external = request.queue, request.max_attempts, request.external
         unique = request.unique
+        expires_in, expires_at = request.expires_in, request.expires_at
     delay_seconds = check_enqueue(
         job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
     )
+    expiry = expiry_of(expires_in, expires_at)
     task = tasks.get(job_type)
     if task is None and not external:
         known = ", ".join(sorted(tasks)) or "none"
@@ -213,6 +222,7 @@ def check_job(
         "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "batch_id": None,
         "unique_key": key,
+        "expires_at": expiry,
         "_unique": check,
         "_run_at": run_at,
         "_delay": delay_seconds,

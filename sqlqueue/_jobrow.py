@@ -31,6 +31,8 @@ class JobRow(TypedDict):
     batch_id: int | None
     #: The digest of its ``Unique`` key (``None``: not unique).
     unique_key: str | None
+    #: When it expires unless started (``None``: never); rows with one take the one-row path.
+    expires_at: datetime | None
     _run_at: datetime | None
     _delay: float
     #: How to enforce ``unique_key`` (the statuses that block, keep or replace); not bound.

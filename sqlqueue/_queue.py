@@ -303,6 +303,8 @@ class Queue(Operations):
         max_attempts: int | None = None,
         external: bool = False,
         unique: Unique | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | None = None,
     ) -> int:
         """Write one job in the caller's transaction (``Connection`` or ``Session``); return its id.
 
@@ -310,7 +312,8 @@ class Queue(Operations):
         nothing. Jobs sharing a ``group_key`` run one at a time, in enqueue order.
         ``external=True`` allows a job type this queue has no task for. ``unique`` (overriding
         the task's) returns the id of an existing job with the same key in the statuses it
-        names, kept or replaced (see :class:`~sqlqueue.Unique`).
+        names, kept or replaced (see :class:`~sqlqueue.Unique`). A job not started within
+        ``expires_in`` seconds, or by ``expires_at``, is cancelled (reason ``expired``) instead.
         """
         row = check_job(  # the settings one by one: no EnqueueSettings per job
             self._tasks,
@@ -328,6 +331,8 @@ class Queue(Operations):
             external,
             self._hooks.chain,
             unique,
+            expires_in,
+            expires_at,
         )
         return self._write(conn, [row])[0]
 

@@ -141,6 +141,8 @@ jobs = Table(
     # Unique jobs (added by 0013): the SHA-256 hex digest of the task, the ``Unique.by`` values
     # and the period bucket (see sqlqueue/_unique.py); NULL for a job that is not unique.
     Column("unique_key", String(64), nullable=True),
+    # Expiry (added by 0013): a job not (re)started by then is cancelled, never run late.
+    Column("expires_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -215,6 +217,7 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("trace_context", fill=Fill.ROW, claimed=True),
     JobColumn("batch_id", fill=Fill.ROW, claimed=True),
     JobColumn("unique_key", fill=Fill.ROW),
+    JobColumn("expires_at", fill=Fill.ROW),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )
@@ -264,6 +267,15 @@ Index(
     jobs.c.status,
     postgresql_where=_UNIQUE,
     sqlite_where=_UNIQUE,
+)
+# Expiry (0013): waiting jobs with an expiry, by it, for the upkeep that cancels expired ones.
+_EXPIRING = text("expires_at IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_expires",
+    jobs.c.expires_at,
+    jobs.c.status,
+    postgresql_where=_EXPIRING,
+    sqlite_where=_EXPIRING,
 )
 # Per-key ordering: the unfinished jobs of a group, oldest first.
 _UNFINISHED = text("status IN ('queued', 'failed', 'running')")

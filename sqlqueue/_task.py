@@ -50,6 +50,10 @@ class EnqueueOptions:
     max_attempts: int | None = None
     #: Overrides the task's ``unique`` for this job.
     unique: Unique | None = None
+    #: Cancel the job (reason ``expired``) if it has not started this many seconds from now,
+    #: or by this aware datetime.
+    expires_in: float | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +72,10 @@ class JobRequest:
     external: bool = False
     #: At most one such job per key (overrides the task's ``unique``; see sqlqueue.Unique).
     unique: Unique | None = None
+    #: Cancelled (reason ``expired``) unless started within ``expires_in`` seconds, or by
+    #: ``expires_at``.
+    expires_in: float | None = None
+    expires_at: datetime | None = None
 
     @property
     def options(self) -> EnqueueOptions:
@@ -81,6 +89,8 @@ class JobRequest:
             queue=self.queue,
             max_attempts=self.max_attempts,
             unique=self.unique,
+            expires_in=self.expires_in,
+            expires_at=self.expires_at,
         )
 
 
@@ -102,6 +112,8 @@ class Enqueuer(Protocol):
         queue: str | None = None,
         max_attempts: int | None = None,
         unique: Unique | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | None = None,
     ) -> int:
         """Enqueue one job in ``conn``'s transaction."""
 
@@ -281,6 +293,8 @@ def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
         "queue": options.queue,
         "max_attempts": options.max_attempts,
         "unique": options.unique,
+        "expires_in": options.expires_in,
+        "expires_at": options.expires_at,
     }
 
 

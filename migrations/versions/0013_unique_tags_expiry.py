@@ -1,10 +1,13 @@
-"""Unique jobs: each job's unique key, and a table of keys whose rows enqueuers lock in turn.
+"""Unique jobs and expiry: each job's unique key, a table of keys whose rows enqueuers lock in
+turn, and each job's expiry.
 
 ``sqlqueue_jobs.unique_key`` holds the SHA-256 hex digest of a unique job's task, ``Unique.by``
 values and period bucket, indexed with the status (partial where the backend allows). The
 ``sqlqueue_unique_keys`` table has one row per key: an enqueue writes it if absent and locks it,
 so concurrent enqueuers of one key take turns and the database decides (see
 sqlqueue/_store/unique.py). Existing jobs get no key: none of them is unique.
+``sqlqueue_jobs.expires_at``: a job not started by then is cancelled (reason ``expired``);
+indexed with the status for the worker upkeep that cancels them. Existing jobs never expire.
 
 Revision ID: 0013
 Revises: 0012
@@ -17,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 
 revision = "0013"
 down_revision = "0012"
@@ -24,6 +28,8 @@ branch_labels = None
 depends_on = None
 
 _UNIQUE = sa.text("unique_key IS NOT NULL")
+_EXPIRING = sa.text("expires_at IS NOT NULL")
+_TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
 
 #: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
 _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
@@ -32,12 +38,20 @@ _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "ut
 def upgrade() -> None:
     with op.batch_alter_table("sqlqueue_jobs") as batch:
         batch.add_column(sa.Column("unique_key", sa.String(64), nullable=True))
+        batch.add_column(sa.Column("expires_at", _TIME, nullable=True))
     op.create_index(
         "ix_sqlqueue_jobs_unique_key",
         "sqlqueue_jobs",
         ["unique_key", "status"],
         postgresql_where=_UNIQUE,
         sqlite_where=_UNIQUE,
+    )
+    op.create_index(
+        "ix_sqlqueue_jobs_expires",
+        "sqlqueue_jobs",
+        ["expires_at", "status"],
+        postgresql_where=_EXPIRING,
+        sqlite_where=_EXPIRING,
     )
     op.create_table(
         "sqlqueue_unique_keys",
@@ -49,6 +63,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("sqlqueue_unique_keys")
+    op.drop_index("ix_sqlqueue_jobs_expires", table_name="sqlqueue_jobs")
     op.drop_index("ix_sqlqueue_jobs_unique_key", table_name="sqlqueue_jobs")
     with op.batch_alter_table("sqlqueue_jobs") as batch:
+        batch.drop_column("expires_at")
         batch.drop_column("unique_key")

@@ -113,6 +113,7 @@ def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
         "trace_context": document.get("trace_context"),
         "batch_id": batch_id,
         "unique_key": None,
+        "expires_at": None,
         "_run_at": datetime.fromisoformat(run_at) if run_at else None,
         "_delay": float(document.get("delay") or 0.0),
     }

@@ -181,7 +181,10 @@ def _insert_plain(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) ->
             if slot == len(written):
                 written.append(row)
             slots.append(slot)
-    ids = _insert_bulk(dialect, conn, written)
+    # The bulk paths carry no expiry (they compute every time column themselves): rows with
+    # one go by multi-row INSERTs, which bind it like any column.
+    expiring = any(row["expires_at"] is not None for row in written)
+    ids = None if expiring else _insert_bulk(dialect, conn, written)
     if ids is None:
         ids = _insert_many(dialect, conn, written)
     taken = [

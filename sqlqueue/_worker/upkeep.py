@@ -1,7 +1,7 @@
 """A worker's duties for the operators: follow pauses, fold finished jobs into the stats'
-counts, prune by the queue's retention, and keep its row in the live workers' table — each a
-periodic task beside the claim loop, its SQL run on the worker's database thread between
-claims."""
+counts, cancel expired jobs, prune by the queue's retention, and keep its row in the live
+workers' table — each a periodic task beside the claim loop, its SQL run on the worker's
+database thread between claims."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from sqlqueue._policies.retention import Retention
     from sqlqueue._store.admin import Admin
 
-__all__ = ["FOLD_SECONDS", "Upkeep", "every"]
+__all__ = ["EXPIRE_SECONDS", "FOLD_SECONDS", "Upkeep", "every"]
 
 log = logging.getLogger("sqlqueue.worker")
 
 #: How often a worker folds newly finished jobs into the stats' rollup (see _store/counts.py).
 FOLD_SECONDS = 60.0
+#: How often a worker cancels waiting jobs past their expiry (claims skip them meanwhile).
+EXPIRE_SECONDS = 5.0
 
 
 async def every(
@@ -123,6 +125,17 @@ class Upkeep:
             if self._single_writer:
                 await asyncio.sleep(min(loop.time() - started, 0.2))
 
+    async def expire_jobs(self) -> None:
+        """Cancel expired waiting jobs (reason ``expired``), a batch per database call until
+        none is left, with a gap after each on a single-writer database."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            if await self._db.call(self._admin.expire_jobs) == 0:
+                return
+            if self._single_writer:
+                await asyncio.sleep(min(loop.time() - started, 0.2))
+
     async def announce(self, stopping: bool) -> None:
         """Write this worker's row in the live workers' table (see registry.py)."""
         running = self._running()
@@ -173,6 +186,16 @@ class Upkeep:
                     at_once=True,
                 ),
                 name="sqlqueue-counts",
+            ),
+            asyncio.create_task(
+                every(
+                    EXPIRE_SECONDS,
+                    self.expire_jobs,
+                    "expired-job cancel",
+                    answers=self._db.answers,
+                    at_once=True,
+                ),
+                name="sqlqueue-expiry",
             ),
         ]
         retention = self._retention

@@ -144,7 +144,12 @@ class Claiming(Clock):
             query = query.where(
                 tuple_(jobs.c.priority, jobs.c.next_run_at) >= tuple_(_FLOOR_PRIORITY, _FLOOR_DUE)
             )
-        return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
+        # A job past its expiry is never claimed (the upkeep cancels it): checked on the rows
+        # the index scan visits, not in the index, since almost every job has none.
+        return query.where(
+            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > self.now(now)),
+            or_(jobs.c.group_key.is_(None), ~_earlier_in_group()),
+        )
 
     def _lease(
         self, chosen: Any, lease_seconds: float, now: datetime | None, *, in_subquery: bool
