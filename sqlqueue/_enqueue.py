@@ -27,6 +27,7 @@ from sqlqueue._payload import encode_payload
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.transactions import translated
+from sqlqueue._tags import check_tags
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
 from sqlqueue._unique import Unique, UniqueCheck, unique_key
 from sqlqueue.dialects import Dialect
@@ -130,6 +131,7 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
         request.unique,
         request.expires_in,
         request.expires_at,
+        request.tags,
     )
 
 
@@ -151,6 +153,7 @@ def check_job(
     unique: Unique | None = None,
     expires_in: float | None = None,
     expires_at: datetime | None = None,
+    tags: Sequence[str] | None = None,
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
     ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job. The
@@ -172,6 +175,7 @@ def check_job(
                 unique=unique,
                 expires_in=expires_in,
                 expires_at=expires_at,
+                tags=tags,
             ),
         )
         job_type, payload = request.job_type, request.payload
@@ -180,6 +184,7 @@ def check_job(
         queue, max_attempts, external = request.queue, request.max_attempts, request.external
         unique = request.unique
         expires_in, expires_at = request.expires_in, request.expires_at
+        tags = request.tags
     delay_seconds = check_enqueue(
         job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
     )
@@ -193,6 +198,7 @@ def check_job(
         )
     if task is not None and not external:
         check_arguments(task, payload)
+    all_tags = check_tags(tags, EnqueueError, base=task.tags if task is not None else ())
     if unique is None and task is not None:
         unique = task.unique
     key = check = None
@@ -224,6 +230,7 @@ def check_job(
         "unique_key": key,
         "expires_at": expiry,
         "_unique": check,
+        "_tags": all_tags,
         "_run_at": run_at,
         "_delay": delay_seconds,
     }

@@ -37,3 +37,5 @@ class JobRow(TypedDict):
     _delay: float
     #: How to enforce ``unique_key`` (the statuses that block, keep or replace); not bound.
     _unique: NotRequired[UniqueCheck | None]
+    #: Its checked tags, written to ``sqlqueue_job_tags`` once its id is known; not bound.
+    _tags: NotRequired[tuple[str, ...]]

@@ -176,6 +176,7 @@ class Queue(Operations):
         circuit_breaker: CircuitBreaker | None = None,
         secret_fields: Iterable[str] | None = None,
         unique: Unique | None = None,
+        tags: Iterable[str] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]:
         """Register the decorated function (sync or ``async``) as the handler of ``name``.
 
@@ -184,7 +185,7 @@ class Queue(Operations):
         are encrypted with the queue's ``encryption_keys`` before the row is written; the
         handler gets them in the clear, everything else shows ``"***"``.
         ``unique`` (a :class:`~sqlqueue.Unique`) keeps at most one job per key among those in
-        its ``states``.
+        its ``states``. ``tags`` label every job of the task (``queue.jobs(tag=…)``).
         """
 
         def register(handler: Callable[..., Any]) -> Task:
@@ -206,6 +207,7 @@ class Queue(Operations):
                 tracing=self.tracing,
                 middlewares=self._middlewares,
                 unique=unique,
+                tags=tags,
             )
             self._tasks[name] = task
             return task
@@ -305,6 +307,7 @@ class Queue(Operations):
         unique: Unique | None = None,
         expires_in: float | None = None,
         expires_at: datetime | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int:
         """Write one job in the caller's transaction (``Connection`` or ``Session``); return its id.
 
@@ -314,6 +317,7 @@ class Queue(Operations):
         the task's) returns the id of an existing job with the same key in the statuses it
         names, kept or replaced (see :class:`~sqlqueue.Unique`). A job not started within
         ``expires_in`` seconds, or by ``expires_at``, is cancelled (reason ``expired``) instead.
+        ``tags`` (added to the task's) label the job for ``jobs(tag=…)``.
         """
         row = check_job(  # the settings one by one: no EnqueueSettings per job
             self._tasks,
@@ -333,6 +337,7 @@ class Queue(Operations):
             unique,
             expires_in,
             expires_at,
+            tags,
         )
         return self._write(conn, [row])[0]
 

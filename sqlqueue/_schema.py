@@ -44,6 +44,7 @@ __all__ = [
     "email_sent",
     "finished_counts",
     "job_actions",
+    "job_tags",
     "jobs",
     "metadata",
     "queues",
@@ -508,3 +509,16 @@ unique_keys = Table(
     Column("key", String(64), primary_key=True),
     **_MYSQL_TABLE,
 )
+
+# Job tags (added by 0013; see sqlqueue/_tags.py): one row per job and tag, written with the job.
+# A table rather than a JSON column: "jobs tagged t, newest first" is then one B-tree range
+# on (tag, job_id) on every backend (MariaDB has no index on JSON array elements, SQLite none).
+job_tags = Table(
+    "sqlqueue_job_tags",
+    metadata,
+    Column("tag", String(100), primary_key=True),
+    Column("job_id", Id, primary_key=True),
+    **_MYSQL_TABLE,
+)
+# A job's tags (what its page shows, and what pruning deletes with it).
+Index("ix_sqlqueue_job_tags_job", job_tags.c.job_id)

@@ -17,6 +17,7 @@ from sqlqueue._policies.backoff import Backoff, as_backoff
 from sqlqueue._policies.circuit_breaker import CircuitBreaker
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
+from sqlqueue._tags import check_tags
 from sqlqueue._tracing import Tracing
 from sqlqueue._unique import Unique
 from sqlqueue._worker.pipeline import Plan, plan
@@ -54,6 +55,8 @@ class EnqueueOptions:
     #: or by this aware datetime.
     expires_in: float | None = None
     expires_at: datetime | None = None
+    #: Added to the task's tags.
+    tags: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +79,8 @@ class JobRequest:
     #: ``expires_at``.
     expires_in: float | None = None
     expires_at: datetime | None = None
+    #: Labels to find the job by (``queue.jobs(tag=…)``), added to the task's.
+    tags: Sequence[str] | None = None
 
     @property
     def options(self) -> EnqueueOptions:
@@ -91,6 +96,7 @@ class JobRequest:
             unique=self.unique,
             expires_in=self.expires_in,
             expires_at=self.expires_at,
+            tags=self.tags,
         )
 
 
@@ -114,6 +120,7 @@ class Enqueuer(Protocol):
         unique: Unique | None = None,
         expires_in: float | None = None,
         expires_at: datetime | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int:
         """Enqueue one job in ``conn``'s transaction."""
 
@@ -149,6 +156,8 @@ class Task:
     secrets: SecretFields | None = None
     #: At most one job per key among those in some statuses (see sqlqueue/_unique.py).
     unique: Unique | None = None
+    #: Tags every job of the task gets (see sqlqueue/_tags.py).
+    tags: tuple[str, ...] = ()
     #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
     tracing: Tracing | None = None
     #: The queue's middleware (``@queue.middleware``), around every attempt.
@@ -295,6 +304,7 @@ def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
         "unique": options.unique,
         "expires_in": options.expires_in,
         "expires_at": options.expires_at,
+        "tags": options.tags,
     }
 
 
@@ -315,6 +325,7 @@ def make_task(
     tracing: Tracing | None = None,
     middlewares: Middlewares | None = None,
     unique: Unique | None = None,
+    tags: Iterable[str] | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -345,4 +356,5 @@ def make_task(
         tracing=tracing,
         middlewares=middlewares,
         unique=unique,
+        tags=check_tags(tags, ConfigurationError),
     )

@@ -221,7 +221,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sqlqueue._policies", "sqlqueue._job", "sqlqueue._jobrow", "sqlqueue._batch",
      "sqlqueue._job_action", "sqlqueue._worker_info",
      "sqlqueue._payload", "sqlqueue._limits", "sqlqueue._scrub", "sqlqueue._secrets",
-     "sqlqueue._unique", "sqlqueue._expiry"),
+     "sqlqueue._unique", "sqlqueue._expiry", "sqlqueue._tags"),
     ("sqlqueue.dialects",),
     ("sqlqueue._schema", "sqlqueue._types"),
     ("sqlqueue._errors",),

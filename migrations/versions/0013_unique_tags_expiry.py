@@ -1,5 +1,5 @@
-"""Unique jobs and expiry: each job's unique key, a table of keys whose rows enqueuers lock in
-turn, and each job's expiry.
+"""Unique jobs, tags and expiry: each job's unique key, a table of keys whose rows enqueuers
+lock in turn, a table of job tags, and each job's expiry.
 
 ``sqlqueue_jobs.unique_key`` holds the SHA-256 hex digest of a unique job's task, ``Unique.by``
 values and period bucket, indexed with the status (partial where the backend allows). The
@@ -8,6 +8,7 @@ so concurrent enqueuers of one key take turns and the database decides (see
 sqlqueue/_store/unique.py). Existing jobs get no key: none of them is unique.
 ``sqlqueue_jobs.expires_at``: a job not started by then is cancelled (reason ``expired``);
 indexed with the status for the worker upkeep that cancels them. Existing jobs never expire.
+``sqlqueue_job_tags``: one row per job and tag, keyed by (tag, job id), indexed by job id.
 
 Revision ID: 0013
 Revises: 0012
@@ -29,6 +30,7 @@ depends_on = None
 
 _UNIQUE = sa.text("unique_key IS NOT NULL")
 _EXPIRING = sa.text("expires_at IS NOT NULL")
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _TIME = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
 
 #: MariaDB/MySQL: full Unicode, text keys compared byte for byte (as in sqlqueue/_schema.py).
@@ -60,8 +62,19 @@ def upgrade() -> None:
         **_MYSQL_TABLE,
     )
 
+    op.create_table(
+        "sqlqueue_job_tags",
+        sa.Column("tag", sa.String(100), nullable=False),
+        sa.Column("job_id", _ID, nullable=False),
+        sa.PrimaryKeyConstraint("tag", "job_id", name="pk_sqlqueue_job_tags"),
+        **_MYSQL_TABLE,
+    )
+    op.create_index("ix_sqlqueue_job_tags_job", "sqlqueue_job_tags", ["job_id"])
+
 
 def downgrade() -> None:
+    op.drop_index("ix_sqlqueue_job_tags_job", table_name="sqlqueue_job_tags")
+    op.drop_table("sqlqueue_job_tags")
     op.drop_table("sqlqueue_unique_keys")
     op.drop_index("ix_sqlqueue_jobs_expires", table_name="sqlqueue_jobs")
     op.drop_index("ix_sqlqueue_jobs_unique_key", table_name="sqlqueue_jobs")

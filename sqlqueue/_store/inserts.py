@@ -29,6 +29,7 @@ from sqlqueue._schema import ENQUEUE_COLUMNS, ColumnKind, Fill, JobColumn, jobs
 from sqlqueue._store._direct import DirectStatement, can_run_directly
 from sqlqueue._store.bulk_copy import copy_jobs
 from sqlqueue._store.bulk_json import insert_jobs_from_json
+from sqlqueue._store.tags import write_tags
 from sqlqueue._store.unique import UniqueOutcome, insert_unique, split_unique
 from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue._unique import UniqueCheck
@@ -145,6 +146,23 @@ def insert_rows_reporting(
 ) -> list[tuple[int, UniqueOutcome]]:
     """:func:`insert_rows`, saying for each row whether it was inserted, or an existing unique
     job was kept or replaced (an idempotency key's existing job counts as inserted)."""
+    done = _insert_and_report(dialect, conn, rows)
+    write_tags(
+        dialect,
+        conn,
+        [
+            (job_id, tag)
+            for row, (job_id, outcome) in zip(rows, done, strict=True)
+            if outcome is UniqueOutcome.INSERTED
+            for tag in row.get("_tags", ())
+        ],
+    )
+    return done
+
+
+def _insert_and_report(
+    dialect: Dialect, conn: Connection, rows: Sequence[JobRow]
+) -> list[tuple[int, UniqueOutcome]]:
     plain, unique = split_unique(rows)
     if not unique:
         return [(job_id, UniqueOutcome.INSERTED) for job_id in _insert_plain(dialect, conn, rows)]
