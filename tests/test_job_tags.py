@@ -97,9 +97,9 @@ def test_bad_task_tags_are_refused_at_declaration(tmp_path):
         queue.task("t", tags="import")(lambda: None)
 
 
-tag_text = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1
-).filter(lambda t: t == t.strip() and len(t) <= 100)
+tag_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1).filter(
+    lambda t: t == t.strip() and len(t) <= 100
+)
 
 
 @given(tags=st.lists(tag_text, max_size=MAX_TAGS))
@@ -111,3 +111,51 @@ def test_any_valid_tags_are_kept_in_order_without_repeats(tags):
 def test_anything_but_a_list_of_tags_is_refused(value):
     with pytest.raises(sqlqueue.EnqueueError):
         check_tags(value, sqlqueue.EnqueueError)
+
+
+def test_web_job_list_filters_by_tag_and_the_job_page_shows_tags(backend):
+    pytest.importorskip("starlette")
+    from sqlqueue.web import create_app
+    from tests._support.web import browser_client, token_of
+
+    queue, import_rows = _queue(backend)
+    with queue.engine.begin() as conn:
+        tagged = import_rows.options(tags=["tenant:42"], expires_in=3600).enqueue(conn, n=1)
+        other = import_rows.enqueue(conn, n=2)
+    web = browser_client(create_app(queue))
+
+    page = web.get("/jobs?tag=tenant:42")
+    assert page.status_code == 200, page.text
+    listed = {int(part.split('"')[0]) for part in page.text.split('data-job-id="')[1:]}
+    assert listed == {tagged}
+    assert 'name="tag" value="tenant:42"' in page.text
+    everything = web.get("/jobs?tag=import").text
+    assert {int(p.split('"')[0]) for p in everything.split('data-job-id="')[1:]} == {
+        tagged,
+        other,
+    }
+    job_page = web.get(f"/jobs/{tagged}")
+    assert job_page.status_code == 200
+    assert '<tr id="tags">' in job_page.text
+    assert "<code>tenant:42</code>" in job_page.text
+    assert "expires" in job_page.text
+
+    bad = web.get("/jobs?tag=" + "x" * 101)
+    assert bad.status_code == 400
+    assert "tag is 101 characters long" in bad.text
+    token = token_of(page.text)
+    for path in ("/jobs/bulk", "/jobs/bulk/confirm", "/jobs/discard"):
+        refused = web.post(
+            path,
+            data={
+                "csrf_token": token,
+                "action": "cancel",
+                "scope": "matching",
+                "type": "import_rows",
+                "tag": "tenant:42",
+                "reason": "r",
+            },
+        )
+        assert refused.status_code == 400, path
+        assert "with a tag filter" in refused.text
+    assert queue.get_job(other).status == "queued"
