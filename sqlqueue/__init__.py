@@ -44,6 +44,7 @@ from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._policies.retention import Retention
 from sqlqueue._queue import Queue
 from sqlqueue._task import JobRequest, Task, TaskCall
+from sqlqueue._unique import Unique
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker_info import WorkerInfo
 
@@ -88,6 +89,7 @@ __all__ = [
     "Stats",
     "Task",
     "TaskCall",
+    "Unique",
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",

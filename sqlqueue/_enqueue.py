@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlqueue._arguments import check_arguments
 from sqlqueue._batch import Batch
 from sqlqueue._errors import ConfigurationError, EnqueueError, UnknownJobType
+from sqlqueue._expiry import expiry_of
 from sqlqueue._jobrow import JobRow
 from sqlqueue._limits import check_enqueue, check_text
 from sqlqueue._middleware import EnqueueHook
@@ -27,7 +28,9 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.transactions import translated
+from sqlqueue._tags import check_tags
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
+from sqlqueue._unique import Unique, UniqueCheck, unique_key
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -126,6 +129,10 @@ def build_row(settings: EnqueueSettings, request: JobRequest) -> JobRow:
         request.max_attempts,
         request.external,
         settings.hooks,
+        request.unique,
+        request.expires_in,
+        request.expires_at,
+        request.tags,
     )
 
 
@@ -144,6 +151,10 @@ def check_job(
     max_attempts: int | None = None,
     external: bool = False,
     hooks: Sequence[EnqueueHook] = (),
+    unique: Unique | None = None,
+    expires_in: float | None = None,
+    expires_at: datetime | None = None,
+    tags: Sequence[str] | None = None,
 ) -> JobRow:
     """:func:`build_row` from the request's fields and the queue's settings, given one by one:
     ``Queue.enqueue`` builds neither a request nor an :class:`EnqueueSettings` per job. The
@@ -162,15 +173,23 @@ def check_job(
                 queue=queue,
                 max_attempts=max_attempts,
                 external=external,
+                unique=unique,
+                expires_in=expires_in,
+                expires_at=expires_at,
+                tags=tags,
             ),
         )
         job_type, payload = request.job_type, request.payload
         idempotency_key, group_key = request.idempotency_key, request.group_key
         delay, run_at, priority = request.delay, request.run_at, request.priority
         queue, max_attempts, external = request.queue, request.max_attempts, request.external
+        unique = request.unique
+        expires_in, expires_at = request.expires_in, request.expires_at
+        tags = request.tags
     delay_seconds = check_enqueue(
         job_type, idempotency_key, group_key, delay, run_at, priority, queue, max_attempts
     )
+    expiry = expiry_of(expires_in, expires_at)
     task = tasks.get(job_type)
     if task is None and not external:
         known = ", ".join(sorted(tasks)) or "none"
@@ -185,6 +204,15 @@ def check_job(
         # From the payload as given: a key function never sees sealed ciphertext.
         limit_key = task.concurrency.key_for(job_type, {} if payload is None else payload)
         check_text("Concurrency.key", limit_key, jobs.c.limit_key, EnqueueError, empty=True)
+    all_tags = check_tags(tags, EnqueueError, base=task.tags if task is not None else ())
+    if unique is None and task is not None:
+        unique = task.unique
+    key = check = None
+    if unique is not None:
+        if not isinstance(unique, Unique):
+            raise EnqueueError(f"unique must be a sqlqueue.Unique, got {unique!r}")
+        key = unique_key(job_type, unique, payload or {})
+        check = UniqueCheck(states=tuple(unique.states), replace=unique.on_conflict == "replace")
     if task is not None and task.secrets is not None:
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
@@ -206,6 +234,10 @@ def check_job(
         "trace_context": None,  # the enqueue's span fills it, when tracing is on
         "batch_id": None,
         "limit_key": limit_key,
+        "unique_key": key,
+        "expires_at": expiry,
+        "_unique": check,
+        "_tags": all_tags,
         "_run_at": run_at,
         "_delay": delay_seconds,
     }
@@ -264,7 +296,14 @@ def check_batch_children(settings: EnqueueSettings, requests: object) -> list[Jo
                 "a batch cannot have one (an existing job with that key is not this batch's); "
                 "make the code that creates the batch idempotent instead"
             )
-        rows.append(build_row(settings, request))
+        row = build_row(settings, request)
+        if row["unique_key"] is not None:
+            raise EnqueueError(
+                f"batch child {index} ({request.job_type}) is unique (sqlqueue.Unique): "
+                "children of a batch cannot be (an existing job kept in its place is not this "
+                "batch's); enqueue it outside the batch"
+            )
+        rows.append(row)
     return rows
 
 

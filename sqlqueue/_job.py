@@ -87,6 +87,12 @@ class Job:
     discard_reason: str | None = None
     #: The batch the job belongs to, or completes as its callback (``Queue.enqueue_batch``).
     batch_id: int | None = None
+    #: Its labels (``tags=`` at enqueue and on its task), sorted; read by ``get_job`` only.
+    tags: tuple[str, ...] = ()
+    #: When it is cancelled unless started (``expires_in``/``expires_at``); ``None``: never.
+    expires_at: datetime | None = None
+    #: The digest of its ``sqlqueue.Unique`` key; ``None`` when it is not unique.
+    unique_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values: times in ISO 8601, the status as its name."""

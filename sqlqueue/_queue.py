@@ -39,6 +39,7 @@ from sqlqueue._secrets import Keyring, keyring_from, secret_fields_for
 from sqlqueue._store.store import Store
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task, make_task
 from sqlqueue._tracing import Tracing, tracing_for
+from sqlqueue._unique import Unique
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker.settings import WorkerSettings
 from sqlqueue.dialects import Dialect, dialect_for, with_driver
@@ -176,6 +177,8 @@ class Queue(Operations):
         circuit_breaker: CircuitBreaker | None = None,
         secret_fields: Iterable[str] | None = None,
         concurrency: Concurrency | None = None,
+        unique: Unique | None = None,
+        tags: Iterable[str] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]:
         """Register the decorated function (sync or ``async``) as the handler of ``name``.
 
@@ -185,6 +188,8 @@ class Queue(Operations):
         ``secret_fields`` (dotted paths into the payload, e.g. ``["token", "card.number"]``)
         are encrypted with the queue's ``encryption_keys`` before the row is written; the
         handler gets them in the clear, everything else shows ``"***"``.
+        ``unique`` (a :class:`~sqlqueue.Unique`) keeps at most one job per key among those in
+        its ``states``. ``tags`` label every job of the task (``queue.jobs(tag=…)``).
         """
 
         def register(handler: Callable[..., Any]) -> Task:
@@ -206,6 +211,8 @@ class Queue(Operations):
                 secrets=secret_fields_for(name, secret_fields, self.keyring),
                 tracing=self.tracing,
                 middlewares=self._middlewares,
+                unique=unique,
+                tags=tags,
             )
             self._tasks[name] = task
             if concurrency is not None:
@@ -306,12 +313,20 @@ class Queue(Operations):
         queue: str | None = None,
         max_attempts: int | None = None,
         external: bool = False,
+        unique: Unique | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int:
         """Write one job in the caller's transaction (``Connection`` or ``Session``); return its id.
 
         With an ``idempotency_key`` that a kept job already has, return that job's id and write
         nothing. Jobs sharing a ``group_key`` run one at a time, in enqueue order.
-        ``external=True`` allows a job type this queue has no task for.
+        ``external=True`` allows a job type this queue has no task for. ``unique`` (overriding
+        the task's) returns the id of an existing job with the same key in the statuses it
+        names, kept or replaced (see :class:`~sqlqueue.Unique`). A job not started within
+        ``expires_in`` seconds, or by ``expires_at``, is cancelled (reason ``expired``) instead.
+        ``tags`` (added to the task's) label the job for ``jobs(tag=…)``.
         """
         row = check_job(  # the settings one by one: no EnqueueSettings per job
             self._tasks,
@@ -328,6 +343,10 @@ class Queue(Operations):
             max_attempts,
             external,
             self._hooks.chain,
+            unique,
+            expires_in,
+            expires_at,
+            tags,
         )
         return self._write(conn, [row])[0]
 

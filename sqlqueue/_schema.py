@@ -46,12 +46,14 @@ __all__ = [
     "email_sent",
     "finished_counts",
     "job_actions",
+    "job_tags",
     "jobs",
     "limit_keys",
     "metadata",
     "queues",
     "rate_limits",
     "table_options",
+    "unique_keys",
     "webhook_endpoints",
     "workers",
 ]
@@ -61,7 +63,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -147,6 +149,11 @@ jobs = Table(
     # Concurrency limits (added by 0013): the key a limited task's job runs under ("" when the
     # limit covers the whole task); NULL for jobs of unlimited tasks.
     Column("limit_key", exact_text(255), nullable=True),
+    # Unique jobs (added by 0015): the SHA-256 hex digest of the task, the ``Unique.by`` values
+    # and the period bucket (see sqlqueue/_unique.py); NULL for a job that is not unique.
+    Column("unique_key", String(64), nullable=True),
+    # Expiry (added by 0015): a job not (re)started by then is cancelled, never run late.
+    Column("expires_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN {_STATUSES}", name="status"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
@@ -221,6 +228,8 @@ JOB_COLUMNS: tuple[JobColumn, ...] = (
     JobColumn("trace_context", fill=Fill.ROW, claimed=True),
     JobColumn("batch_id", fill=Fill.ROW, claimed=True),
     JobColumn("limit_key", fill=Fill.ROW),
+    JobColumn("unique_key", fill=Fill.ROW),
+    JobColumn("expires_at", fill=Fill.ROW),
     JobColumn("started_at", _TIME, claimed=True),
     JobColumn("lease_expires_at", _TIME, claimed=True),
 )
@@ -262,6 +271,26 @@ Index(
 )
 # Idempotency: enforced by the database, not by check-then-insert. NULL keys never collide.
 Index("uq_sqlqueue_jobs_idempotency_key", jobs.c.idempotency_key, unique=True)
+# Unique jobs (0015): the jobs holding a unique key, by status (not unique: the states that block
+# vary per task, so the store looks them up under a lock on the key's row in
+# ``sqlqueue_unique_keys``; a job leaving those states frees the key with no write of its own).
+_UNIQUE = text("unique_key IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_unique_key",
+    jobs.c.unique_key,
+    jobs.c.status,
+    postgresql_where=_UNIQUE,
+    sqlite_where=_UNIQUE,
+)
+# Expiry (0015): waiting jobs with an expiry, by it, for the upkeep that cancels expired ones.
+_EXPIRING = text("expires_at IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_expires",
+    jobs.c.expires_at,
+    jobs.c.status,
+    postgresql_where=_EXPIRING,
+    sqlite_where=_EXPIRING,
+)
 # Per-key ordering: the unfinished jobs of a group, oldest first.
 _UNFINISHED = text("status IN ('queued', 'failed', 'running')")
 Index(
@@ -294,7 +323,7 @@ Index(
     sqlite_where=_UNHANDLED_DEAD,
 )
 
-# The most frequent errors of unhandled failures, on the overview (0013): grouped by their first
+# The most frequent errors of unhandled failures, on the overview (0014): grouped by their first
 # ERROR_GROUP_CHARS characters. On SQLite this index alone answers the query (it covers its
 # expression), so a big history of dead jobs is never read row by row; the query repeats the
 # predicate and the expression word for word (no bound parameters) for SQLite to match them.
@@ -536,3 +565,27 @@ job_actions = Table(
 )
 # A job's actions, in order: what its page shows.
 Index("ix_sqlqueue_job_actions_job", job_actions.c.job_id, job_actions.c.id)
+
+# Unique jobs (added by 0015): one row per unique key ever enqueued, written if absent and then
+# locked by every enqueue of that key, so concurrent enqueuers of one key take turns (the row
+# lock on PostgreSQL and MariaDB/MySQL; SQLite's write lock serialises them anyway) and each
+# sees the jobs the previous one committed. The row carries no state: jobs hold it.
+unique_keys = Table(
+    "sqlqueue_unique_keys",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    **_MYSQL_TABLE,
+)
+
+# Job tags (added by 0015; see sqlqueue/_tags.py): one row per job and tag, written with the job.
+# A table rather than a JSON column: "jobs tagged t, newest first" is then one B-tree range
+# on (tag, job_id) on every backend (MariaDB has no index on JSON array elements, SQLite none).
+job_tags = Table(
+    "sqlqueue_job_tags",
+    metadata,
+    Column("tag", String(100), primary_key=True),
+    Column("job_id", Id, primary_key=True),
+    **_MYSQL_TABLE,
+)
+# A job's tags (what its page shows, and what pruning deletes with it).
+Index("ix_sqlqueue_job_tags_job", job_tags.c.job_id)

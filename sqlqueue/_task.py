@@ -18,7 +18,9 @@ from sqlqueue._policies.circuit_breaker import CircuitBreaker
 from sqlqueue._policies.concurrency import Concurrency
 from sqlqueue._policies.rate_limit import RateLimit
 from sqlqueue._secrets import SecretFields
+from sqlqueue._tags import check_tags
 from sqlqueue._tracing import Tracing
+from sqlqueue._unique import Unique
 from sqlqueue._worker.pipeline import Plan, plan
 
 if TYPE_CHECKING:
@@ -48,6 +50,14 @@ class EnqueueOptions:
     priority: int | None = None
     queue: str | None = None
     max_attempts: int | None = None
+    #: Overrides the task's ``unique`` for this job.
+    unique: Unique | None = None
+    #: Cancel the job (reason ``expired``) if it has not started this many seconds from now,
+    #: or by this aware datetime.
+    expires_in: float | None = None
+    expires_at: datetime | None = None
+    #: Added to the task's tags.
+    tags: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +74,14 @@ class JobRequest:
     queue: str | None = None
     max_attempts: int | None = None
     external: bool = False
+    #: At most one such job per key (overrides the task's ``unique``; see sqlqueue.Unique).
+    unique: Unique | None = None
+    #: Cancelled (reason ``expired``) unless started within ``expires_in`` seconds, or by
+    #: ``expires_at``.
+    expires_in: float | None = None
+    expires_at: datetime | None = None
+    #: Labels to find the job by (``queue.jobs(tag=…)``), added to the task's.
+    tags: Sequence[str] | None = None
 
     @property
     def options(self) -> EnqueueOptions:
@@ -76,6 +94,10 @@ class JobRequest:
             priority=self.priority,
             queue=self.queue,
             max_attempts=self.max_attempts,
+            unique=self.unique,
+            expires_in=self.expires_in,
+            expires_at=self.expires_at,
+            tags=self.tags,
         )
 
 
@@ -96,6 +118,10 @@ class Enqueuer(Protocol):
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        unique: Unique | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | None = None,
+        tags: Sequence[str] | None = None,
     ) -> int:
         """Enqueue one job in ``conn``'s transaction."""
 
@@ -131,6 +157,10 @@ class Task:
     concurrency: Concurrency | None = None
     #: The payload fields sealed at enqueue and opened into the handler's arguments.
     secrets: SecretFields | None = None
+    #: At most one job per key among those in some statuses (see sqlqueue/_unique.py).
+    unique: Unique | None = None
+    #: Tags every job of the task gets (see sqlqueue/_tags.py).
+    tags: tuple[str, ...] = ()
     #: The queue's OpenTelemetry spans (``None``: OpenTelemetry is not installed).
     tracing: Tracing | None = None
     #: The queue's middleware (``@queue.middleware``), around every attempt.
@@ -274,6 +304,10 @@ def _as_kwargs(options: EnqueueOptions) -> dict[str, Any]:
         "priority": options.priority,
         "queue": options.queue,
         "max_attempts": options.max_attempts,
+        "unique": options.unique,
+        "expires_in": options.expires_in,
+        "expires_at": options.expires_at,
+        "tags": options.tags,
     }
 
 
@@ -294,6 +328,8 @@ def make_task(
     tracing: Tracing | None = None,
     middlewares: Middlewares | None = None,
     concurrency: Concurrency | None = None,
+    unique: Unique | None = None,
+    tags: Iterable[str] | None = None,
 ) -> Task:
     """Build a :class:`Task`, normalising backoff and retry_on."""
     if not callable(handler):
@@ -306,6 +342,8 @@ def make_task(
         )
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise ConfigurationError(f"concurrency must be a sqlqueue.Concurrency, got {concurrency!r}")
+    if unique is not None and not isinstance(unique, Unique):
+        raise ConfigurationError(f"unique must be a sqlqueue.Unique, got {unique!r}")
     if isinstance(retry_on, type):
         retry_on = (retry_on,)
     return Task(
@@ -324,4 +362,6 @@ def make_task(
         secrets=secrets,
         tracing=tracing,
         middlewares=middlewares,
+        unique=unique,
+        tags=check_tags(tags, ConfigurationError),
     )

@@ -205,7 +205,7 @@ def test_a_key_that_is_not_a_function_is_refused():
 def test_concurrency_must_be_a_concurrency(backend):
     queue = backend.queue()
     with pytest.raises(sqlqueue.ConfigurationError, match="concurrency must be a sqlqueue"):
-        queue.task("t", concurrency=3)(lambda: None)  # type: ignore[arg-type]
+        queue.task("t", concurrency=3)(lambda: None)
 
 
 @pytest.mark.parametrize(

@@ -115,7 +115,7 @@ def test_every_enqueued_column_exists_in_the_migrated_table(backend):
 
 
 def test_the_job_row_carries_exactly_the_spec_row_columns_and_the_due_inputs():
-    assert list(JobRow.__annotations__) == [*ROW, "_run_at", "_delay"]
+    assert list(JobRow.__annotations__) == [*ROW, "_run_at", "_delay", "_unique", "_tags"]
     assert [column.name for column in ENQUEUE_COLUMNS if column.fill is Fill.DUE] == ["next_run_at"]
 
 

@@ -47,6 +47,7 @@ PUBLIC = {
     "Stats",
     "Task",
     "TaskCall",
+    "Unique",
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",

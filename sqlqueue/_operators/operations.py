@@ -40,6 +40,7 @@ from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.job_actions import WAITING, Record
+from sqlqueue._tags import check_tag
 from sqlqueue._worker_info import WorkerInfo
 
 if TYPE_CHECKING:
@@ -172,13 +173,15 @@ class Operations:
         unhandled: bool = False,
         batch_id: int | None = None,
         idempotency_key: str | None = None,
+        tag: str | None = None,
     ) -> list[Job]:
         """Jobs matching every given filter, newest first, at most ``limit``. Page on with
         ``before_id=`` the last id of the previous page. ``since``/``until`` bound the time of
         each job's latest change; ``error_contains`` searches ``last_error``; ``unhandled``
         keeps only dead jobs nobody has requeued or discarded (what :meth:`requeue_where` and
         :meth:`discard_where` would take); ``batch_id``: the children of that batch;
-        ``idempotency_key``: the job enqueued with that key (a periodic slot's, for one)."""
+        ``idempotency_key``: the job enqueued with that key (a periodic slot's, for one);
+        ``tag``: the jobs enqueued with that tag (on the job or its task)."""
         if before_id is not None:
             check_integer("before_id", before_id, jobs.c.id, ConfigurationError, low=0)
         if idempotency_key is not None:
@@ -188,7 +191,11 @@ class Operations:
         job_filter = self._job_filter(
             status, job_type, queue, error_contains, since, until, job_ids, group_key, batch_id
         )
-        job_filter = replace(job_filter, unhandled=unhandled, idempotency_key=idempotency_key)
+        if tag is not None:
+            check_tag("tag", tag, ConfigurationError)
+        job_filter = replace(
+            job_filter, unhandled=unhandled, idempotency_key=idempotency_key, tag=tag
+        )
         return self.admin.jobs(job_filter, limit=_page_limit(limit), before_id=before_id)
 
     def count_jobs(

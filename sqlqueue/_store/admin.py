@@ -21,6 +21,7 @@ from sqlqueue._store import (
     counts,
     deadletter,
     due,
+    expiry,
     job_actions,
     maintenance,
     readmodel,
@@ -198,6 +199,10 @@ class Admin:
     def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:
         """One fold (see :func:`counts.fold_counts`): a window of the history per call."""
         return self._with_mark(lambda conn: counts.fold_counts(conn, self.dialect, margin=margin))
+
+    def expire_jobs(self, *, limit: int = 500) -> int:
+        """See :func:`expiry.expire_jobs`: one batch, one transaction."""
+        return self._write(lambda conn: expiry.expire_jobs(conn, self.dialect, limit=limit))
 
     def age_jobs(self, job_filter: JobFilter, *, by: timedelta) -> int:
         """See :func:`aging.age_jobs`: one transaction."""

@@ -114,6 +114,8 @@ def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
         "trace_context": document.get("trace_context"),
         "batch_id": batch_id,
         "limit_key": document.get("limit_key"),
+        "unique_key": None,
+        "expires_at": None,
         "_run_at": datetime.fromisoformat(run_at) if run_at else None,
         "_delay": float(document.get("delay") or 0.0),
     }

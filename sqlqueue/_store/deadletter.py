@@ -12,6 +12,7 @@ job."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, insert, select, update
@@ -22,6 +23,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
+from sqlqueue._store.tags import read_tags
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -36,7 +38,9 @@ __all__ = [
 def read_job(conn: Connection, job_id: int) -> Job | None:
     """The job with ``job_id``, or ``None``."""
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
-    return row_to_job(row) if row is not None else None
+    if row is None:
+        return None
+    return replace(row_to_job(row), tags=read_tags(conn, [job_id]).get(job_id, ()))
 
 
 def _locked_dead(

@@ -11,6 +11,7 @@ from sqlalchemy import String, func, literal
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
+from sqlqueue._store.tags import tagged
 
 __all__ = ["JobFilter", "exactly", "unhandled_dead"]
 
@@ -36,6 +37,8 @@ class JobFilter:
     statuses: Sequence[str] | None = None
     batch_id: int | None = None
     idempotency_key: str | None = None
+    #: Jobs with this tag (``sqlqueue_job_tags``).
+    tag: str | None = None
 
     def clauses(self) -> list[ColumnElement[bool]]:
         """The filter as WHERE conditions on ``sqlqueue_jobs``, values bound."""
@@ -64,6 +67,8 @@ class JobFilter:
             where.append(jobs.c.batch_id == self.batch_id)
         if self.idempotency_key is not None:
             where.append(jobs.c.idempotency_key == self.idempotency_key)
+        if self.tag is not None:
+            where.append(tagged(self.tag))
         return where
 
 

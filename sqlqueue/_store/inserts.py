@@ -29,10 +29,16 @@ from sqlqueue._schema import ENQUEUE_COLUMNS, ColumnKind, Fill, JobColumn, jobs
 from sqlqueue._store._direct import DirectStatement, can_run_directly
 from sqlqueue._store.bulk_copy import copy_jobs
 from sqlqueue._store.bulk_json import insert_jobs_from_json
+from sqlqueue._store.tags import write_tags
+from sqlqueue._store.unique import UniqueOutcome, insert_unique, split_unique
 from sqlqueue._types import EncodedJson, UtcDateTime
+from sqlqueue._unique import UniqueCheck
 from sqlqueue.dialects import BulkPath, Dialect
 
-__all__ = ["insert_rows"]
+__all__ = ["insert_rows", "insert_rows_reporting"]
+
+#: A row with a unique key but no check (built by hand): ``Unique()``'s defaults.
+_DEFAULT_CHECK = UniqueCheck(states=("queued", "running", "failed"), replace=False)
 
 #: Keys per lookup of existing jobs (SQLite allows 32,766 bound values per statement).
 _KEYS_PER_LOOKUP = 1000
@@ -130,7 +136,53 @@ def _one_row(statement: Insert) -> _OneRow:
 
 def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> list[int]:
     """Insert checked rows on ``conn``; return one id per row (the existing id for a known key,
-    the first row's id for a key repeated in the batch)."""
+    the first row's id for a key repeated in the batch). Unique rows go one by one, in order,
+    through :func:`~sqlqueue._store.unique.insert_unique` (a later row sees an earlier one)."""
+    return [job_id for job_id, _ in insert_rows_reporting(dialect, conn, rows)]
+
+
+def insert_rows_reporting(
+    dialect: Dialect, conn: Connection, rows: Sequence[JobRow]
+) -> list[tuple[int, UniqueOutcome]]:
+    """:func:`insert_rows`, saying for each row whether it was inserted, or an existing unique
+    job was kept or replaced (an idempotency key's existing job counts as inserted)."""
+    done = _insert_and_report(dialect, conn, rows)
+    write_tags(
+        dialect,
+        conn,
+        [
+            (job_id, tag)
+            for row, (job_id, outcome) in zip(rows, done, strict=True)
+            if outcome is UniqueOutcome.INSERTED
+            for tag in row.get("_tags", ())
+        ],
+    )
+    return done
+
+
+def _insert_and_report(
+    dialect: Dialect, conn: Connection, rows: Sequence[JobRow]
+) -> list[tuple[int, UniqueOutcome]]:
+    plain, unique = split_unique(rows)
+    if not unique:
+        return [(job_id, UniqueOutcome.INSERTED) for job_id in _insert_plain(dialect, conn, rows)]
+    done: list[tuple[int, UniqueOutcome]] = [(0, UniqueOutcome.INSERTED)] * len(rows)
+    for index, job_id in zip(
+        plain, _insert_plain(dialect, conn, [rows[i] for i in plain]), strict=True
+    ):
+        done[index] = (job_id, UniqueOutcome.INSERTED)
+    for index in unique:
+        row = rows[index]
+        check = row.get("_unique") or _DEFAULT_CHECK
+        done[index] = insert_unique(
+            dialect, conn, row, check, lambda one: _insert_one(dialect, conn, one)
+        )
+    return done
+
+
+def _insert_plain(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> list[int]:
+    if not rows:
+        return []
     if len(rows) == 1:
         return [_insert_one(dialect, conn, rows[0])]
     # Each key is written once, by its first row; ``slots`` maps every row to the written one.
@@ -147,7 +199,10 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> l
             if slot == len(written):
                 written.append(row)
             slots.append(slot)
-    ids = _insert_bulk(dialect, conn, written)
+    # The bulk paths carry no expiry (they compute every time column themselves): rows with
+    # one go by multi-row INSERTs, which bind it like any column.
+    expiring = any(row["expires_at"] is not None for row in written)
+    ids = None if expiring else _insert_bulk(dialect, conn, written)
     if ids is None:
         ids = _insert_many(dialect, conn, written)
     taken = [

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, select, update
 
-from sqlqueue._schema import duties, job_actions, jobs, queues
+from sqlqueue._schema import duties, job_actions, job_tags, jobs, queues
 from sqlqueue._store import batches, counts
 from sqlqueue.dialects import Dialect
 
@@ -38,7 +38,7 @@ def prune_batch(
     """Delete up to ``limit`` jobs of a finished ``status`` that finished more than
     ``older_than`` seconds ago (database clock); return how many went. The rows of finished
     batches whose last job went with them go too (see :func:`batches.forget_finished`), and
-    so do the operators' actions recorded on the jobs."""
+    so do the operators' actions recorded on the jobs and their tags."""
     cutoff = dialect.now_plus(-float(older_than), now)
     mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
@@ -61,6 +61,7 @@ def prune_batch(
     counts.prune_counted(conn, dialect, mark, [row[:4] for row in gone])
     batches.forget_finished(conn, dialect, [row[4] for row in gone])
     conn.execute(delete(job_actions).where(job_actions.c.job_id.in_(ids)))
+    conn.execute(delete(job_tags).where(job_tags.c.job_id.in_(ids)))
     return len(gone)
 
 

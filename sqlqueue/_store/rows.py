@@ -139,6 +139,8 @@ def row_to_job(row: RowMapping) -> Job:
         discarded_by=row["discarded_by"],
         discard_reason=row["discard_reason"],
         batch_id=row["batch_id"],
+        expires_at=row["expires_at"],
+        unique_key=row["unique_key"],
     )
 
 

@@ -1,7 +1,8 @@
 """A worker's duties for the operators: follow pauses, fold finished jobs into the stats'
-counts, prune by the queue's retention — each a periodic task beside the claim loop, its SQL
-run on the worker's database thread between claims — and say in its row of the live workers'
-table that it is stopping, then delete the row (the heartbeat writes it otherwise)."""
+counts, cancel expired jobs, prune by the queue's retention — each a periodic task beside
+the claim loop, its SQL run on the worker's database thread between claims — and say in its
+row of the live workers' table that it is stopping, then delete the row (the heartbeat
+writes it otherwise)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from sqlqueue._worker.retries import Answers, Backoff
 if TYPE_CHECKING:
     from sqlqueue._store.admin import Admin
 
-__all__ = ["FOLD_SECONDS", "Upkeep", "every"]
+__all__ = ["EXPIRE_SECONDS", "FOLD_SECONDS", "Upkeep", "every"]
 
 log = logging.getLogger("sqlqueue.worker")
 
 #: How often a worker folds newly finished jobs into the stats' rollup (see _store/counts.py).
 FOLD_SECONDS = 60.0
+#: How often a worker cancels waiting jobs past their expiry (claims skip them meanwhile).
+EXPIRE_SECONDS = 5.0
 
 
 async def every(
@@ -125,6 +128,17 @@ class Upkeep:
             if self._single_writer:
                 await asyncio.sleep(min(loop.time() - started, 0.2))
 
+    async def expire_jobs(self) -> None:
+        """Cancel expired waiting jobs (reason ``expired``), a batch per database call until
+        none is left, with a gap after each on a single-writer database."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            if await self._db.call(self._admin.expire_jobs) == 0:
+                return
+            if self._single_writer:
+                await asyncio.sleep(min(loop.time() - started, 0.2))
+
     def stopping_now(self) -> None:
         """The worker began to shut down: say so in its row at once (on the loop), so operators
         see it stopping while its last jobs finish."""
@@ -161,6 +175,16 @@ class Upkeep:
                     at_once=True,
                 ),
                 name="sqlqueue-counts",
+            ),
+            asyncio.create_task(
+                every(
+                    EXPIRE_SECONDS,
+                    self.expire_jobs,
+                    "expired-job cancel",
+                    answers=self._db.answers,
+                    at_once=True,
+                ),
+                name="sqlqueue-expiry",
             ),
         ]
         retention = self._retention

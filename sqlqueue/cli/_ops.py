@@ -74,6 +74,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     jobs_list = command("list", _jobs_list, "list jobs, newest first", jobs)
     jobs_list.add_argument("--status", choices=[status.value for status in JobStatus])
     filter_options(jobs_list)
+    jobs_list.add_argument("--tag", help="only jobs with this tag")
     page_options(jobs_list)
     jobs_show = command("show", _jobs_show, "show one job with its error history", jobs)
     jobs_show.add_argument("job_id", type=job_id)
@@ -211,7 +212,11 @@ def print_jobs(jobs: list[Job], args: argparse.Namespace, *, dead: bool = False)
 
 def _jobs_list(queue: Queue, args: argparse.Namespace) -> int:
     jobs = queue.jobs(
-        status=args.status, limit=args.limit, before_id=args.before_id, **filters_of(queue, args)
+        status=args.status,
+        limit=args.limit,
+        before_id=args.before_id,
+        tag=args.tag,
+        **filters_of(queue, args),
     )
     print_jobs(jobs, args)
     return 0

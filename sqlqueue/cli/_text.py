@@ -123,6 +123,8 @@ def job_details(job: Job, *, worker: str | None = None, actions: Sequence[JobAct
         ("idempotency key", job.idempotency_key),
         ("group key", job.group_key),
         ("batch", job.batch_id),
+        ("tags", ", ".join(job.tags) or None),
+        ("expires", job.expires_at),
         ("locked by", job.locked_by),
         ("worker", worker),
         ("requeued from", job.requeued_from),

@@ -160,7 +160,12 @@ class Claiming(Clock):
             query = query.where(jobs.c.job_type == _LIMIT_JOB_TYPE, jobs.c.limit_key == _LIMIT_KEY)
         else:
             query = query.where(jobs.c.limit_key.is_(None))
-        return query.where(or_(jobs.c.group_key.is_(None), ~_earlier_in_group()))
+        # A job past its expiry is never claimed (the upkeep cancels it): checked on the rows
+        # the index scan visits, not in the index, since almost every job has none.
+        return query.where(
+            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > self.now(now)),
+            or_(jobs.c.group_key.is_(None), ~_earlier_in_group()),
+        )
 
     def _lease(
         self, chosen: Any, lease_seconds: float, now: datetime | None, *, in_subquery: bool

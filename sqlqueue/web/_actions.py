@@ -103,6 +103,10 @@ async def _matching(request: Request, action: Action) -> Response:
     settings, form = await checked(request, action)
     reason = field(form, "reason", "a reason")
     wanted = job_list_filter(form)
+    if wanted.tag is not None:
+        raise HTTPException(
+            400, f"refusing to {action} every dead job with a tag filter: tick the jobs instead"
+        )
     if not wanted.narrows_dead:
         raise HTTPException(
             400, f"refusing to {action} every dead job: filter by type, queue, error or since"

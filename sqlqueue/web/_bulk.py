@@ -150,6 +150,10 @@ def bulk_of(form: FormData, queue: Queue) -> BulkAction:
         return BulkAction(action=action, wanted=wanted, job_ids=ids, since=since)
     if scope != "matching":
         raise HTTPException(400, "scope must be selected (the ticked jobs) or matching")
+    if wanted.tag is not None:
+        raise HTTPException(
+            400, f"refusing to {action} every job with a tag filter: tick the jobs instead"
+        )
     if not wanted.narrows_dead:
         raise HTTPException(
             400, f"refusing to {action} every job: filter by type, queue, error or since first"

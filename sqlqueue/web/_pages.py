@@ -85,6 +85,7 @@ async def job_list(request: Request) -> Response:
             error_contains=wanted.error,
             since=wanted.since_moment(queue),
             unhandled=wanted.unhandled,
+            tag=wanted.tag,
             before_id=wanted.before_id,
             limit=PAGE_SIZE + 1,
         )

@@ -14,6 +14,7 @@ from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import JobStatus
 from sqlqueue._operators.moments import parse_moment
 from sqlqueue._queue import Queue
+from sqlqueue._tags import check_tag
 
 __all__ = ["MAX_JOB_ID", "JobListFilter", "job_list_filter"]
 
@@ -32,6 +33,9 @@ class JobListFilter:
     queue: str | None = None
     error: str | None = None
     since: str | None = None
+    #: Only jobs with this tag (listing only: the bulk actions on every matching job do not
+    #: take it, so a tag filter turns them off rather than act on more than is listed).
+    tag: str | None = None
     unhandled: bool = False
     before_id: int | None = None
 
@@ -43,13 +47,15 @@ class JobListFilter:
             "queue": self.queue,
             "error": self.error,
             "since": self.since,
+            "tag": self.tag,
             "unhandled": "1" if self.unhandled else None,
         }
 
     @property
     def narrows_dead(self) -> bool:
-        """Whether it names which dead jobs (a bulk action refuses to take every one)."""
-        return any((self.job_type, self.queue, self.error, self.since))
+        """Whether it names which dead jobs (a bulk action refuses to take every one); never
+        with a tag, which the bulk actions on every matching job do not filter by."""
+        return self.tag is None and any((self.job_type, self.queue, self.error, self.since))
 
     def since_moment(self, queue: Queue) -> datetime | None:
         """``since`` as a time: ISO 8601, or a duration (``2h``) back from the database clock."""
@@ -101,5 +107,17 @@ def job_list_filter(params: Mapping[str, object]) -> JobListFilter:
         queue=_text(params, "queue"),
         error=_text(params, "error"),
         since=_text(params, "since"),
+        tag=_tag(params),
         before_id=before_id,
     )
+
+
+def _tag(params: Mapping[str, object]) -> str | None:
+    """The ``tag`` parameter, checked as enqueue checks tags; 400 for one no job can have."""
+    tag = _text(params, "tag")
+    if tag is None:
+        return None
+    try:
+        return check_tag("tag", tag, ConfigurationError)
+    except ConfigurationError as error:
+        raise HTTPException(400, str(error)) from None
