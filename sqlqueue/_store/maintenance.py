@@ -9,6 +9,7 @@ same row.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
 
@@ -41,10 +42,10 @@ def prune_batch(
     batches whose last job went with them go too (see :func:`batches.forget_finished`), and
     so do the operators' actions recorded on the jobs.
 
-    The statements are built once (the ids travel as one expanding parameter) and the
-    deletion returns, per job, whether the counts' rollup had counted it rather than its
-    finishing time: compiling a thousand literals and parsing a thousand timestamps per batch
-    cost as much as the deletion itself (``bench/operations.py``, the first prune)."""
+    One DELETE picks and deletes the oldest jobs (where the dialect allows its subquery) and
+    returns, per job, whether the counts' rollup had counted it rather than its finishing
+    time: shipping a thousand ids back and forth, and parsing a thousand timestamps, cost a
+    batch as much as the deletion itself (``bench/operations.py``, the first prune)."""
     cutoff = dialect.now_plus(-float(older_than), now)
     mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
@@ -53,32 +54,40 @@ def prune_batch(
         .order_by(jobs.c.finished_at)
         .limit(limit)
     )
-    ids = list(conn.execute(chosen).scalars())
-    if not ids:
+    params: dict[str, Any] = {"mark": mark}
+    if dialect.deletes_by_limited_subquery:
+        target = jobs.c.id.in_(chosen.scalar_subquery())
+    else:
+        params["ids"] = list(conn.execute(chosen).scalars())
+        if not params["ids"]:
+            return 0
+        target = jobs.c.id.in_(bindparam("ids", expanding=True))
+    stmt = delete(jobs).where(target).returning(*_RETURNED)
+    gone = dialect.execute_returning(conn, stmt, params).all()
+    if not gone:
         return 0
-    gone = dialect.execute_returning(conn, _DELETE_JOBS, {"ids": ids, "mark": mark}).all()
-    counts.prune_counted(conn, dialect, [row[:4] for row in gone])
-    batches.forget_finished(conn, dialect, [row[4] for row in gone])
-    conn.execute(_DELETE_ACTIONS, {"ids": ids})
+    counts.prune_counted(conn, dialect, [row[1:5] for row in gone])
+    batches.forget_finished(conn, dialect, [row[5] for row in gone])
+    ids = [row[0] for row in gone]
+    conn.execute(_DELETE_ORPHAN_ACTIONS, {"low": min(ids), "high": max(ids)})
     return len(gone)
 
 
-#: Delete the chosen jobs, returning for each its count key, whether it finished before the
-#: counts' mark (so the rollup counted it) and its batch.
-_DELETE_JOBS = (
-    delete(jobs)
-    .where(jobs.c.id.in_(bindparam("ids", expanding=True)))
-    .returning(
-        jobs.c.status,
-        jobs.c.queue,
-        jobs.c.job_type,
-        (jobs.c.finished_at < bindparam("mark", type_=UtcDateTime())).label("counted"),
-        jobs.c.batch_id,
-    )
+#: What deleting a job returns: its id, its count key, whether it finished before the counts'
+#: mark (so the rollup counted it), and its batch.
+_RETURNED = (
+    jobs.c.id,
+    jobs.c.status,
+    jobs.c.queue,
+    jobs.c.job_type,
+    (jobs.c.finished_at < bindparam("mark", type_=UtcDateTime())).label("counted"),
+    jobs.c.batch_id,
 )
-#: Delete the operators' actions recorded on the chosen jobs.
-_DELETE_ACTIONS = delete(job_actions).where(
-    job_actions.c.job_id.in_(bindparam("ids", expanding=True))
+#: The operators' actions of jobs that are gone, among job ids ``low`` to ``high``: those of
+#: the jobs a batch deleted (an index range, not a thousand ids sent back).
+_DELETE_ORPHAN_ACTIONS = delete(job_actions).where(
+    job_actions.c.job_id.between(bindparam("low"), bindparam("high")),
+    ~select(jobs.c.id).where(jobs.c.id == job_actions.c.job_id).exists(),
 )
 
 
