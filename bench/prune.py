@@ -2,8 +2,8 @@
 
 Fills a fresh database with ``--rows`` finished jobs spread over the last year (as
 ``bench/operations.py`` does) and a backlog of ``--queued`` due jobs. A worker process then
-claims 10 jobs at a time, "runs" them for ``--work-ms`` (10 ms: a worker is not in a write
-transaction all the time) and completes them in its next claim's transaction (the worker's
+claims 10 jobs of one queue at a time, "runs" them for ``--work-ms`` (10 ms: a worker is not
+in a write transaction all the time) and completes them in its next claim's transaction (the worker's
 round trip, ``Store.cycle``), again and again. For ``--baseline`` seconds nothing else runs;
 then ``Queue.prune(older_than=3600)`` deletes the history (the jobs the worker finishes are
 younger, and stay). Per backend it prints the prune's duration and rate, and the worker's round
@@ -43,7 +43,7 @@ def _work(url: str, work_ms: float, ready: Any, stop: Any, results: Any) -> None
             succeeded=fences,
             failures=(),
             results=None,
-            claims=[(QUEUES, 10)],
+            claims=[(QUEUES[:1], 10)],
             job_types=None,
             lease_seconds=60,
         )
@@ -96,18 +96,22 @@ def measure(backend: str, target: Target, args: argparse.Namespace) -> None:
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         ready, stop = context.Event(), context.Event()
-        process = context.Process(target=_work, args=(url, args.work_ms, ready, stop, results))
+        process = context.Process(
+            target=_work, args=(url, args.work_ms, ready, stop, results), daemon=True
+        )
         process.start()
-        if not ready.wait(60):
-            raise SystemExit("the worker process did not start")
-        alone_from = time.time()
-        time.sleep(args.baseline)
-        pruning_from = time.time()
-        started = time.perf_counter()
-        deleted = queue.prune(older_than=3600, statuses=("succeeded", "cancelled"))
-        prune_took = time.perf_counter() - started
-        pruning_to = time.time()
-        stop.set()
+        try:
+            if not ready.wait(60):
+                raise SystemExit("the worker process did not start")
+            alone_from = time.time()
+            time.sleep(args.baseline)
+            pruning_from = time.time()
+            started = time.perf_counter()
+            deleted = queue.prune(older_than=3600, statuses=("succeeded", "cancelled"))
+            prune_took = time.perf_counter() - started
+            pruning_to = time.time()
+        finally:
+            stop.set()
         trips = results.get(timeout=120)
         process.join(30)
         alone = _phase(trips, alone_from, pruning_from)
