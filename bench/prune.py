@@ -3,12 +3,12 @@
 Fills a fresh database with ``--rows`` finished jobs spread over the last year (as
 ``bench/operations.py`` does) and a backlog of ``--queued`` due jobs. A worker process then
 claims 10 jobs of one queue at a time, "runs" them for ``--work-ms`` (10 ms: a worker is not
-in a write transaction all the time) and completes them in its next claim's transaction (the worker's
-round trip, ``Store.cycle``), again and again. For ``--baseline`` seconds nothing else runs;
-then ``Queue.prune(older_than=3600)`` deletes the history (the jobs the worker finishes are
-younger, and stay). Per backend it prints the prune's duration and rate, and the worker's round
-trip latency (p50/p99/max) and throughput without and during the prune, with their ratios.
-``--alone`` times the prune with no worker at all.
+in a write transaction all the time) and completes them in its next claim's transaction (the
+worker's round trip, ``Store.cycle``), again and again. For ``--baseline`` seconds nothing
+else runs; then ``Queue.prune(older_than=3600)`` deletes the history (the jobs the worker
+finishes are younger, and stay). Per backend it prints the prune's duration and rate, and the
+worker's round trip latency (p50/p99/max) and throughput without and during the prune, with
+their ratios. ``--alone`` times the prune with no worker at all.
 
 Figures depend on the machine and its load: compare the two phases of one run.
 """
