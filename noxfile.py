@@ -214,6 +214,17 @@ def bench_operations(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_prune(session: nox.Session) -> None:
+    """A worker's round trips alone and during a first prune of 1,000,000 finished jobs.
+
+    Arguments go to ``python -m bench.prune``: ``nox -s bench_prune -- --alone``,
+    ``-- --rows 200000 --backends sqlite``.
+    """
+    session.install(".[postgres]")
+    session.run("python", "-m", "bench.prune", *session.posargs)
+
+
+@nox.session
 def bench_report(session: nox.Session) -> None:
     """The activity report over 1,000,000 events: chunked in a batch vs one job, RSS and time.
 

@@ -50,7 +50,11 @@ class Unique:
     def __post_init__(self) -> None:
         if not callable(self.by):
             by = (self.by,) if isinstance(self.by, str) else self.by
-            if not isinstance(by, Sequence) or not all(isinstance(name, str) for name in by):
+            if (
+                not isinstance(by, Sequence)
+                or isinstance(by, bytes | bytearray)  # a Sequence of ints, even when empty
+                or not all(isinstance(name, str) for name in by)
+            ):
                 raise ConfigurationError(
                     f"Unique.by must be payload key names or a callable, got {self.by!r}"
                 )

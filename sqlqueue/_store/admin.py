@@ -70,14 +70,15 @@ class Admin:
     def _write(self, operation: Callable[[Connection], T]) -> T:
         return in_write(self.engine, self.dialect, operation)
 
-    def _with_mark(self, operation: Callable[[Connection], T]) -> T:
+    def _with_mark(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
         """Run ``operation``, which locks the finished-job counts' mark; when there is no mark
-        yet, create it in a transaction of its own first (see :func:`counts.create_mark`)."""
+        yet, create it in a transaction of its own first (see :func:`counts.create_mark`).
+        ``relaxed``: see :func:`in_write`."""
         try:
-            return self._write(operation)
+            return in_write(self.engine, self.dialect, operation, relaxed=relaxed)
         except counts.MarkMissing:
             self._write(lambda conn: counts.create_mark(conn, self.dialect))
-            return self._write(operation)
+            return in_write(self.engine, self.dialect, operation, relaxed=relaxed)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -189,11 +190,14 @@ class Admin:
     def prune_batch(
         self, *, status: str, older_than: float, limit: int, now: datetime | None = None
     ) -> int:
-        """See :func:`maintenance.prune_batch`: one batch, one transaction."""
+        """See :func:`maintenance.prune_batch`: one batch, one transaction, whose commit need
+        not wait for the disk (a batch a crash undoes is pruned again by the next pass: it
+        commits whole, jobs and counts together, or not at all)."""
         return self._with_mark(
             lambda conn: maintenance.prune_batch(
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
-            )
+            ),
+            relaxed=True,
         )
 
     def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:

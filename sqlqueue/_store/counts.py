@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, case, func, literal, select, union_all
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    bindparam,
+    case,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import DatabaseError
@@ -229,7 +238,8 @@ def _first_finish_after(conn: Connection, mark: datetime) -> datetime | None:
 
 def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
     """Take the mark's lock before deleting finished jobs, so no fold counts rows this
-    transaction is deleting; return the mark, for :func:`prune_counted`. Raises
+    transaction is deleting; return the mark (deleted jobs that finished before it were counted,
+    see :func:`prune_counted`). Raises
     :class:`CountsBusy` rather than waiting when another transaction holds it."""
     mark = _locked_mark(conn, dialect)
     if mark is None:
@@ -237,16 +247,35 @@ def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
     return mark
 
 
-def prune_counted(
-    conn: Connection, dialect: Dialect, mark: datetime, deleted: Iterable[Any]
-) -> None:
-    """Subtract from the rollup the deleted jobs (rows of status, queue, job_type, finished_at)
-    it had counted: those that finished before ``mark``, from :func:`lock_for_prune`."""
+def prune_counted(conn: Connection, dialect: Dialect, deleted: Iterable[Any]) -> None:
+    """Subtract from the rollup the deleted jobs it had counted: ``deleted`` holds a row of
+    status, queue, job_type and whether the job finished before the mark (read under
+    :func:`lock_for_prune`'s lock) for each.
+
+    A counted job's row is in the rollup (the fold that counted it wrote it), so this is one
+    UPDATE, built once and run for every key in one round trip: an upsert per key, built per
+    call, cost a prune batch as much as its deletion."""
     counted: Counter[Key] = Counter()
-    for status, queue, job_type, finished_at in deleted:
-        if status in FINISHED and finished_at is not None and finished_at < mark:
-            counted[(status, queue, job_type)] -= 1
-    _add(conn, dialect, counted.items())
+    for status, queue, job_type, before_mark in deleted:
+        if status in FINISHED and before_mark:
+            counted[(status, queue, job_type)] += 1
+    if counted:
+        conn.execute(
+            _SUBTRACT,
+            [{"s": s, "q": q, "t": t, "n": n} for (s, q, t), n in sorted(counted.items())],
+        )
+
+
+#: Take ``n`` pruned jobs off a key's count.
+_SUBTRACT = (
+    finished_counts.update()
+    .where(
+        finished_counts.c.status == bindparam("s"),
+        finished_counts.c.queue == bindparam("q"),
+        finished_counts.c.job_type == bindparam("t"),
+    )
+    .values(count=finished_counts.c.count - bindparam("n", type_=BigInteger()))
+)
 
 
 def reset_counts(conn: Connection) -> None:

@@ -119,6 +119,9 @@ class Dialect(Claiming):
     #: leave gaps, or other processes waiting for the lock starve (SQLite's busy handler sleeps
     #: up to 100 ms between tries, so a back-to-back writer always wins).
     single_writer: ClassVar[bool] = False
+    #: ``DELETE … WHERE id IN (SELECT id FROM the same table … LIMIT n)`` runs (MySQL refuses
+    #: both the LIMIT in the subquery and reading the table a DELETE writes).
+    deletes_by_limited_subquery: ClassVar[bool] = True
     #: Indexes can have a WHERE clause (elsewhere ``postgresql_where``/``sqlite_where`` are
     #: ignored and the index covers every row).
     supports_partial_indexes: ClassVar[bool] = True

@@ -137,7 +137,11 @@ def _run(conn: Conn, stmt: Any, params: Any) -> Rows:
     if isinstance(stmt, Update):
         return _update(conn, stmt, params)
     if isinstance(stmt, Delete):
-        return conn.execute(stmt, params) if conn.dialect.delete_returning else _delete(conn, stmt)
+        return (
+            conn.execute(stmt, params)
+            if conn.dialect.delete_returning
+            else _delete(conn, stmt, params)
+        )
     if isinstance(stmt, Insert):
         return _insert(conn, stmt, params)
     return conn.execute(stmt, params)
@@ -166,14 +170,21 @@ def _key(table: Table) -> Any:
     return columns[0]
 
 
-def _read_back(conn: Conn, stmt: Any, where: ColumnElement[bool], order: Any = None) -> Rows:
+def _read_back(
+    conn: Conn,
+    stmt: Any,
+    where: ColumnElement[bool],
+    order: Any = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+) -> Rows:
     """The RETURNING columns of the rows ``where`` selects (the key, for a statement without
     RETURNING whose result nobody reads)."""
     columns = _returning(stmt) or tuple(stmt.table.primary_key.columns)
     query: Select[Any] = select(*columns).where(where)
     if order is not None:
         query = query.order_by(order)
-    return conn.execute(query)
+    return conn.execute(query, params)
 
 
 def _update(conn: Conn, stmt: Update, params: Mapping[str, Any] | None) -> Rows:
@@ -197,16 +208,16 @@ def _where(stmt: Update | Delete) -> ColumnElement[bool]:
     return true() if where is None else where
 
 
-def _delete(conn: Conn, stmt: Delete) -> Rows:
+def _delete(conn: Conn, stmt: Delete, params: Mapping[str, Any] | None) -> Rows:
     """MySQL: the rows are read (and locked) first, then deleted by key."""
     table = stmt.table
     assert isinstance(table, Table)
     key = _key(table)
-    ids = list(conn.execute(select(key).where(_where(stmt)).with_for_update()).scalars())
-    rows = _read_back(conn, stmt, key.in_(ids) if ids else false())
+    ids = list(conn.execute(select(key).where(_where(stmt)).with_for_update(), params).scalars())
+    rows = _read_back(conn, stmt, key.in_(ids) if ids else false(), params=params)
     buffered = rows.freeze()
     if ids:
-        conn.execute(_without_returning(stmt).where(key.in_(ids)))
+        conn.execute(_without_returning(stmt).where(key.in_(ids)), params)
     return buffered()
 
 

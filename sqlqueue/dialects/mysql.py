@@ -150,6 +150,7 @@ class MySQLDialect(Dialect):
     driver: ClassVar[str | None] = "pymysql"
     extra: ClassVar[str | None] = "mysql"
     supports_skip_locked: ClassVar[bool] = True
+    deletes_by_limited_subquery: ClassVar[bool] = False
     supports_row_locks: ClassVar[bool] = True
     supports_listen_notify: ClassVar[bool] = False
     supports_many_hosts: ClassVar[bool] = True
