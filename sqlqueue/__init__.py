@@ -23,6 +23,7 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnknownJobType,
     UnsupportedDatabase,
+    WorkflowError,
 )
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._job_action import JobAction
@@ -45,6 +46,7 @@ from sqlqueue._queue import Queue
 from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker_info import WorkerInfo
+from sqlqueue._workflow import StepStatus, Workflow, WorkflowHandle, WorkflowStatus
 
 __all__ = [
     "Activity",
@@ -84,12 +86,17 @@ __all__ = [
     "Snooze",
     "SqlqueueError",
     "Stats",
+    "StepStatus",
     "Task",
     "TaskCall",
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
     "WorkerInfo",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "exponential",
     "linear",
     "migrate",

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from typing import Any
+
 from sqlalchemy import Connection, delete, select, update
 
+from sqlqueue._schema import batches as batch_rows
 from sqlqueue._schema import duties, job_actions, jobs, queues
 from sqlqueue._store import batches, counts
 from sqlqueue.dialects import Dialect
@@ -43,7 +46,7 @@ def prune_batch(
     mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
         select(jobs.c.id)
-        .where(jobs.c.status == status, jobs.c.finished_at < cutoff)
+        .where(jobs.c.status == status, jobs.c.finished_at < cutoff, ~_in_running_workflow())
         .order_by(jobs.c.finished_at)
         .limit(limit)
     )
@@ -62,6 +65,20 @@ def prune_batch(
     batches.forget_finished(conn, dialect, [row[4] for row in gone])
     conn.execute(delete(job_actions).where(job_actions.c.job_id.in_(ids)))
     return len(gone)
+
+
+def _in_running_workflow() -> Any:
+    """A job that is a step of a workflow not yet finished: kept, since the steps after it
+    read its result (``ctx.upstream_results``) and its row holds the workflow's history."""
+    return (
+        select(batch_rows.c.id)
+        .where(
+            batch_rows.c.id == jobs.c.batch_id,
+            batch_rows.c.finished_at.is_(None),
+            batch_rows.c.workflow_on_dead.is_not(None),
+        )
+        .exists()
+    )
 
 
 def take_duty(

@@ -1,0 +1,436 @@
+"""Workflows: their steps and edges written, and each step released exactly once, in the
+transaction that ends its last upstream step.
+
+A workflow is a batch (``sqlqueue_batches`` row with ``workflow_on_dead`` set) whose children
+are its steps, so every path that ends a job already notes the ending in
+:class:`~sqlqueue._store.batches.Endings` and calls :func:`~sqlqueue._store.batches.settle`,
+which holds the workflow's row and calls :func:`advance` here with the steps that ended. Each
+step row counts its upstream steps not yet ended (``waiting_on``): an ending decrements the
+counts of its direct downstream steps by one statement per distinct decrement (one, in
+practice), and the steps that reach zero go from ``waiting`` to ``queued`` in one more
+statement — no statement per sibling. ``settled`` marks a step whose ending was counted, so a
+requeued step (its new job takes its place in the step row) never counts twice.
+
+Reads that decide a write lock their rows (``FOR UPDATE``): after waiting for the workflow's
+row they see what the transaction before committed, on MariaDB's snapshots too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
+
+from sqlqueue._job import JobStatus
+from sqlqueue._jobrow import JobRow
+from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
+from sqlqueue._store.inserts import insert_rows
+from sqlqueue._workflow import StepStatus, WorkflowStatus, topological_order
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "add_step",
+    "advance",
+    "create_steps",
+    "forget_steps",
+    "read_workflow",
+    "replace_steps",
+    "step_of",
+    "upstream_results",
+]
+
+#: Names or ids per ``IN (…)``: well under every backend's limit of bound values.
+_CHUNK = 2000
+
+_steps, _edges = workflow_steps, workflow_edges
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def create_steps(
+    conn: Connection,
+    dialect: Dialect,
+    workflow_id: int,
+    *,
+    names: Sequence[str],
+    job_ids: Sequence[int],
+    after: Mapping[str, Sequence[str]],
+) -> None:
+    """Write the steps (just inserted as ``job_ids``, queued, children of ``workflow_id``) and
+    their edges, and put the steps with upstreams in ``waiting``; the caller's transaction."""
+    options = dialect.table_options
+    waiting = [job_id for name, job_id in zip(names, job_ids, strict=True) if after[name]]
+    current = dialect.now()
+    for chunk in _chunks(waiting):
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(chunk))
+            .values(status="waiting", updated_at=current),
+            execution_options=options,
+        )
+    step_rows = [
+        {
+            "workflow_id": workflow_id,
+            "name": name,
+            "job_id": job_id,
+            "waiting_on": len(after[name]),
+            "settled": False,
+        }
+        for name, job_id in zip(names, job_ids, strict=True)
+    ]
+    for chunk in _chunks(step_rows):
+        conn.execute(insert(_steps), list(chunk), execution_options=options)
+    edge_rows = [
+        {"workflow_id": workflow_id, "upstream": upstream, "downstream": name}
+        for name in names
+        for upstream in after[name]
+    ]
+    for chunk in _chunks(edge_rows):
+        conn.execute(insert(_edges), list(chunk), execution_options=options)
+
+
+def add_step(
+    conn: Connection,
+    dialect: Dialect,
+    workflow_id: int,
+    *,
+    name: str,
+    row: JobRow,
+    after: Sequence[str],
+) -> int:
+    """Add step ``name`` (job ``row``) to running workflow ``workflow_id`` after the steps in
+    ``after``; return its job id. Takes the workflow's row first, so no upstream can end
+    unseen meanwhile; :class:`LookupError` naming what is wrong (the caller words the error)."""
+    options = dialect.table_options
+    head = conn.execute(
+        dialect.lock_row(
+            select(batches.c.finished_at, batches.c.workflow_on_dead).where(
+                batches.c.id == workflow_id
+            )
+        ),
+        execution_options=options,
+    ).first()
+    if head is None or head[1] is None:
+        raise LookupError(f"batch {workflow_id} is not a workflow")
+    if head[0] is not None:
+        raise LookupError(f"workflow {workflow_id} has finished")
+    known = {
+        str(found_name): bool(settled)
+        for found_name, settled in conn.execute(
+            dialect.lock_row(
+                select(_steps.c.name, _steps.c.settled).where(
+                    _steps.c.workflow_id == workflow_id,
+                    _steps.c.name.in_([name, *after]),
+                )
+            ),
+            execution_options=options,
+        )
+    }
+    if name in known:
+        raise LookupError(f"step {name!r} is already in workflow {workflow_id}")
+    unknown = [upstream for upstream in after if upstream not in known]
+    if unknown:
+        raise LookupError(f"workflow {workflow_id} has no step {unknown[0]!r}")
+    pending = sum(1 for upstream in after if not known[upstream])
+    conn.execute(  # the workflow cannot finish before the new step ends
+        update(batches).where(batches.c.id == workflow_id).values(total=batches.c.total + 1),
+        execution_options=options,
+    )
+    job_id = insert_rows(dialect, conn, [{**row, "batch_id": workflow_id}])[0]
+    if pending:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(status="waiting"),
+            execution_options=options,
+        )
+    conn.execute(
+        insert(_steps).values(
+            workflow_id=workflow_id, name=name, job_id=job_id, waiting_on=pending, settled=False
+        ),
+        execution_options=options,
+    )
+    if after:
+        conn.execute(
+            insert(_edges),
+            [{"workflow_id": workflow_id, "upstream": up, "downstream": name} for up in after],
+            execution_options=options,
+        )
+    return job_id
+
+
+def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int, int]]) -> None:
+    """Requeued dead jobs ``(old id, new id)``: each new job takes the old one's place in its
+    workflow step (a job outside any workflow matches no step row)."""
+    if moves:
+        conn.execute(
+            update(_steps)
+            .where(_steps.c.job_id == _bind("old_id"))
+            .values(job_id=_bind("new_id")),
+            [{"old_id": old, "new_id": new} for old, new in moves],
+            execution_options=dialect.table_options,
+        )
+
+
+def _bind(name: str) -> Any:
+    return bindparam(name, type_=_steps.c.job_id.type)
+
+
+# -- ending steps -------------------------------------------------------------------------------
+
+
+def advance(
+    conn: Connection,
+    dialect: Dialect,
+    workflow_id: int,
+    on_dead: str,
+    ended: Sequence[tuple[int, str]],
+    now: datetime | None = None,
+) -> int:
+    """Apply the endings ``(job id, status)`` of steps of ``workflow_id`` (whose row the caller
+    holds): release the downstream steps whose upstreams have all ended, and, under
+    ``on_dead="cancel"``, cancel every step after a dead or cancelled one. Returns how many
+    steps were cancelled here (the caller counts them in the workflow's row)."""
+    counted = [job_id for job_id, status in ended if status == "succeeded" or on_dead == "run"]
+    stopped = [job_id for job_id, status in ended if status != "succeeded"]
+    if counted:
+        _release_after(conn, dialect, workflow_id, counted, now)
+    if stopped and on_dead == "cancel":
+        return _cancel_after(conn, dialect, workflow_id, stopped, now)
+    return 0
+
+
+def _release_after(
+    conn: Connection, dialect: Dialect, workflow_id: int, job_ids: list[int], now: datetime | None
+) -> None:
+    options = dialect.table_options
+    names = list(
+        conn.execute(
+            dialect.lock_row(
+                select(_steps.c.name).where(
+                    _steps.c.workflow_id == workflow_id,
+                    _steps.c.job_id.in_(job_ids),
+                    _steps.c.settled.is_(False),
+                )
+            ),
+            execution_options=options,
+        ).scalars()
+    )
+    if not names:  # counted already (a requeued step under on_dead="run")
+        return
+    conn.execute(
+        update(_steps)
+        .where(_steps.c.workflow_id == workflow_id, _steps.c.name.in_(names))
+        .values(settled=True),
+        execution_options=options,
+    )
+    downstream: Counter[str] = Counter()
+    for chunk in _chunks(names):
+        downstream.update(
+            conn.execute(
+                dialect.lock_row(
+                    select(_edges.c.downstream).where(
+                        _edges.c.workflow_id == workflow_id, _edges.c.upstream.in_(chunk)
+                    )
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    if not downstream:
+        return
+    by_decrement: dict[int, list[str]] = {}
+    for name, count in downstream.items():
+        by_decrement.setdefault(count, []).append(name)
+    for count, group in by_decrement.items():
+        for chunk in _chunks(group):
+            conn.execute(
+                update(_steps)
+                .where(_steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk))
+                .values(waiting_on=_steps.c.waiting_on - count),
+                execution_options=options,
+            )
+    ready: list[int] = []
+    for chunk in _chunks(list(downstream)):
+        ready.extend(
+            conn.execute(
+                select(_steps.c.job_id).where(
+                    _steps.c.workflow_id == workflow_id,
+                    _steps.c.name.in_(chunk),
+                    _steps.c.waiting_on <= 0,
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    current = dialect.now(now)
+    wake = dialect.wake_columns()
+    for chunk in _chunks(ready):
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
+            .values(
+                status="queued",
+                # Due now (or when it asked to run, if later): a claim floor sees it at once.
+                next_run_at=case((jobs.c.next_run_at > current, jobs.c.next_run_at), else_=current),
+                updated_at=current,
+            )
+        )
+        if wake:
+            dialect.execute_returning(
+                conn, stmt.returning(jobs.c.id, *wake), execution_options=options
+            ).all()
+        else:
+            conn.execute(stmt, execution_options=options)
+
+
+def _cancel_after(
+    conn: Connection, dialect: Dialect, workflow_id: int, job_ids: list[int], now: datetime | None
+) -> int:
+    options = dialect.table_options
+    origins = list(
+        conn.execute(
+            select(_steps.c.name).where(
+                _steps.c.workflow_id == workflow_id, _steps.c.job_id.in_(job_ids)
+            ),
+            execution_options=options,
+        ).scalars()
+    )
+    after: dict[str, list[str]] = {}
+    for upstream, downstream in conn.execute(
+        select(_edges.c.upstream, _edges.c.downstream).where(_edges.c.workflow_id == workflow_id),
+        execution_options=options,
+    ):
+        after.setdefault(str(upstream), []).append(str(downstream))
+    seen: set[str] = set()
+    todo = deque(origins)
+    while todo:
+        for child in after.get(todo.popleft(), []):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    if not seen:
+        return 0
+    targets: list[int] = []
+    for chunk in _chunks(sorted(seen)):
+        targets.extend(
+            conn.execute(
+                select(_steps.c.job_id).where(
+                    _steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk)
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    current = dialect.now(now)
+    reason = (
+        f"cancelled by its workflow (on_dead='cancel'): step {', '.join(map(repr, origins))} "
+        "that it runs after ended dead or cancelled"
+    )
+    cancelled = 0
+    for chunk in _chunks(targets):
+        cancelled += conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
+            .values(status="cancelled", finished_at=current, updated_at=current, last_error=reason),
+            execution_options=options,
+        ).rowcount
+    return cancelled
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+def forget_steps(conn: Connection, dialect: Dialect, workflow_ids: Sequence[int]) -> None:
+    """Delete the steps and edges of workflows whose row is gone (retention pruned it)."""
+    if not workflow_ids:
+        return
+    alive = select(batches.c.id).where(batches.c.id.in_(workflow_ids))
+    gone = sorted(set(workflow_ids) - set(conn.execute(alive).scalars()))
+    for table in (_steps, _edges):
+        for chunk in _chunks(gone):
+            conn.execute(
+                delete(table).where(table.c.workflow_id.in_(chunk)),
+                execution_options=dialect.table_options,
+            )
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def read_workflow(conn: Connection, workflow_id: int) -> WorkflowStatus | None:
+    """Workflow ``workflow_id`` with each step's current job status, or ``None`` (no such
+    workflow, or a plain batch)."""
+    head = conn.execute(
+        select(batches.c.created_at, batches.c.finished_at, batches.c.workflow_on_dead).where(
+            batches.c.id == workflow_id
+        )
+    ).first()
+    if head is None or head[2] is None:
+        return None
+    after: dict[str, list[str]] = {}
+    for upstream, downstream in conn.execute(
+        select(_edges.c.upstream, _edges.c.downstream).where(_edges.c.workflow_id == workflow_id)
+    ):
+        after.setdefault(str(downstream), []).append(str(upstream))
+    rows = conn.execute(
+        select(_steps.c.name, _steps.c.job_id, jobs.c.status, jobs.c.result.is_not(None))
+        .join(jobs, jobs.c.id == _steps.c.job_id)
+        .where(_steps.c.workflow_id == workflow_id)
+    ).all()
+    found = {str(name): (int(job_id), JobStatus(status), bool(has)) for name, job_id, status, has in rows}
+    graph = {name: tuple(up for up in after.get(name, []) if up in found) for name in found}
+    counts = dict.fromkeys(JobStatus, 0)
+    steps: dict[str, StepStatus] = {}
+    for name in topological_order(graph):
+        job_id, status, has_result = found[name]
+        counts[status] += 1
+        steps[name] = StepStatus(
+            job_id=job_id, status=status, after=graph[name], result_available=has_result
+        )
+    return WorkflowStatus(
+        id=workflow_id,
+        on_dead=str(head[2]),
+        created_at=head[0],
+        finished_at=head[1],
+        steps=steps,
+        counts=counts,
+    )
+
+
+def step_of(conn: Connection, job_id: int) -> tuple[int, str] | None:
+    """``(workflow id, step name)`` of job ``job_id``, or ``None`` outside any workflow."""
+    row = conn.execute(
+        select(_steps.c.workflow_id, _steps.c.name).where(_steps.c.job_id == job_id)
+    ).first()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def upstream_results(conn: Connection, job_id: int) -> dict[str, Any]:
+    """The stored results of the direct upstream steps of job ``job_id`` that succeeded, by
+    step name (``None`` for one that stored none)."""
+    me = step_of(conn, job_id)
+    if me is None:
+        return {}
+    workflow_id, name = me
+    upstream = _steps.alias("upstream")
+    rows = conn.execute(
+        select(upstream.c.name, jobs.c.result)
+        .select_from(_edges)
+        .join(
+            upstream,
+            (upstream.c.workflow_id == _edges.c.workflow_id)
+            & (upstream.c.name == _edges.c.upstream),
+        )
+        .join(jobs, jobs.c.id == upstream.c.job_id)
+        .where(
+            _edges.c.workflow_id == workflow_id,
+            _edges.c.downstream == name,
+            jobs.c.status == "succeeded",
+        )
+    ).all()
+    return {str(step): result for step, result in rows}
