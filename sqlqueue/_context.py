@@ -248,9 +248,7 @@ class JobContext:
             return {}
         return step_context.read_upstream_results(self._database, self.job_id)
 
-    def add_to_workflow(
-        self, name: str, request: JobRequest, *, after: Iterable[str] = ()
-    ) -> int:
+    def add_to_workflow(self, name: str, request: JobRequest, *, after: Iterable[str] = ()) -> int:
         """Add step ``name`` to this step's workflow, after the steps in ``after`` (this one or
         any unfinished step); return its job id. Written in :meth:`transaction`: it exists only
         if this step succeeds, and the workflow cannot finish before it ends."""

@@ -12,6 +12,7 @@ from sqlqueue._jobrow import JobRow
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.transactions import translated
 from sqlqueue._store.workflows import create_steps
+from sqlqueue._task import JobRequest
 from sqlqueue._workflow import Workflow, WorkflowHandle
 
 __all__ = ["check_workflow", "enqueue_workflow"]
@@ -31,6 +32,9 @@ def check_workflow(
     requests = workflow.steps
     rows: list[JobRow] = []
     for name in names:
+        if not isinstance(requests[name], JobRequest):
+            kind = type(requests[name]).__name__
+            raise WorkflowError(f"step {name!r} must be a sqlqueue.JobRequest, got {kind}")
         row = build_row(settings, requests[name])
         if row["idempotency_key"] is not None:  # an on_enqueue hook gave it one
             raise WorkflowError(f"step {name!r} has an idempotency_key: steps cannot have one")
@@ -72,5 +76,3 @@ def enqueue_workflow(
     else:
         send(rows, translated_write)
     return written[0]
-
-

@@ -13,17 +13,14 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sqlqueue._errors import WorkflowError
 from sqlqueue._job import TERMINAL, JobStatus
 
-if TYPE_CHECKING:
-    from sqlqueue._task import JobRequest
-
 __all__ = [
-    "ON_DEAD",
     "MAX_STEP_NAME",
+    "ON_DEAD",
     "StepStatus",
     "Workflow",
     "WorkflowHandle",
@@ -108,22 +105,17 @@ class Workflow:
         if on_dead not in ON_DEAD:
             raise WorkflowError(f"on_dead must be one of {', '.join(ON_DEAD)}, got {on_dead!r}")
         self.on_dead: str = on_dead
-        self._requests: dict[str, JobRequest] = {}
+        self._requests: dict[str, Any] = {}  # sqlqueue.JobRequest, checked when enqueued
         self._after: dict[str, tuple[str, ...]] = {}
 
-    def add(self, name: str, request: JobRequest, *, after: Iterable[str] = ()) -> str:
-        """Add step ``name`` running ``request`` after the steps in ``after``; return ``name``.
-        Upstream steps may be added later; the graph is checked when it is enqueued."""
-        from sqlqueue._task import JobRequest  # noqa: PLC0415 - _task imports the store
-
+    def add(self, name: str, request: Any, *, after: Iterable[str] = ()) -> str:
+        """Add step ``name`` running ``request`` (a :class:`sqlqueue.JobRequest`) after the steps
+        in ``after``; return ``name``. Upstream steps may be added later: the graph is checked
+        when it is enqueued, and so is each request (above this module's layer)."""
         check_step_name(name)
         if name in self._requests:
             raise WorkflowError(f"step {name!r} is already in this workflow")
-        if not isinstance(request, JobRequest):
-            raise WorkflowError(
-                f"step {name!r} must be a sqlqueue.JobRequest, got {type(request).__name__}"
-            )
-        if request.idempotency_key is not None:
+        if getattr(request, "idempotency_key", None) is not None:
             raise WorkflowError(
                 f"step {name!r} has an idempotency_key: a workflow's steps cannot have one (an "
                 "existing job with that key is not this workflow's step)"
@@ -133,7 +125,7 @@ class Workflow:
         return name
 
     @property
-    def steps(self) -> Mapping[str, JobRequest]:
+    def steps(self) -> Mapping[str, Any]:
         """The steps added so far, by name."""
         return dict(self._requests)
 
@@ -194,15 +186,12 @@ class WorkflowStatus:
     @property
     def blocked_by(self) -> tuple[str, ...]:
         """The dead or cancelled steps that hold steps ``waiting`` (under ``on_dead="wait"``)."""
-        waiting = {
-            name for name, step in self.steps.items() if step.status is JobStatus.WAITING
-        }
+        waiting = {name for name, step in self.steps.items() if step.status is JobStatus.WAITING}
         ended = (JobStatus.DEAD, JobStatus.CANCELLED)
         return tuple(
             name
             for name, step in self.steps.items()
-            if step.status in ended
-            and any(name in self.steps[other].after for other in waiting)
+            if step.status in ended and any(name in self.steps[other].after for other in waiting)
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -147,6 +147,7 @@ def test_job_status_compares_equal_to_plain_strings():
         "failed",
         "dead",
         "cancelled",
+        "waiting",
     ]
 
 

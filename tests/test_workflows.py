@@ -212,7 +212,9 @@ def test_a_diamond_runs_in_order_and_each_step_reads_its_upstreams_results(backe
     handle = _enqueue(queue, _diamond())
     drain(queue)
     order = [label for label, _ in seen]
-    assert order[0] == "a" and order[-1] == "d" and sorted(order[1:3]) == ["b", "c"]
+    assert order[0] == "a"
+    assert order[-1] == "d"
+    assert sorted(order[1:3]) == ["b", "c"]
     results = dict(seen)
     assert results["a"] == {}
     assert results["b"] == {"a": "result of a"}
@@ -348,7 +350,8 @@ def test_on_dead_wait_blocks_then_an_operator_requeue_takes_the_place_and_finish
     assert _status(queue, handle.id).steps["a"].job_id == new_id
     drain(queue)
     status = _status(queue, handle.id)
-    assert status.succeeded and status.finished_at is not None
+    assert status.succeeded
+    assert status.finished_at is not None
     assert seen[-1] == ("b", {"a": "result of a"})
 
 
@@ -366,9 +369,13 @@ def test_on_dead_cancel_cancels_every_step_after_the_dead_one_with_the_reason(ba
         "a": "succeeded", "b": "dead", "c": "succeeded", "d": "cancelled", "e": "cancelled"
     }  # fmt: skip
     status = _status(queue, handle.id)
-    assert status.finished and not status.succeeded and status.finished_at is not None
+    assert status.finished
+    assert not status.succeeded
+    assert status.finished_at is not None
     reason = queue.get_job(handle.job_ids["e"]).last_error  # type: ignore[union-attr]
-    assert reason is not None and "'b'" in reason and "on_dead='cancel'" in reason
+    assert reason is not None
+    assert "'b'" in reason
+    assert "on_dead='cancel'" in reason
     assert {label for label, _ in seen} == {"a", "b", "c"}
 
 
@@ -385,7 +392,8 @@ def test_on_dead_run_runs_the_steps_after_without_the_dead_ones_result(backend):
     assert results["c"] == {"b": "result of b"}
     assert results["d"] == {"c": "result of c"}
     status = _status(queue, handle.id)
-    assert status.finished and not status.succeeded
+    assert status.finished
+    assert not status.succeeded
     # A requeue of the dead step is not counted a second time in the steps after it.
     with queue.engine.connect() as conn:
         waits = dict(
@@ -433,7 +441,8 @@ def test_cancelling_a_waiting_step_blocks_under_wait_and_its_workflow_can_end(ba
     assert _status(queue, handle.id).blocked_by == ("b",)
     queue.cancel(handle.job_ids["d"])
     status = _status(queue, handle.id)
-    assert status.finished and status.finished_at is not None
+    assert status.finished
+    assert status.finished_at is not None
 
 
 def test_cancel_by_filter_applies_the_cancel_policy(backend):
@@ -505,8 +514,10 @@ def test_retention_keeps_the_steps_of_an_unfinished_workflow_then_forgets_it_who
     queue.cancel(handle.job_ids["c"])
     assert _status(queue, handle.id).finished
     wait_until(
-        lambda: queue.prune(older_than=0, statuses=["succeeded", "dead", "cancelled"]) == 0
-        and count_jobs(queue.engine) == 0,
+        lambda: (
+            queue.prune(older_than=0, statuses=["succeeded", "dead", "cancelled"]) == 0
+            and count_jobs(queue.engine) == 0
+        ),
         what="the finished workflow's steps pruned",
     )
     assert queue.get_workflow(handle.id) is None
@@ -528,7 +539,8 @@ def test_a_running_step_adds_steps_and_the_workflow_waits_for_them(backend):
     status = _status(queue, handle.id)
     assert set(status.steps) == {"g", "tail", "added", "free"}
     assert status.steps["added"].after == ("g",)
-    assert status.succeeded and status.finished_at is not None
+    assert status.succeeded
+    assert status.finished_at is not None
     assert queue.get_batch(handle.id).total == 4  # type: ignore[union-attr]
 
 

@@ -39,7 +39,8 @@ def cancel_job(
         values = {"cancel_requested_at": current, "updated_at": current}
     else:
         raise JobStateError(
-            f"job {job_id} is {row['status']}; only queued, failed, waiting or running jobs can be cancelled"
+            f"job {job_id} is {row['status']}; only queued, failed, waiting or running jobs can "
+            "be cancelled"
         )
     updated = (
         dialect.execute_returning(

@@ -9,7 +9,6 @@ same row.
 from __future__ import annotations
 
 from datetime import datetime
-
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, update

@@ -72,9 +72,7 @@ def create_steps(
     current = dialect.now()
     for chunk in _chunks(waiting):
         conn.execute(
-            update(jobs)
-            .where(jobs.c.id.in_(chunk))
-            .values(status="waiting", updated_at=current),
+            update(jobs).where(jobs.c.id.in_(chunk)).values(status="waiting", updated_at=current),
             execution_options=options,
         )
     step_rows = [
@@ -171,9 +169,7 @@ def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int,
     workflow step (a job outside any workflow matches no step row)."""
     if moves:
         conn.execute(
-            update(_steps)
-            .where(_steps.c.job_id == _bind("old_id"))
-            .values(job_id=_bind("new_id")),
+            update(_steps).where(_steps.c.job_id == _bind("old_id")).values(job_id=_bind("new_id")),
             [{"old_id": old, "new_id": new} for old, new in moves],
             execution_options=dialect.table_options,
         )
@@ -382,7 +378,9 @@ def read_workflow(conn: Connection, workflow_id: int) -> WorkflowStatus | None:
         .join(jobs, jobs.c.id == _steps.c.job_id)
         .where(_steps.c.workflow_id == workflow_id)
     ).all()
-    found = {str(name): (int(job_id), JobStatus(status), bool(has)) for name, job_id, status, has in rows}
+    found = {
+        str(name): (int(job_id), JobStatus(status), bool(has)) for name, job_id, status, has in rows
+    }
     graph = {name: tuple(up for up in after.get(name, []) if up in found) for name in found}
     counts = dict.fromkeys(JobStatus, 0)
     steps: dict[str, StepStatus] = {}
