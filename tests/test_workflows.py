@@ -7,6 +7,7 @@ with a SIGKILL are in tests/test_workflows_processes.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
 from sqlqueue._store import batches as store_batches
 from sqlqueue._store import outcomes
 from tests._support import count_jobs, drain, wait_until
+from tests._support import run_cli as cli
 from tests.conftest import Backend
 
 #: What the step handlers saw: (step label, its upstream results) in the order they ran.
@@ -568,3 +570,43 @@ def test_add_to_workflow_outside_a_workflow_or_with_a_known_name_says_why(backen
     assert any("has no step 'nope'" in error for error in errors)
     assert _status(queue, handle.id).succeeded
     assert set(_status(queue, handle.id).steps) == {"first", "second"}
+
+
+# -- operators ----------------------------------------------------------------------------------
+
+
+def test_workflow_show_lists_the_steps_in_order_and_jobs_show_names_the_workflow(backend):
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    wf.add("charge", _step("charge"))
+    wf.add("mail", _step("mail", fail=True), after=["charge"])
+    wf.add("done", _step("done"), after=["mail"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    text = cli("workflow", "show", str(handle.id), url=backend.url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith(f"workflow {handle.id} (on_dead=wait), finished: -")
+    assert lines[1] == "blocked by: mail"
+    body = "\n".join(lines[2:])
+    assert body.index("charge") < body.index("mail") < body.index("done")
+    assert "step mail fails" in body
+    shown = cli("workflow", "show", str(handle.id), "--json", url=backend.url)
+    document = json.loads(shown.stdout)
+    assert list(document["steps"]) == ["charge", "mail", "done"]
+    assert document["steps"]["mail"]["status"] == "dead"
+    assert document["steps"]["mail"]["attempts"] == 1
+    assert "step mail fails" in document["steps"]["mail"]["last_error"]
+    assert document["steps"]["done"]["after"] == ["mail"]
+    assert document["blocked_by"] == ["mail"]
+    job_text = cli("jobs", "show", str(handle.job_ids["mail"]), url=backend.url).stdout
+    assert f"workflow:         {handle.id}, step 'mail'" in job_text
+    job_json = json.loads(
+        cli("jobs", "show", str(handle.job_ids["mail"]), "--json", url=backend.url).stdout
+    )
+    assert job_json["workflow"] == {"id": handle.id, "step": "mail"}
+    missing = cli("workflow", "show", "999999", url=backend.url)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "sqlqueue: error: there is no workflow 999999",
+    )

@@ -1,5 +1,5 @@
-"""The operators' reading commands of ``sqlqueue`` (stats, health, jobs, batch), and what the
-acting ones (``_act``) share with them: options, filters, job ids. Each builds a bare
+"""The operators' reading commands of ``sqlqueue`` (stats, health, jobs, batch, workflow), and
+what the acting ones (``_act``) share with them: options, filters, job ids. Each builds a bare
 :class:`~sqlqueue.Queue` on the database URL (no app import) and calls the same methods an app
 would; ``--json`` prints what those methods return."""
 
@@ -24,6 +24,7 @@ from sqlqueue.cli._text import (
     table,
 )
 from sqlqueue.cli._workers import worker_of, worker_text
+from sqlqueue.cli._workflows import add_workflow_commands, workflow_of
 
 __all__ = [
     "EXIT_ALARM",
@@ -85,6 +86,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     batch_show = command("show", _batch_show, "show one batch: its counts by status", batch)
     batch_show.add_argument("batch_id", type=job_id)
     json_option(batch_show)
+    add_workflow_commands(commands, command, job_id, json_option)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
@@ -221,10 +223,15 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     if job is None:
         raise JobNotFound(f"there is no job {args.job_id}")
     worker = worker_of(queue, job)
+    step = workflow_of(queue, job)
     if args.json:
-        print(json_text({**job.to_dict(), "worker": None if worker is None else worker.to_dict()}))
+        document = {**job.to_dict(), "worker": None if worker is None else worker.to_dict()}
+        document["workflow"] = None if step is None else {"id": step[0].id, "step": step[1]}
+        print(json_text(document))
     else:
         print(job_details(job, worker=worker_text(job, worker)))
+        if step is not None:
+            print(f"{'workflow:':17} {step[0].id}, step {step[1]!r} (sqlqueue workflow show)")
     return 0
 
 
