@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from sqlqueue._errors import JobStateError, WorkflowError
 from sqlqueue._jobrow import JobRow
-from sqlqueue._store import workflows
+from sqlqueue._store import workflow_reads, workflows
 from sqlqueue._store.transactions import translated
 from sqlqueue._workflow import check_step_name
 
@@ -27,7 +27,7 @@ def read_upstream_results(database: JobDatabase, job_id: int) -> dict[str, Any]:
 
     def read() -> dict[str, Any]:
         with database.engine.connect() as conn:
-            return workflows.upstream_results(conn, job_id)
+            return workflow_reads.upstream_results(conn, job_id)
 
     return translated(database.dialect, read)
 

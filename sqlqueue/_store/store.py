@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes, workflows
+from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes, workflow_reads
 from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
@@ -261,7 +261,7 @@ class Store(GateTransactions):
 
         def read() -> WorkflowStatus | None:
             with self.engine.connect() as conn:
-                return workflows.read_workflow(conn, workflow_id)
+                return workflow_reads.read_workflow(conn, workflow_id)
 
         return translated(self.dialect, read)
 
