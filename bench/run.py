@@ -10,6 +10,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --peers                  # next to pgqueuer and procrastinate (PostgreSQL)
     python -m bench --faults                 # drains while statements fail (bench/faults.py)
     python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
+    python -m bench --only workflows         # workflows' enqueue and drain (bench/workflows.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -29,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import faults, memory, middleware, mvcc, peers, report, side_by_side
+from bench import faults, memory, middleware, mvcc, peers, report, side_by_side, workflows
 from bench.databases import (
     BACKENDS,
     DEFAULT_MYSQL_URL,
@@ -88,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         "--only",
         help=f"scenarios to run, of {','.join(SCENARIOS)} (all), or "
         f"{','.join(EXTRA_SCENARIOS)} (not in the default run); or 'middleware' alone: drain "
-        "throughput with no middleware and with one empty one (bench/middleware.py)",
+        "throughput with no middleware and with one empty one (bench/middleware.py); or "
+        "'workflows' alone: a 10,000-step workflow's enqueue, and two-step chains' drain rate "
+        "against plain jobs' (bench/workflows.py)",
     )
     add(
         "--memory",
@@ -285,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.only == "middleware":
         return _middleware(args, parser)
+    if args.only == "workflows":
+        return _workflows(args, parser)
     settings = _settings(args, parser)
     facts = environment(list(settings.backends), settings.target)
     facts["settings"] = {
@@ -393,6 +398,27 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     )
     print()
     print(middleware.table(found, middleware.call_overhead_us()))
+    print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
+    return 0
+
+
+def _workflows(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    backends = _names(args.backends)
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--backends: expected sqlite, postgresql, mysql, got {args.backends!r}")
+    load = _load()
+    found = workflows.measure(
+        backends,
+        Target(
+            postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir, mysql_url=args.mysql_url
+        ),
+        runs=args.runs or (1 if args.quick else 3),
+        steps=300 if args.quick else 10_000,
+        jobs=args.drain_jobs or (300 if args.quick else 10_000),
+        concurrency=10,
+    )
+    print()
+    print(workflows.table(found))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 

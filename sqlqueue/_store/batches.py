@@ -191,6 +191,7 @@ def settle(
     whose children have now all ended, enqueue its callback and mark it finished. Returns the
     callback jobs enqueued. Sends nothing when ``endings`` is empty."""
     enqueued: list[int] = []
+    held: dict[int, RowMapping] = {}
     for batch_id, counts in endings.items():
         stmt = (
             update(batches)
@@ -216,19 +217,27 @@ def settle(
             .mappings()
             .first()
         )
-        if row is None:  # finished already: a late ending (a requeued child, the callback)
-            continue
-        cancelled = 0
-        if row["workflow_on_dead"] is not None:  # a workflow: release the steps after these
-            policy = row["workflow_on_dead"]
-            cancelled = advance(conn, dialect, batch_id, policy, endings.jobs(batch_id), now)
-            if cancelled:
-                conn.execute(
-                    update(batches)
-                    .where(batches.c.id == batch_id)
-                    .values(cancelled=batches.c.cancelled + cancelled),
-                    execution_options=dialect.table_options,
-                )
+        if (
+            row is not None
+        ):  # None: finished already, a late ending (a requeued child, the callback)
+            held[batch_id] = row
+    # Workflows among them: release the steps after those that ended, all at once, while this
+    # transaction holds their rows.
+    steps = {
+        batch_id: (str(row["workflow_on_dead"]), endings.jobs(batch_id))
+        for batch_id, row in held.items()
+        if row["workflow_on_dead"] is not None
+    }
+    cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
+    for batch_id, row in held.items():
+        cancelled = cancelled_steps.get(batch_id, 0)
+        if cancelled:
+            conn.execute(
+                update(batches)
+                .where(batches.c.id == batch_id)
+                .values(cancelled=batches.c.cancelled + cancelled),
+                execution_options=dialect.table_options,
+            )
         if row["succeeded"] + row["dead"] + row["cancelled"] + cancelled < row["total"]:
             continue
         callback = _finish(

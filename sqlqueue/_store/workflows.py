@@ -180,82 +180,92 @@ def _bind(name: str) -> Any:
 def advance(
     conn: Connection,
     dialect: Dialect,
-    workflow_id: int,
-    on_dead: str,
-    ended: Sequence[tuple[int, str]],
+    ended: Mapping[int, tuple[str, Sequence[tuple[int, str]]]],
     now: datetime | None = None,
-) -> int:
-    """Apply the endings ``(job id, status)`` of steps of ``workflow_id`` (whose row the caller
-    holds): release the downstream steps whose upstreams have all ended, and, under
+) -> dict[int, int]:
+    """Apply the endings of workflow steps, ``{workflow id: (on_dead, [(job id, status)])}``,
+    whose workflow rows the caller holds: release the downstream steps whose upstreams have all
+    ended (one set of statements for every workflow of the round, none per step), and, under
     ``on_dead="cancel"``, cancel every step after a dead or cancelled one. Returns how many
-    steps were cancelled here (the caller counts them in the workflow's row)."""
-    counted = [job_id for job_id, status in ended if status == "succeeded" or on_dead == "run"]
-    stopped = [job_id for job_id, status in ended if status != "succeeded"]
+    steps were cancelled in each workflow (the caller counts them in its row)."""
+    counted = [
+        job_id
+        for on_dead, steps in ended.values()
+        for job_id, status in steps
+        if status == "succeeded" or on_dead == "run"
+    ]
     if counted:
-        _release_after(conn, dialect, workflow_id, counted, now)
-    if stopped and on_dead == "cancel":
-        return _cancel_after(conn, dialect, workflow_id, stopped, now)
-    return 0
+        _release_after(conn, dialect, counted, now)
+    cancelled: dict[int, int] = {}
+    for workflow_id, (on_dead, steps) in ended.items():
+        stopped = [job_id for job_id, status in steps if status != "succeeded"]
+        if stopped and on_dead == "cancel":
+            cancelled[workflow_id] = _cancel_after(conn, dialect, workflow_id, stopped, now)
+    return cancelled
 
 
 def _release_after(
-    conn: Connection, dialect: Dialect, workflow_id: int, job_ids: list[int], now: datetime | None
+    conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
 ) -> None:
     options = dialect.table_options
-    names = list(
-        conn.execute(
-            dialect.lock_row(
-                select(_steps.c.name).where(
-                    _steps.c.workflow_id == workflow_id,
-                    _steps.c.job_id.in_(job_ids),
-                    _steps.c.settled.is_(False),
-                )
-            ),
-            execution_options=options,
-        ).scalars()
-    )
-    if not names:  # counted already (a requeued step under on_dead="run")
-        return
-    conn.execute(
-        update(_steps)
-        .where(_steps.c.workflow_id == workflow_id, _steps.c.name.in_(names))
-        .values(settled=True),
-        execution_options=options,
-    )
-    downstream: Counter[str] = Counter()
-    for chunk in _chunks(names):
-        downstream.update(
+    settled: list[int] = []
+    for chunk in _chunks(sorted(job_ids)):
+        settled.extend(  # not counted yet (a requeued step under on_dead="run" was)
             conn.execute(
                 dialect.lock_row(
-                    select(_edges.c.downstream).where(
-                        _edges.c.workflow_id == workflow_id, _edges.c.upstream.in_(chunk)
+                    select(_steps.c.job_id).where(
+                        _steps.c.job_id.in_(chunk), _steps.c.settled.is_(False)
                     )
                 ),
                 execution_options=options,
             ).scalars()
         )
-    if not downstream:
+    if not settled:
         return
-    by_decrement: dict[int, list[str]] = {}
-    for name, count in downstream.items():
-        by_decrement.setdefault(count, []).append(name)
+    upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
+    graph = _edges.join(
+        upstream,
+        (upstream.c.workflow_id == _edges.c.workflow_id) & (upstream.c.name == _edges.c.upstream),
+    ).join(
+        downstream,
+        (downstream.c.workflow_id == _edges.c.workflow_id)
+        & (downstream.c.name == _edges.c.downstream),
+    )
+    after: Counter[int] = Counter()
+    for chunk in _chunks(settled):
+        conn.execute(
+            update(_steps).where(_steps.c.job_id.in_(chunk)).values(settled=True),
+            execution_options=options,
+        )
+        after.update(
+            int(job_id)
+            for job_id in conn.execute(
+                dialect.lock_row(
+                    select(downstream.c.job_id)
+                    .select_from(graph)
+                    .where(upstream.c.job_id.in_(chunk))
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    if not after:
+        return
+    by_decrement: dict[int, list[int]] = {}
+    for job_id, count in after.items():
+        by_decrement.setdefault(count, []).append(job_id)
     for count, group in by_decrement.items():
-        for chunk in _chunks(group):
+        for chunk in _chunks(sorted(group)):
             conn.execute(
                 update(_steps)
-                .where(_steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk))
+                .where(_steps.c.job_id.in_(chunk))
                 .values(waiting_on=_steps.c.waiting_on - count),
                 execution_options=options,
             )
     ready: list[int] = []
-    for chunk in _chunks(list(downstream)):
+    for chunk in _chunks(sorted(after)):
         ready.extend(
             conn.execute(
-                select(_steps.c.job_id).where(
-                    _steps.c.workflow_id == workflow_id,
-                    _steps.c.name.in_(chunk),
-                    _steps.c.waiting_on <= 0,
-                ),
+                select(_steps.c.job_id).where(_steps.c.job_id.in_(chunk), _steps.c.waiting_on <= 0),
                 execution_options=options,
             ).scalars()
         )
