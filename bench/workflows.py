@@ -147,7 +147,7 @@ def measure(
                 enqueue_workflow_s=workflow_s,
                 enqueue_plain_s=plain_s,
                 rates=rates,
-            )  # fmt: skip
+            )
         )
     return figures
 
