@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -610,3 +612,42 @@ def test_workflow_show_lists_the_steps_in_order_and_jobs_show_names_the_workflow
         1,
         "sqlqueue: error: there is no workflow 999999",
     )
+
+
+# -- properties of the graph check (outside input) ------------------------------------------------
+
+
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=15), max_size=4), min_size=1,
+                max_size=16))  # fmt: skip
+def test_any_graph_is_either_ordered_upstreams_first_or_refused_as_a_cycle(edges):
+    """Step n runs after the steps named in ``edges[n]`` (an index past the end: no such step):
+    the check orders every acyclic graph so each step follows its upstreams, and refuses any
+    other with WorkflowError, before anything is sent."""
+    wf = Workflow()
+    for n, after in enumerate(edges):
+        wf.add(f"s{n}", _step(f"s{n}"), after=sorted({f"s{up}" for up in after if up != n}))
+    try:
+        order = wf.order()
+    except WorkflowError as error:
+        refusal = str(error)
+    else:
+        refusal = ""
+    if refusal:
+        assert "cycle" in refusal or "which is no step" in refusal
+        return
+    position = {name: index for index, name in enumerate(order)}
+    assert sorted(order) == sorted(f"s{n}" for n in range(len(edges)))
+    for name, upstreams in wf.after.items():
+        assert all(position[up] < position[name] for up in upstreams)
+
+
+@given(st.text(max_size=210))
+def test_a_step_name_is_taken_or_refused_with_workflow_error(name):
+    wf = Workflow()
+    try:
+        added = wf.add(name, _step("x"))
+    except WorkflowError as error:
+        added = str(error)
+        assert "step name" in added
+    else:
+        assert added == name
