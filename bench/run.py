@@ -11,6 +11,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --faults                 # drains while statements fail (bench/faults.py)
     python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
     python -m bench --only fairness          # concurrency limits (bench/fairness.py)
+    python -m bench --only workflows         # workflows' enqueue and drain (bench/workflows.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -40,6 +41,7 @@ from bench import (
     peers,
     report,
     side_by_side,
+    workflows,
 )
 from bench.databases import (
     BACKENDS,
@@ -100,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"scenarios to run, of {','.join(SCENARIOS)} (all), or "
         f"{','.join(EXTRA_SCENARIOS)} (not in the default run); or 'middleware' alone: drain "
         "throughput with no middleware and with one empty one (bench/middleware.py); or "
-        "'fairness' alone: concurrency limits (bench/fairness.py)",
+        "'fairness' alone: concurrency limits (bench/fairness.py); or "
+        "'workflows' alone: a 10,000-step workflow's enqueue, and two-step chains' drain rate "
+        "against plain jobs' (bench/workflows.py)",
     )
     add("--fairness-big", type=int, default=20_000, help="fairness: the big tenant's jobs")
     add("--fairness-keys", type=int, default=1_000, help="fairness: keys at their limit")
@@ -314,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys=args.fairness_keys,
             due=args.fairness_due,
         )
+    if args.only == "workflows":
+        return _workflows(args, parser)
     settings = _settings(args, parser)
     facts = environment(list(settings.backends), settings.target)
     facts["settings"] = {
@@ -426,6 +432,27 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         small, big = (50, 150) if args.quick else (200, 1000)
         print()
         print(middleware_instructions.table(middleware_instructions.measure(small=small, big=big)))
+    print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
+    return 0
+
+
+def _workflows(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    backends = _names(args.backends)
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--backends: expected sqlite, postgresql, mysql, got {args.backends!r}")
+    load = _load()
+    found = workflows.measure(
+        backends,
+        Target(
+            postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir, mysql_url=args.mysql_url
+        ),
+        runs=args.runs or (1 if args.quick else 3),
+        steps=300 if args.quick else 10_000,
+        jobs=args.drain_jobs or (300 if args.quick else 10_000),
+        concurrency=10,
+    )
+    print()
+    print(workflows.table(found))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 

@@ -23,6 +23,7 @@ from sqlqueue._errors import (
     SqlqueueError,
     UnknownJobType,
     UnsupportedDatabase,
+    WorkflowError,
 )
 from sqlqueue._job import ErrorRecord, Job, JobStatus, Progress
 from sqlqueue._job_action import JobAction
@@ -47,6 +48,7 @@ from sqlqueue._task import JobRequest, Task, TaskCall
 from sqlqueue._unique import Unique
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker_info import WorkerInfo
+from sqlqueue._workflow import StepStatus, Workflow, WorkflowHandle, WorkflowStatus
 
 __all__ = [
     "Activity",
@@ -87,6 +89,7 @@ __all__ = [
     "Snooze",
     "SqlqueueError",
     "Stats",
+    "StepStatus",
     "Task",
     "TaskCall",
     "Unique",
@@ -94,6 +97,10 @@ __all__ = [
     "UnsupportedDatabase",
     "Worker",
     "WorkerInfo",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "exponential",
     "linear",
     "migrate",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
+from sqlqueue import _step_context as step_context
 from sqlqueue._batch import BatchStatus
 from sqlqueue._errors import ConfigurationError, JobStateError
 from sqlqueue._job import ErrorRecord
@@ -32,6 +33,7 @@ from sqlqueue._logs import job_fields
 from sqlqueue._store import batches
 from sqlqueue._store.rows import ClaimedJob, error_record
 from sqlqueue._store.transactions import translated
+from sqlqueue._workflow import WorkflowStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -71,6 +73,12 @@ class JobDatabase(Protocol):
 
     def _batch_rows(self, requests: Iterable[JobRequest]) -> list[JobRow]:
         """``requests`` checked as children of a batch (``ctx.add_to_batch``), before any SQL."""
+
+    def get_workflow(self, workflow_id: int) -> WorkflowStatus | None:
+        """A workflow and its steps (``ctx.workflow``)."""
+
+    def _workflow_row(self, request: JobRequest) -> JobRow:
+        """``request`` checked as a step added by ``ctx.add_to_workflow``, before any SQL."""
 
 
 class JobContext:
@@ -223,6 +231,43 @@ class JobContext:
         ids = translated(dialect, lambda: batches.insert_children(conn, dialect, batch_id, rows))
         self._added_to_batch += len(ids)
         return ids
+
+    # -- workflows ----------------------------------------------------------------------------
+
+    @property
+    def workflow(self) -> WorkflowStatus | None:
+        """The workflow this job is a step of, read now; ``None`` outside any workflow."""
+        batch_id = self._job.batch_id
+        return None if batch_id is None else self._database.get_workflow(batch_id)
+
+    @property
+    def upstream_results(self) -> Mapping[str, Any]:
+        """The stored results of the steps this step runs after, by step name (a step that
+        ended dead under ``on_dead="run"`` is missing); empty outside any workflow."""
+        if self._job.batch_id is None:
+            return {}
+        return step_context.read_upstream_results(self._database, self.job_id)
+
+    def add_to_workflow(self, name: str, request: JobRequest, *, after: Iterable[str] = ()) -> int:
+        """Add step ``name`` to this step's workflow, after the steps in ``after`` (this one or
+        any unfinished step); return its job id. Written in :meth:`transaction`: it exists only
+        if this step succeeds, and the workflow cannot finish before it ends."""
+        workflow_id, upstream, row = step_context.check_added_step(self, name, request, after)
+        with self.transaction() as conn:
+            return step_context.write_added_step(self, conn, workflow_id, name, row, upstream)
+
+    async def add_to_workflow_async(
+        self, name: str, request: JobRequest, *, after: Iterable[str] = ()
+    ) -> int:
+        """:meth:`add_to_workflow` for ``async def`` handlers, in :meth:`transaction_async`."""
+        workflow_id, upstream, row = step_context.check_added_step(self, name, request, after)
+        async with self.transaction_async() as conn:
+            job_id: int = await conn.run_sync(
+                lambda sync: step_context.write_added_step(
+                    self, sync, workflow_id, name, row, upstream
+                )
+            )
+        return job_id
 
     # -- progress -----------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ Everything sqlqueue raises derives from :class:`SqlqueueError`::
     ├── ConfigurationError        a setting is wrong (raised at construction, names the field)
     ├── EnqueueError              nothing was written; the caller's transaction is still usable
     │   ├── PayloadError          not plain JSON, over the size cap, or not the handler's arguments
-    │   └── UnknownJobType        no task of that name on this queue
+    │   ├── UnknownJobType        no task of that name on this queue
+    │   └── WorkflowError         a workflow's steps do not form a valid graph
     ├── JobStateError             the job is not in a state that allows the operation
     │   └── JobNotFound           there is no job with that id
     ├── DatabaseError             a driver error, translated at the dialect boundary
@@ -42,6 +43,7 @@ __all__ = [
     "SqlqueueError",
     "UnknownJobType",
     "UnsupportedDatabase",
+    "WorkflowError",
 ]
 
 
@@ -144,3 +146,8 @@ class PermanentError(HandlerSignal):
 
 class JobTimeout(HandlerSignal):
     """The attempt ran past its task's ``timeout``; it fails and is retried like an error."""
+
+
+class WorkflowError(EnqueueError, ValueError):
+    """A workflow cannot be written as given (a repeated or unknown step name, a cycle, an empty
+    workflow, a bad ``on_dead``); raised before any SQL, so nothing was written."""

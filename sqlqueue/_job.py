@@ -21,6 +21,8 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    #: A workflow step whose upstream steps have not all finished: never claimed, not due.
+    WAITING = "waiting"
 
 
 #: States a worker may claim from (``failed`` waits for its ``next_run_at``).

@@ -20,6 +20,7 @@ from sqlqueue._enqueue import (
     enqueue_batch,
     write_rows,
 )
+from sqlqueue._enqueue_workflow import check_workflow, enqueue_workflow
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
@@ -42,6 +43,7 @@ from sqlqueue._tracing import Tracing, tracing_for
 from sqlqueue._unique import Unique
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker.settings import WorkerSettings
+from sqlqueue._workflow import Workflow, WorkflowHandle, WorkflowStatus
 from sqlqueue.dialects import Dialect, dialect_for, with_driver
 
 if TYPE_CHECKING:
@@ -436,6 +438,32 @@ class Queue(Operations):
         if self.tracing is not None:
             self.tracing.stamp(rows)
         return rows
+
+    # -- workflows ----------------------------------------------------------------------------
+
+    def enqueue_workflow(self, conn: Executable, workflow: Workflow) -> WorkflowHandle:
+        """Write ``workflow``'s steps in the caller's transaction (``Connection``, ``Session``,
+        or an ``Engine`` for a transaction of its own); return its id and each step's job id.
+        Steps with upstream steps wait until those have all ended (see :class:`Workflow`)."""
+        send = None if self.tracing is None else self.tracing.send
+        return enqueue_workflow(self._settings, conn, workflow, send)
+
+    async def enqueue_workflow_async(self, conn: Any, workflow: Workflow) -> WorkflowHandle:
+        """:meth:`enqueue_workflow` through an ``AsyncConnection`` or ``AsyncSession``."""
+        check_workflow(self._settings, workflow)  # before any SQL, in the caller's task
+        handle: WorkflowHandle = await conn.run_sync(
+            lambda sync_conn: self.enqueue_workflow(sync_conn, workflow)
+        )
+        return handle
+
+    def get_workflow(self, workflow_id: int) -> WorkflowStatus | None:
+        """The workflow with ``workflow_id`` and each step's status, or ``None``."""
+        check_integer("workflow_id", workflow_id, batches.c.id, ConfigurationError, low=0)
+        return self.store.get_workflow(workflow_id)
+
+    def _workflow_row(self, request: JobRequest) -> JobRow:
+        """``request`` checked as a step added by a running step (``ctx.add_to_workflow``)."""
+        return self._batch_rows([request])[0]
 
     # -- inspection and dead letters ----------------------------------------------------------
 

@@ -56,6 +56,8 @@ __all__ = [
     "unique_keys",
     "webhook_endpoints",
     "workers",
+    "workflow_edges",
+    "workflow_steps",
 ]
 
 #: Alembic's version table for sqlqueue's own revisions, apart from the host app's.
@@ -63,7 +65,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -90,7 +92,7 @@ metadata = MetaData(
 #: for byte as on the other backends, not case-insensitively as their default collation would.
 _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
-_STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
+_STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled', 'waiting')"
 _CLAIMABLE = text("status IN ('queued', 'failed')")
 # The plain claim's rows: claimable jobs of tasks without a concurrency limit (0013). Jobs of
 # limited tasks have an index of their own, so blocked ones never sit in the plain claim's way.
@@ -520,7 +522,43 @@ batches = Table(
     Column("callback_job_id", Id, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime, nullable=True),
+    # Workflows (added by 0013): a batch whose children wait for each other. NULL for a plain
+    # batch; for a workflow, what a dead step does to the steps after it (wait, cancel, run).
+    Column("workflow_on_dead", String(16), nullable=True),
     **_MYSQL_TABLE,
+)
+
+# Workflows (added by 0013; see sqlqueue/_store/workflows.py): each step of a workflow (a batch
+# with ``workflow_on_dead`` set), its current job (a requeued step's new job takes its place),
+# and how many of its upstream steps have not yet ended; ``settled`` once its own ending was
+# counted in the steps after it, so that counts once even if it is requeued.
+workflow_steps = Table(
+    "sqlqueue_workflow_steps",
+    metadata,
+    Column("workflow_id", Id, primary_key=True),
+    Column("name", exact_text(200), primary_key=True),
+    Column("job_id", Id, nullable=False),
+    Column("waiting_on", Integer, nullable=False),
+    Column("settled", Boolean, nullable=False),
+    **_MYSQL_TABLE,
+)
+# The step of a job: what an ending looks up.
+Index("ix_sqlqueue_workflow_steps_job", workflow_steps.c.job_id)
+
+# The edges of a workflow's graph, by step name: ``downstream`` runs after ``upstream``.
+workflow_edges = Table(
+    "sqlqueue_workflow_edges",
+    metadata,
+    Column("workflow_id", Id, primary_key=True),
+    Column("upstream", exact_text(200), primary_key=True),
+    Column("downstream", exact_text(200), primary_key=True),
+    **_MYSQL_TABLE,
+)
+# The steps a step runs after (``ctx.upstream_results``).
+Index(
+    "ix_sqlqueue_workflow_edges_downstream",
+    workflow_edges.c.workflow_id,
+    workflow_edges.c.downstream,
 )
 
 # Live workers (added by 0010; see sqlqueue/_store/workers.py): one row per worker process, written

@@ -242,7 +242,8 @@ def test_a_job_shows_its_batch_and_the_batch_show_command_prints_the_counts(back
     assert document["total"] == 3
     assert document["done"] == 3
     assert document["counts"] == {
-        "queued": 0, "running": 0, "succeeded": 2, "failed": 0, "dead": 1, "cancelled": 0
+        "queued": 0, "running": 0, "succeeded": 2, "failed": 0, "dead": 1, "cancelled": 0,
+        "waiting": 0,
     }  # fmt: skip
     assert document["callback_job_id"] == status.callback_job_id
     text = cli("batch", "show", str(batch.id), url=backend.url).stdout

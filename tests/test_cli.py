@@ -62,7 +62,8 @@ def test_stats_prints_a_table_and_the_documented_json(backend: Backend) -> None:
     assert machine.returncode == 0, machine.stderr
     stats = json.loads(machine.stdout)
     assert stats["by_status"] == {
-        "queued": 0, "running": 0, "succeeded": 4, "failed": 0, "dead": 4, "cancelled": 0,
+        "queued": 0, "running": 0, "succeeded": 4, "failed": 0,
+        "dead": 4, "cancelled": 0, "waiting": 0,
     }  # fmt: skip
     assert stats["queues"]["webhooks"]["by_status"]["dead"] == 4
     assert stats["queues"]["webhooks"]["oldest_queued_age_seconds"] is None

@@ -221,3 +221,20 @@ def test_each_framework_example_runs_as_is_with_one_command(command, tmp_path):
     assert "'succeeded': 1" in done.stdout
     assert "'queued': 0" in done.stdout
     assert ", True)]" in done.stdout  # one user or order, and its job did its work
+
+
+def test_the_workflow_order_example_runs_as_is_on_the_embedded_sqlite_default(tmp_path):
+    environment = {k: v for k, v in os.environ.items() if k != "SQLQUEUE_DATABASE_URL"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "workflow_order.py")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all checks passed" in result.stdout
+    assert "UNEXPECTED" not in result.stdout
+    assert "requeued 1 dead job(s)" in result.stdout

@@ -19,7 +19,7 @@ from sqlqueue.testing import age_jobs
 from tests._support import bounded, db_now, drain, enqueue, wait_until
 from tests.conftest import Backend
 
-STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled"]
+STATUSES = ["queued", "running", "succeeded", "failed", "dead", "cancelled", "waiting"]
 
 
 def make_queue(backend: Backend, **options: object) -> sqlqueue.Queue:
@@ -67,12 +67,14 @@ def test_stats_counts_by_status_queue_and_type_with_ages_and_top_errors(backend:
     stats = queue.stats()
 
     assert stats.by_status == {
-        "queued": 2, "running": 0, "succeeded": 3, "failed": 1, "dead": 3, "cancelled": 0,
+        "queued": 2, "running": 0, "succeeded": 3, "failed": 1,
+        "dead": 3, "cancelled": 0, "waiting": 0,
     }  # fmt: skip
     assert stats.queues["mail"].by_status["succeeded"] == 3
     assert stats.queues["mail"].by_status["queued"] == 2
     assert stats.queues["hooks"].by_status == {
-        "queued": 0, "running": 0, "succeeded": 0, "failed": 1, "dead": 3, "cancelled": 0,
+        "queued": 0, "running": 0, "succeeded": 0, "failed": 1,
+        "dead": 3, "cancelled": 0, "waiting": 0,
     }  # fmt: skip
     assert stats.job_types["boom"]["dead"] == 3
     assert stats.job_types["flaky"]["failed"] == 1

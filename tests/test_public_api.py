@@ -45,6 +45,7 @@ PUBLIC = {
     "Snooze",
     "SqlqueueError",
     "Stats",
+    "StepStatus",
     "Task",
     "TaskCall",
     "Unique",
@@ -52,6 +53,10 @@ PUBLIC = {
     "UnsupportedDatabase",
     "Worker",
     "WorkerInfo",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "exponential",
     "linear",
     "migrate",
@@ -144,6 +149,7 @@ def test_job_status_compares_equal_to_plain_strings():
         "failed",
         "dead",
         "cancelled",
+        "waiting",
     ]
 
 

@@ -51,6 +51,8 @@ TABLE_PURPOSES = {
     "sqlqueue_email_sent": "The email kind's ledger: one row per message a server accepted.",
     "sqlqueue_batches": "A batch's counters and its callback jobs, until it ends.",
     "sqlqueue_workers": "Live worker processes: host, pid, queues, job types, last heartbeat.",
+    "sqlqueue_workflow_steps": "A workflow's steps: current job, upstreams not yet ended.",
+    "sqlqueue_workflow_edges": "A workflow's graph: which step runs after which.",
 }
 
 #: What each field of a JSON log line holds. A field the code emits that is missing here fails

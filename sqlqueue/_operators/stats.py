@@ -74,12 +74,13 @@ class ErrorCount:
 class Stats:
     """A snapshot of the whole queue, read by :meth:`sqlqueue.Queue.stats`.
 
-    ``by_status`` holds all six statuses, zeros included; ``queues`` every queue that has jobs,
-    is paused or has a limit; ``job_types`` maps type → status → count. ``failed_last_hour``:
-    jobs waiting for a retry whose attempt failed within the hour; ``dead_last_hour``: jobs
-    that died within the hour and nobody has requeued or discarded. ``top_errors``: the ten
-    most frequent errors of unhandled failed and dead jobs. ``taken_at``: the database clock
-    at the read.
+    ``by_status`` holds all seven statuses, zeros included (``waiting``: workflow steps not yet
+    released); ``queues`` every queue that has jobs,
+    is paused or has a limit; ``job_types`` maps type →
+    status → count. ``failed_last_hour``: jobs waiting for a retry whose attempt failed within
+    the hour; ``dead_last_hour``: jobs that died within the hour and nobody has requeued or
+    discarded. ``top_errors``: the ten most frequent errors
+    of unhandled failed and dead jobs. ``taken_at``: the database clock at the read.
     """
 
     by_status: Mapping[str, int]

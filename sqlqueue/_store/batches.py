@@ -29,6 +29,7 @@ from sqlqueue._job import JobStatus
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.workflows import advance, forget_steps
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 #: The terminal statuses a batch counts, each in the column of the same name.
 _COUNTED = ("succeeded", "dead", "cancelled")
 #: The statuses of children still on their way, counted from the jobs table when read.
-_LIVE = ("queued", "running", "failed")
+_LIVE = ("queued", "running", "failed", "waiting")
 
 
 class Endings:
@@ -54,13 +55,23 @@ class Endings:
 
     def __init__(self) -> None:
         self._by_batch: dict[int, dict[str, int]] = {}
+        self._jobs: dict[int, list[tuple[int, str]]] = {}
 
-    def ended(self, batch_id: int | None, status: str, count: int = 1) -> None:
+    def ended(
+        self, batch_id: int | None, status: str, count: int = 1, *, job_id: int | None = None
+    ) -> None:
         """``count`` children of ``batch_id`` reached terminal ``status`` (``None``: no batch,
-        nothing to note). A negative count takes endings back (a dead child requeued)."""
+        nothing to note). A negative count takes endings back (a dead child requeued).
+        ``job_id``: the child that ended, which a workflow's steps after it wait for."""
         if batch_id is not None and status in _COUNTED:
             counts = self._by_batch.setdefault(int(batch_id), {})
             counts[status] = counts.get(status, 0) + count
+            if job_id is not None and count > 0:
+                self._jobs.setdefault(int(batch_id), []).append((int(job_id), status))
+
+    def jobs(self, batch_id: int) -> list[tuple[int, str]]:
+        """``(job id, status)`` of the children of ``batch_id`` noted with their id."""
+        return self._jobs.get(batch_id, [])
 
     def grew(self, batch_id: int, count: int) -> None:
         """A finishing parent added ``count`` children to ``batch_id``."""
@@ -128,10 +139,12 @@ def create_batch(
     children: Sequence[JobRow],
     on_complete: JobRow | None,
     on_dead: JobRow | None,
+    workflow_on_dead: str | None = None,
 ) -> tuple[int, list[int]]:
     """Write a batch row and its ``children`` on ``conn`` (the caller's transaction); return the
     batch id and the children's ids. An empty batch is finished at once: its callback is
-    enqueued in the same transaction."""
+    enqueued in the same transaction. ``workflow_on_dead`` makes it a workflow's row (its
+    children are the steps, see :mod:`sqlqueue._store.workflows`)."""
     complete_document = _request_document(on_complete)
     stmt = (
         insert(batches)
@@ -144,6 +157,7 @@ def create_batch(
             on_complete=null() if complete_document is None else complete_document,
             on_dead=null() if on_dead is None else _request_document(on_dead),
             created_at=dialect.now(),
+            workflow_on_dead=workflow_on_dead,
         )
         .returning(batches.c.id)
     )
@@ -181,6 +195,7 @@ def settle(
     whose children have now all ended, enqueue its callback and mark it finished. Returns the
     callback jobs enqueued. Sends nothing when ``endings`` is empty."""
     enqueued: list[int] = []
+    held: dict[int, RowMapping] = {}
     for batch_id, counts in endings.items():
         stmt = (
             update(batches)
@@ -198,6 +213,7 @@ def settle(
                 batches.c.cancelled,
                 batches.c.on_complete,
                 batches.c.on_dead,
+                batches.c.workflow_on_dead,
             )
         )
         row = (
@@ -205,9 +221,28 @@ def settle(
             .mappings()
             .first()
         )
-        if row is None:  # finished already: a late ending (a requeued child, the callback)
-            continue
-        if row["succeeded"] + row["dead"] + row["cancelled"] < row["total"]:
+        if (
+            row is not None
+        ):  # None: finished already, a late ending (a requeued child, the callback)
+            held[batch_id] = row
+    # Workflows among them: release the steps after those that ended, all at once, while this
+    # transaction holds their rows.
+    steps = {
+        batch_id: (str(row["workflow_on_dead"]), endings.jobs(batch_id))
+        for batch_id, row in held.items()
+        if row["workflow_on_dead"] is not None
+    }
+    cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
+    for batch_id, row in held.items():
+        cancelled = cancelled_steps.get(batch_id, 0)
+        if cancelled:
+            conn.execute(
+                update(batches)
+                .where(batches.c.id == batch_id)
+                .values(cancelled=batches.c.cancelled + cancelled),
+                execution_options=dialect.table_options,
+            )
+        if row["succeeded"] + row["dead"] + row["cancelled"] + cancelled < row["total"]:
             continue
         callback = _finish(
             conn,
@@ -262,7 +297,10 @@ def forget_finished(conn: Connection, dialect: Dialect, batch_ids: Iterable[int 
     stmt = delete(batches).where(
         batches.c.id.in_(ids), batches.c.finished_at.is_not(None), ~referenced
     )
-    return int(conn.execute(stmt, execution_options=dialect.table_options).rowcount)
+    gone = int(conn.execute(stmt, execution_options=dialect.table_options).rowcount)
+    if gone:
+        forget_steps(conn, dialect, ids)
+    return gone
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -296,6 +334,7 @@ def read_batches(conn: Connection, *, limit: int, before_id: int | None) -> list
     )
     if before_id is not None:
         query = query.where(batches.c.id < before_id)
+    query = query.where(batches.c.workflow_on_dead.is_(None))  # workflows are listed apart
     return [_status(row) for row in conn.execute(query).mappings()]
 
 

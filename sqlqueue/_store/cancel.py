@@ -21,7 +21,7 @@ from sqlqueue.dialects import Dialect
 
 __all__ = ["cancel_job", "cancel_jobs"]
 
-_WAITING = ("queued", "failed")
+_WAITING = ("queued", "failed", "waiting")
 
 
 def cancel_job(
@@ -39,7 +39,8 @@ def cancel_job(
         values = {"cancel_requested_at": current, "updated_at": current}
     else:
         raise JobStateError(
-            f"job {job_id} is {row['status']}; only queued, failed or running jobs can be cancelled"
+            f"job {job_id} is {row['status']}; only queued, failed, waiting or running jobs can "
+            "be cancelled"
         )
     updated = (
         dialect.execute_returning(
@@ -54,7 +55,7 @@ def cancel_job(
     )
     if updated["status"] == "cancelled" and updated["batch_id"] is not None:
         endings = Endings()
-        endings.ended(updated["batch_id"], "cancelled")
+        endings.ended(updated["batch_id"], "cancelled", job_id=job_id)
         settle(conn, dialect, endings)
     record_actions(conn, dialect, [job_id], record)
     return row_to_job(updated)
@@ -84,8 +85,8 @@ def cancel_jobs(
     count = conn.execute(stmt.where(jobs.c.batch_id.is_(None))).rowcount
     in_batches = stmt.where(jobs.c.batch_id.is_not(None)).returning(jobs.c.id, jobs.c.batch_id)
     endings = Endings()
-    for _, batch_id in dialect.execute_returning(conn, in_batches).all():
-        endings.ended(batch_id, "cancelled")
+    for job_id, batch_id in dialect.execute_returning(conn, in_batches).all():
+        endings.ended(batch_id, "cancelled", job_id=job_id)
         count += 1
     if endings:
         settle(conn, dialect, endings)

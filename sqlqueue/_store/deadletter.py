@@ -24,6 +24,7 @@ from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import read_tags
+from sqlqueue._store.workflows import replace_steps
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -131,6 +132,9 @@ def _requeue_rows(
     conn.execute(
         mark_dead, [{"dead_id": d, "new_id": n} for d, n in zip(dead_ids, new_ids, strict=True)]
     )
+    # A workflow's step: the new job takes the dead one's place (its success releases the
+    # steps after it, as the dead one's would have).
+    replace_steps(conn, dialect, list(zip(dead_ids, new_ids, strict=True)))
     endings = Endings()
     for row in rows:  # a batch still running waits for the new job instead
         endings.ended(row["batch_id"], "dead", -1)

@@ -33,6 +33,8 @@ __all__ = [
 
 #: The statuses of jobs waiting for a run: what cancel, reschedule and run-now change.
 WAITING = ("queued", "failed")
+#: What cancel also takes: a workflow step still waiting for the steps before it.
+_CANCELLABLE = (*WAITING, "waiting")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +146,7 @@ def cancel_batch(
     Children of batches count in their batch in this transaction."""
     chosen = dialect.skip_locked(
         select(jobs.c.id)
-        .where(*job_filter.clauses(), jobs.c.status.in_(WAITING))
+        .where(*job_filter.clauses(), jobs.c.status.in_(_CANCELLABLE))
         .order_by(jobs.c.id)
         .limit(limit)
     )
@@ -154,14 +156,14 @@ def cancel_batch(
     current = dialect.now()
     stmt = (
         update(jobs)
-        .where(jobs.c.id.in_(ids), jobs.c.status.in_(WAITING))
+        .where(jobs.c.id.in_(ids), jobs.c.status.in_(_CANCELLABLE))
         .values(status="cancelled", finished_at=current, updated_at=current)
         .returning(jobs.c.id, jobs.c.batch_id)
     )
     done = dialect.execute_returning(conn, stmt).all()
     endings = Endings()
-    for _, batch_id in done:
-        endings.ended(batch_id, "cancelled")
+    for job_id, batch_id in done:
+        endings.ended(batch_id, "cancelled", job_id=job_id)
     if endings:
         settle(conn, dialect, endings)
     cancelled = sorted(int(job_id) for job_id, _ in done)

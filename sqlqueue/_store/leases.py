@@ -133,7 +133,7 @@ def reap_expired(
         if conn.execute(stmt).rowcount == 1:
             (dead if is_dead else retried).append(row["id"])
             if is_dead:
-                endings.ended(row["batch_id"], "dead")
+                endings.ended(row["batch_id"], "dead", job_id=row["id"])
     if endings:
         settle(conn, dialect, endings, now)
     return retried, dead

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
 
+from sqlqueue._schema import batches as batch_rows
 from sqlqueue._schema import duties, job_actions, job_tags, jobs, queues
 from sqlqueue._store import batches, counts
 from sqlqueue._types import UtcDateTime
@@ -50,7 +51,7 @@ def prune_batch(
     mark = counts.lock_for_prune(conn, dialect)
     chosen = dialect.skip_locked(
         select(jobs.c.id)
-        .where(jobs.c.status == status, jobs.c.finished_at < cutoff)
+        .where(jobs.c.status == status, jobs.c.finished_at < cutoff, ~_in_running_workflow())
         .order_by(jobs.c.finished_at)
         .limit(limit)
     )
@@ -90,6 +91,20 @@ _DELETE_ORPHAN_ACTIONS = delete(job_actions).where(
     job_actions.c.job_id.between(bindparam("low"), bindparam("high")),
     ~select(jobs.c.id).where(jobs.c.id == job_actions.c.job_id).exists(),
 )
+
+
+def _in_running_workflow() -> Any:
+    """A job that is a step of a workflow not yet finished: kept, since the steps after it
+    read its result (``ctx.upstream_results``) and its row holds the workflow's history."""
+    return (
+        select(batch_rows.c.id)
+        .where(
+            batch_rows.c.id == jobs.c.batch_id,
+            batch_rows.c.finished_at.is_(None),
+            batch_rows.c.workflow_on_dead.is_not(None),
+        )
+        .exists()
+    )
 
 
 def take_duty(

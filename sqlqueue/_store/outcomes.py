@@ -64,7 +64,7 @@ def complete(
         for job_id, batch_id in result.all():
             landed.add(job_id)
             if batch_id is not None:
-                endings.ended(batch_id, "succeeded")
+                endings.ended(batch_id, "succeeded", job_id=job_id)
     for fence in fences:
         if results.get(fence[0]) is not None:
             stmt = _complete_statement(dialect, now, with_result=True)
@@ -77,7 +77,7 @@ def complete(
             result = dialect.execute_returning(conn, stmt, params, execution_options=options)
             for job_id, batch_id in result.all():
                 landed.add(job_id)
-                endings.ended(batch_id, "succeeded")
+                endings.ended(batch_id, "succeeded", job_id=job_id)
     return landed
 
 
@@ -204,7 +204,7 @@ def fail(
     row = dialect.execute_returning(conn, stmt).first()
     if row is None:
         return False
-    endings.ended(row[1], row[0])
+    endings.ended(row[1], row[0], job_id=failure.job_id)
     return True
 
 

@@ -36,7 +36,7 @@ __all__ = [
 
 #: The live work, counted from a short range of ``ix_sqlqueue_jobs_status`` whatever the
 #: history's size (finished jobs: see :mod:`sqlqueue._store.counts`).
-UNFINISHED = ("queued", "running", "failed")
+UNFINISHED = ("queued", "running", "failed", "waiting")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,13 +13,23 @@ from sqlalchemy import Connection, Engine, select
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store import batches, cancel, claim, deadletter, leases, outcomes, workers
+from sqlqueue._store import (
+    batches,
+    cancel,
+    claim,
+    deadletter,
+    leases,
+    outcomes,
+    workers,
+    workflow_reads,
+)
 from sqlqueue._store.claim_floor import ClaimFloors
 from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
 from sqlqueue._store.limited_claim import ClaimLimits, claim_within_limits
 from sqlqueue._store.rows import ClaimedJob, Failure
 from sqlqueue._store.transactions import in_write, translated
+from sqlqueue._workflow import WorkflowStatus
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Store"]
@@ -286,6 +296,15 @@ class Store(GateTransactions):
         def read() -> BatchStatus | None:
             with self.engine.connect() as conn:
                 return batches.read_batch(conn, batch_id)
+
+        return translated(self.dialect, read)
+
+    def get_workflow(self, workflow_id: int) -> WorkflowStatus | None:
+        """Read one workflow and its steps."""
+
+        def read() -> WorkflowStatus | None:
+            with self.engine.connect() as conn:
+                return workflow_reads.read_workflow(conn, workflow_id)
 
         return translated(self.dialect, read)
 

@@ -1,5 +1,5 @@
-"""The operators' reading commands of ``sqlqueue`` (stats, health, jobs, batch), and what the
-acting ones (``_act``) share with them: options, filters, job ids. Each builds a bare
+"""The operators' reading commands of ``sqlqueue`` (stats, health, jobs, batch, workflow), and
+what the acting ones (``_act``) share with them: options, filters, job ids. Each builds a bare
 :class:`~sqlqueue.Queue` on the database URL (no app import) and calls the same methods an app
 would; ``--json`` prints what those methods return."""
 
@@ -24,6 +24,7 @@ from sqlqueue.cli._text import (
     table,
 )
 from sqlqueue.cli._workers import worker_of, worker_text
+from sqlqueue.cli._workflows import add_workflow_commands, workflow_of
 
 __all__ = [
     "EXIT_ALARM",
@@ -86,6 +87,7 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
     batch_show = command("show", _batch_show, "show one batch: its counts by status", batch)
     batch_show.add_argument("batch_id", type=job_id)
     json_option(batch_show)
+    add_workflow_commands(commands, command, job_id, json_option)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
@@ -228,11 +230,15 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
         raise JobNotFound(f"there is no job {args.job_id}")
     worker = worker_of(queue, job)
     actions = queue.job_actions(job.id)
+    step = workflow_of(queue, job)
     if args.json:
-        shown = {**job.to_dict(), "worker": None if worker is None else worker.to_dict()}
-        print(json_text({**shown, "actions": [action.to_dict() for action in actions]}))
+        document = {**job.to_dict(), "worker": None if worker is None else worker.to_dict()}
+        document["workflow"] = None if step is None else {"id": step[0].id, "step": step[1]}
+        print(json_text({**document, "actions": [action.to_dict() for action in actions]}))
     else:
         print(job_details(job, worker=worker_text(job, worker), actions=actions))
+        if step is not None:
+            print(f"{'workflow:':17} {step[0].id}, step {step[1]!r} (sqlqueue workflow show)")
     return 0
 
 

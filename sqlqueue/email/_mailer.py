@@ -42,7 +42,10 @@ from sqlqueue import (
     RateLimit,
     Task,
 )
-from sqlqueue._task import DEFAULT_MAX_ATTEMPTS  # the same default as any task's
+from sqlqueue._task import (
+    DEFAULT_MAX_ATTEMPTS,  # the same default as any task's
+    JobRequest,
+)
 from sqlqueue.email._config import SMTP, Content
 from sqlqueue.email._connections import ConnectionPool
 from sqlqueue.email._errors import (
@@ -207,6 +210,23 @@ class Mailer:
             idempotency_key=dedup_key, delay=delay, run_at=run_at, priority=priority
         )
         return call.enqueue(conn, **payload)
+
+    def request(
+        self,
+        *,
+        to: str | Sequence[str],
+        template: str | None = None,
+        context: Mapping[str, Any] | None = None,
+        subject: str | None = None,
+        text: str | None = None,
+        html: str | None = None,
+        dedup_key: str | None = None,
+    ) -> JobRequest:
+        """The message :meth:`send` would enqueue, as a :class:`sqlqueue.JobRequest` to enqueue
+        later with others (a step of a :class:`sqlqueue.Workflow`, ``enqueue_many``); checked
+        as :meth:`send` checks it, writes nothing."""
+        payload = self._payload(to, template, context, subject, text, html, dedup_key)
+        return JobRequest(job_type=self.task.name, payload=payload, idempotency_key=dedup_key)
 
     async def send_async(
         self,

@@ -29,6 +29,7 @@ from sqlqueue import (
     CircuitBreaker,
     ConfigurationError,
     JobContext,
+    JobRequest,
     PayloadError,
     Queue,
     RateLimit,
@@ -326,6 +327,31 @@ class Webhooks:
         nothing is sent twice. A delivery to a disabled endpoint is enqueued, and goes to dead
         when it runs unless the endpoint is enabled by then.
         """
+        request = self.request(
+            conn,
+            endpoint=endpoint,
+            event_type=event_type,
+            data=data,
+            idempotency_key=idempotency_key,
+            delay=delay,
+        )
+        return self.task.options(idempotency_key=idempotency_key, delay=delay).enqueue(
+            conn, **request.payload
+        )
+
+    def request(
+        self,
+        conn: Executable,
+        *,
+        endpoint: str,
+        event_type: str,
+        data: Any,
+        idempotency_key: str | None = None,
+        delay: float | None = None,
+    ) -> JobRequest:
+        """The delivery :meth:`deliver` would enqueue, as a :class:`sqlqueue.JobRequest` to
+        enqueue later with others (a step of a :class:`sqlqueue.Workflow`, ``enqueue_many``).
+        Checked as :meth:`deliver` checks it (``conn`` reads the endpoint); writes nothing."""
         if not isinstance(event_type, str) or not 1 <= len(event_type) <= _MAX_EVENT_TYPE:
             raise PayloadError(
                 f"event_type must be a string of 1..{_MAX_EVENT_TYPE} characters, "
@@ -350,12 +376,16 @@ class Webhooks:
             )
         except (TypeError, ValueError) as error:
             raise PayloadError(f"webhook data must be JSON: {error}") from None
-        return self.task.options(idempotency_key=idempotency_key, delay=delay).enqueue(
-            conn,
-            endpoint=endpoint,
-            message_id=f"msg_{_random.token_hex(16)}",
-            event_type=event_type,
-            body=body,
+        return JobRequest(
+            job_type=self.task.name,
+            payload={
+                "endpoint": endpoint,
+                "message_id": f"msg_{_random.token_hex(16)}",
+                "event_type": event_type,
+                "body": body,
+            },
+            idempotency_key=idempotency_key,
+            delay=delay,
         )
 
     async def deliver_async(

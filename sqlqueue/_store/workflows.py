@@ -1,0 +1,360 @@
+"""Workflows: their steps and edges written, and each step released exactly once, in the
+transaction that ends its last upstream step.
+
+A workflow is a batch (``sqlqueue_batches`` row with ``workflow_on_dead`` set) whose children
+are its steps, so every path that ends a job already notes the ending in
+:class:`~sqlqueue._store.batches.Endings` and calls :func:`~sqlqueue._store.batches.settle`,
+which holds the workflow's row and calls :func:`advance` here with the steps that ended. Each
+step row counts its upstream steps not yet ended (``waiting_on``): an ending decrements the
+counts of its direct downstream steps by one statement per distinct decrement (one, in
+practice), and the steps that reach zero go from ``waiting`` to ``queued`` in one more
+statement — no statement per sibling. ``settled`` marks a step whose ending was counted, so a
+requeued step (its new job takes its place in the step row) never counts twice.
+
+Reads that decide a write lock their rows (``FOR UPDATE``): after waiting for the workflow's
+row they see what the transaction before committed, on MariaDB's snapshots too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
+
+from sqlqueue._jobrow import JobRow
+from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
+from sqlqueue._store.inserts import insert_rows
+from sqlqueue.dialects import Dialect
+
+__all__ = [
+    "add_step",
+    "advance",
+    "create_steps",
+    "forget_steps",
+    "replace_steps",
+]
+
+#: Names or ids per ``IN (…)``: well under every backend's limit of bound values.
+_CHUNK = 2000
+
+_steps, _edges = workflow_steps, workflow_edges
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def create_steps(
+    conn: Connection,
+    dialect: Dialect,
+    workflow_id: int,
+    *,
+    names: Sequence[str],
+    job_ids: Sequence[int],
+    after: Mapping[str, Sequence[str]],
+) -> None:
+    """Write the steps (just inserted as ``job_ids``, queued, children of ``workflow_id``) and
+    their edges, and put the steps with upstreams in ``waiting``; the caller's transaction."""
+    options = dialect.table_options
+    waiting = [job_id for name, job_id in zip(names, job_ids, strict=True) if after[name]]
+    current = dialect.now()
+    for chunk in _chunks(waiting):
+        conn.execute(
+            update(jobs).where(jobs.c.id.in_(chunk)).values(status="waiting", updated_at=current),
+            execution_options=options,
+        )
+    step_rows = [
+        {
+            "workflow_id": workflow_id,
+            "name": name,
+            "job_id": job_id,
+            "waiting_on": len(after[name]),
+            "settled": False,
+        }
+        for name, job_id in zip(names, job_ids, strict=True)
+    ]
+    for chunk in _chunks(step_rows):
+        conn.execute(insert(_steps), list(chunk), execution_options=options)
+    edge_rows = [
+        {"workflow_id": workflow_id, "upstream": upstream, "downstream": name}
+        for name in names
+        for upstream in after[name]
+    ]
+    for chunk in _chunks(edge_rows):
+        conn.execute(insert(_edges), list(chunk), execution_options=options)
+
+
+def add_step(
+    conn: Connection,
+    dialect: Dialect,
+    workflow_id: int,
+    *,
+    name: str,
+    row: JobRow,
+    after: Sequence[str],
+) -> int:
+    """Add step ``name`` (job ``row``) to running workflow ``workflow_id`` after the steps in
+    ``after``; return its job id. Takes the workflow's row first, so no upstream can end
+    unseen meanwhile; :class:`LookupError` naming what is wrong (the caller words the error)."""
+    options = dialect.table_options
+    head = conn.execute(
+        dialect.lock_row(
+            select(batches.c.finished_at, batches.c.workflow_on_dead).where(
+                batches.c.id == workflow_id
+            )
+        ),
+        execution_options=options,
+    ).first()
+    if head is None or head[1] is None:
+        raise LookupError(f"batch {workflow_id} is not a workflow")
+    if head[0] is not None:
+        raise LookupError(f"workflow {workflow_id} has finished")
+    known = {
+        str(found_name): bool(settled)
+        for found_name, settled in conn.execute(
+            dialect.lock_row(
+                select(_steps.c.name, _steps.c.settled).where(
+                    _steps.c.workflow_id == workflow_id,
+                    _steps.c.name.in_([name, *after]),
+                )
+            ),
+            execution_options=options,
+        )
+    }
+    if name in known:
+        raise LookupError(f"step {name!r} is already in workflow {workflow_id}")
+    unknown = [upstream for upstream in after if upstream not in known]
+    if unknown:
+        raise LookupError(f"workflow {workflow_id} has no step {unknown[0]!r}")
+    pending = sum(1 for upstream in after if not known[upstream])
+    conn.execute(  # the workflow cannot finish before the new step ends
+        update(batches).where(batches.c.id == workflow_id).values(total=batches.c.total + 1),
+        execution_options=options,
+    )
+    job_id = insert_rows(dialect, conn, [{**row, "batch_id": workflow_id}])[0]
+    if pending:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(status="waiting"),
+            execution_options=options,
+        )
+    conn.execute(
+        insert(_steps).values(
+            workflow_id=workflow_id, name=name, job_id=job_id, waiting_on=pending, settled=False
+        ),
+        execution_options=options,
+    )
+    if after:
+        conn.execute(
+            insert(_edges),
+            [{"workflow_id": workflow_id, "upstream": up, "downstream": name} for up in after],
+            execution_options=options,
+        )
+    return job_id
+
+
+def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int, int]]) -> None:
+    """Requeued dead jobs ``(old id, new id)``: each new job takes the old one's place in its
+    workflow step (a job outside any workflow matches no step row)."""
+    if moves:
+        conn.execute(
+            update(_steps).where(_steps.c.job_id == _bind("old_id")).values(job_id=_bind("new_id")),
+            [{"old_id": old, "new_id": new} for old, new in moves],
+            execution_options=dialect.table_options,
+        )
+
+
+def _bind(name: str) -> Any:
+    return bindparam(name, type_=_steps.c.job_id.type)
+
+
+# -- ending steps -------------------------------------------------------------------------------
+
+
+def advance(
+    conn: Connection,
+    dialect: Dialect,
+    ended: Mapping[int, tuple[str, Sequence[tuple[int, str]]]],
+    now: datetime | None = None,
+) -> dict[int, int]:
+    """Apply the endings of workflow steps, ``{workflow id: (on_dead, [(job id, status)])}``,
+    whose workflow rows the caller holds: release the downstream steps whose upstreams have all
+    ended (one set of statements for every workflow of the round, none per step), and, under
+    ``on_dead="cancel"``, cancel every step after a dead or cancelled one. Returns how many
+    steps were cancelled in each workflow (the caller counts them in its row)."""
+    counted = [
+        job_id
+        for on_dead, steps in ended.values()
+        for job_id, status in steps
+        if status == "succeeded" or on_dead == "run"
+    ]
+    if counted:
+        _release_after(conn, dialect, counted, now)
+    cancelled: dict[int, int] = {}
+    for workflow_id, (on_dead, steps) in ended.items():
+        stopped = [job_id for job_id, status in steps if status != "succeeded"]
+        if stopped and on_dead == "cancel":
+            cancelled[workflow_id] = _cancel_after(conn, dialect, workflow_id, stopped, now)
+    return cancelled
+
+
+def _release_after(
+    conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
+) -> None:
+    options = dialect.table_options
+    settled: list[int] = []
+    for chunk in _chunks(sorted(job_ids)):
+        settled.extend(  # not counted yet (a requeued step under on_dead="run" was)
+            conn.execute(
+                dialect.lock_row(
+                    select(_steps.c.job_id).where(
+                        _steps.c.job_id.in_(chunk), _steps.c.settled.is_(False)
+                    )
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    if not settled:
+        return
+    upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
+    graph = _edges.join(
+        upstream,
+        (upstream.c.workflow_id == _edges.c.workflow_id) & (upstream.c.name == _edges.c.upstream),
+    ).join(
+        downstream,
+        (downstream.c.workflow_id == _edges.c.workflow_id)
+        & (downstream.c.name == _edges.c.downstream),
+    )
+    after: Counter[int] = Counter()
+    for chunk in _chunks(settled):
+        conn.execute(
+            update(_steps).where(_steps.c.job_id.in_(chunk)).values(settled=True),
+            execution_options=options,
+        )
+        after.update(
+            int(job_id)
+            for job_id in conn.execute(
+                dialect.lock_row(
+                    select(downstream.c.job_id)
+                    .select_from(graph)
+                    .where(upstream.c.job_id.in_(chunk))
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    if not after:
+        return
+    by_decrement: dict[int, list[int]] = {}
+    for job_id, count in after.items():
+        by_decrement.setdefault(count, []).append(job_id)
+    for count, group in by_decrement.items():
+        for chunk in _chunks(sorted(group)):
+            conn.execute(
+                update(_steps)
+                .where(_steps.c.job_id.in_(chunk))
+                .values(waiting_on=_steps.c.waiting_on - count),
+                execution_options=options,
+            )
+    ready: list[int] = []
+    for chunk in _chunks(sorted(after)):
+        ready.extend(
+            conn.execute(
+                select(_steps.c.job_id).where(_steps.c.job_id.in_(chunk), _steps.c.waiting_on <= 0),
+                execution_options=options,
+            ).scalars()
+        )
+    current = dialect.now(now)
+    wake = dialect.wake_columns()
+    for chunk in _chunks(ready):
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
+            .values(
+                status="queued",
+                # Due now (or when it asked to run, if later): a claim floor sees it at once.
+                next_run_at=case((jobs.c.next_run_at > current, jobs.c.next_run_at), else_=current),
+                updated_at=current,
+            )
+        )
+        if wake:
+            dialect.execute_returning(
+                conn, stmt.returning(jobs.c.id, *wake), execution_options=options
+            ).all()
+        else:
+            conn.execute(stmt, execution_options=options)
+
+
+def _cancel_after(
+    conn: Connection, dialect: Dialect, workflow_id: int, job_ids: list[int], now: datetime | None
+) -> int:
+    options = dialect.table_options
+    origins = list(
+        conn.execute(
+            select(_steps.c.name).where(
+                _steps.c.workflow_id == workflow_id, _steps.c.job_id.in_(job_ids)
+            ),
+            execution_options=options,
+        ).scalars()
+    )
+    after: dict[str, list[str]] = {}
+    for upstream, downstream in conn.execute(
+        select(_edges.c.upstream, _edges.c.downstream).where(_edges.c.workflow_id == workflow_id),
+        execution_options=options,
+    ):
+        after.setdefault(str(upstream), []).append(str(downstream))
+    seen: set[str] = set()
+    todo = deque(origins)
+    while todo:
+        for child in after.get(todo.popleft(), []):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    if not seen:
+        return 0
+    targets: list[int] = []
+    for chunk in _chunks(sorted(seen)):
+        targets.extend(
+            conn.execute(
+                select(_steps.c.job_id).where(
+                    _steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk)
+                ),
+                execution_options=options,
+            ).scalars()
+        )
+    current = dialect.now(now)
+    reason = (
+        f"cancelled by its workflow (on_dead='cancel'): step {', '.join(map(repr, origins))} "
+        "that it runs after ended dead or cancelled"
+    )
+    cancelled = 0
+    for chunk in _chunks(targets):
+        cancelled += conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
+            .values(status="cancelled", finished_at=current, updated_at=current, last_error=reason),
+            execution_options=options,
+        ).rowcount
+    return cancelled
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+def forget_steps(conn: Connection, dialect: Dialect, workflow_ids: Sequence[int]) -> None:
+    """Delete the steps and edges of workflows whose row is gone (retention pruned it)."""
+    if not workflow_ids:
+        return
+    alive = select(batches.c.id).where(batches.c.id.in_(workflow_ids))
+    gone = sorted(set(workflow_ids) - set(conn.execute(alive).scalars()))
+    for table in (_steps, _edges):
+        for chunk in _chunks(gone):
+            conn.execute(
+                delete(table).where(table.c.workflow_id.in_(chunk)),
+                execution_options=dialect.table_options,
+            )

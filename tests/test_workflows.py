@@ -1,0 +1,653 @@
+"""Workflows: steps that wait for other steps, released exactly once in the transaction that
+ends their last upstream, whatever ended it (a worker, the reaper, an operator); results handed
+down; the three ``on_dead`` policies; requeue, cancel, discard and retention; steps added by a
+running step; and what bad input is told, before any SQL. Every backend; real worker processes
+with a SIGKILL are in tests/test_workflows_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+import sqlqueue
+from sqlqueue import JobRequest, JobStatus, Workflow, WorkflowError
+from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
+from sqlqueue._store import batches as store_batches
+from sqlqueue._store import outcomes
+from tests._support import count_jobs, drain, wait_until
+from tests._support import run_cli as cli
+from tests.conftest import Backend
+
+#: What the step handlers saw: (step label, its upstream results) in the order they ran.
+Seen = list[tuple[str, dict[str, Any]]]
+
+
+def _queue(backend: Backend, **options: Any) -> tuple[sqlqueue.Queue, Seen]:
+    queue = backend.queue(**options)
+    seen: Seen = []
+
+    @queue.task("step", max_attempts=1)
+    def step(label: str, ctx: sqlqueue.JobContext, fail: bool = False) -> str:
+        seen.append((label, dict(ctx.upstream_results)))
+        if fail:
+            raise ValueError(f"step {label} fails")
+        return f"result of {label}"
+
+    @queue.task("grow", max_attempts=1)
+    def grow(label: str, ctx: sqlqueue.JobContext) -> str:
+        seen.append((label, dict(ctx.upstream_results)))
+        ctx.add_to_workflow("added", _step("added"), after=[label])
+        ctx.add_to_workflow("free", _step("free"))
+        return label
+
+    return queue, seen
+
+
+def _step(label: str, **payload: Any) -> JobRequest:
+    return JobRequest(job_type="step", payload={"label": label, **payload})
+
+
+def _diamond(**options: Any) -> Workflow:
+    wf = Workflow(**options)
+    wf.add("a", _step("a"))
+    wf.add("b", _step("b"), after=["a"])
+    wf.add("c", _step("c"), after=["a"])
+    wf.add("d", _step("d"), after=["b", "c"])
+    return wf
+
+
+def _enqueue(queue: sqlqueue.Queue, wf: Workflow) -> sqlqueue.WorkflowHandle:
+    with queue.engine.begin() as conn:
+        return queue.enqueue_workflow(conn, wf)
+
+
+def _status(queue: sqlqueue.Queue, workflow_id: int) -> sqlqueue.WorkflowStatus:
+    status = queue.get_workflow(workflow_id)
+    assert status is not None, f"workflow {workflow_id} vanished"
+    return status
+
+
+def _statuses(queue: sqlqueue.Queue, workflow_id: int) -> dict[str, str]:
+    return {name: str(s.status) for name, s in _status(queue, workflow_id).steps.items()}
+
+
+@contextmanager
+def _statements(engine: sa.Engine) -> Iterator[list[str]]:
+    sent: list[str] = []
+
+    def record(*args: Any) -> None:
+        sent.append(str(args[2]))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+# -- writing a workflow -------------------------------------------------------------------------
+
+
+def test_a_workflow_is_written_with_its_steps_waiting_on_their_upstreams(backend):
+    queue, _ = _queue(backend)
+    handle = _enqueue(queue, _diamond())
+    assert isinstance(handle, sqlqueue.WorkflowHandle)
+    assert list(handle.job_ids) == ["a", "b", "c", "d"]
+    status = _status(queue, handle.id)
+    assert list(status.steps) == ["a", "b", "c", "d"]  # topological order
+    assert _statuses(queue, handle.id) == {
+        "a": "queued", "b": "waiting", "c": "waiting", "d": "waiting"
+    }  # fmt: skip
+    assert status.steps["d"].after == ("b", "c")
+    assert status.steps["a"].job_id == handle.job_ids["a"]
+    assert status.counts[JobStatus.WAITING] == 3
+    assert set(status.counts) == set(JobStatus)
+    assert (status.finished, status.succeeded, status.finished_at) == (False, False, None)
+    assert queue.get_job(handle.job_ids["d"]).status is JobStatus.WAITING  # type: ignore[union-attr]
+    stats = queue.stats()
+    assert stats.by_status["waiting"] == 3
+    assert stats.queues["default"].by_status["waiting"] == 3
+    assert queue.get_workflow(handle.id + 1000) is None
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda wf: None, "at least one step"),
+        (lambda wf: wf.add("a", _step("a"), after=["nope"]), "'nope', which is no step"),
+        (
+            lambda wf: (wf.add("a", _step("a"), after=["b"]), wf.add("b", _step("b"), after=["a"])),
+            "form a cycle",
+        ),
+    ],
+)
+def test_a_bad_graph_is_refused_when_enqueued_before_any_sql(backend, build, message):
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    build(wf)
+    with _statements(queue.engine) as sent, queue.engine.connect() as conn:
+        with pytest.raises(WorkflowError, match=message):
+            queue.enqueue_workflow(conn, wf)
+        assert sent == []
+    assert count_jobs(queue.engine) == 0
+
+
+def test_bad_steps_are_refused_as_they_are_added():
+    wf = Workflow()
+    wf.add("a", _step("a"))
+    with pytest.raises(WorkflowError, match="step 'a' is already in this workflow"):
+        wf.add("a", _step("again"))
+    with pytest.raises(WorkflowError, match="cannot run after itself"):
+        wf.add("b", _step("b"), after=["b"])
+    with pytest.raises(WorkflowError, match="must be a list of step names"):
+        wf.add("c", _step("c"), after="a")
+    with pytest.raises(WorkflowError, match="has an idempotency_key"):
+        wf.add("d", JobRequest(job_type="step", idempotency_key="k"))
+    with pytest.raises(WorkflowError, match="a non-empty str"):
+        wf.add("", _step("e"))
+    with pytest.raises(WorkflowError, match="on_dead must be one of wait, cancel, run"):
+        Workflow(on_dead="retry")  # type: ignore[arg-type]
+    assert issubclass(WorkflowError, sqlqueue.EnqueueError)
+
+
+def test_a_step_of_an_unknown_type_writes_nothing(backend):
+    queue, _ = _queue(backend)
+    wf = _diamond()
+    wf.add("e", JobRequest(job_type="nobody.knows"), after=["d"])
+    with queue.engine.begin() as conn, pytest.raises(sqlqueue.UnknownJobType):
+        queue.enqueue_workflow(conn, wf)
+    assert count_jobs(queue.engine) == 0
+
+
+def test_a_workflow_goes_through_a_session_an_engine_and_rolls_back_whole(backend):
+    queue, _ = _queue(backend)
+    with Session(queue.engine) as session, session.begin():
+        kept = queue.enqueue_workflow(session, _diamond())
+    by_engine = queue.enqueue_workflow(queue.engine, _diamond())
+    with queue.engine.connect() as conn, conn.begin() as transaction:
+        dropped = queue.enqueue_workflow(conn, _diamond())
+        transaction.rollback()
+    assert _status(queue, kept.id).counts[JobStatus.WAITING] == 3
+    assert _status(queue, by_engine.id).counts[JobStatus.QUEUED] == 1
+    assert queue.get_workflow(dropped.id) is None
+    assert count_jobs(queue.engine) == 8
+
+
+def test_enqueue_workflow_async(backend):
+    queue, _ = _queue(backend)
+
+    async def main() -> tuple[sqlqueue.WorkflowHandle, sqlqueue.WorkflowHandle]:
+        engine = queue.async_engine()
+        try:
+            async with engine.begin() as conn:
+                kept = await queue.enqueue_workflow_async(conn, _diamond())
+            async with AsyncSession(engine) as session:
+                dropped = await queue.enqueue_workflow_async(session, _diamond())
+                await session.rollback()
+            with pytest.raises(WorkflowError):
+                async with engine.begin() as conn:
+                    await queue.enqueue_workflow_async(conn, Workflow())
+            return kept, dropped
+        finally:
+            await engine.dispose()
+
+    kept, dropped = asyncio.run(main())
+    assert len(_status(queue, kept.id).steps) == 4
+    assert queue.get_workflow(dropped.id) is None
+    assert count_jobs(queue.engine) == 4
+
+
+# -- running it ---------------------------------------------------------------------------------
+
+
+def test_a_diamond_runs_in_order_and_each_step_reads_its_upstreams_results(backend):
+    queue, seen = _queue(backend)
+    handle = _enqueue(queue, _diamond())
+    drain(queue)
+    order = [label for label, _ in seen]
+    assert order[0] == "a"
+    assert order[-1] == "d"
+    assert sorted(order[1:3]) == ["b", "c"]
+    results = dict(seen)
+    assert results["a"] == {}
+    assert results["b"] == {"a": "result of a"}
+    assert results["d"] == {"b": "result of b", "c": "result of c"}
+    status = _status(queue, handle.id)
+    assert (status.finished, status.succeeded, status.blocked_by) == (True, True, ())
+    assert status.finished_at is not None
+    assert all(step.result_available for step in status.steps.values())
+    assert status.counts[JobStatus.SUCCEEDED] == 4
+
+
+def test_a_chain_runs_one_step_after_another(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow()
+    previous: list[str] = []
+    for n in range(6):
+        previous = [wf.add(f"s{n}", _step(f"s{n}"), after=previous)]
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert [label for label, _ in seen] == [f"s{n}" for n in range(6)]
+    assert _status(queue, handle.id).succeeded
+
+
+def test_a_fan_in_releases_its_step_once_when_the_last_upstream_ends(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow()
+    parts = [wf.add(f"p{n}", _step(f"p{n}")) for n in range(40)]
+    wf.add("join", _step("join"), after=parts)
+    handle = _enqueue(queue, wf)
+    drain(queue, concurrency=4)
+    joined = [results for label, results in seen if label == "join"]
+    assert len(joined) == 1
+    assert joined[0] == {f"p{n}": f"result of p{n}" for n in range(40)}
+    assert _status(queue, handle.id).succeeded
+
+
+def test_two_upstreams_ending_in_concurrent_transactions_release_the_join_once(backend):
+    """B and C of a diamond end in two open transactions: the second waits on the workflow's
+    row (a row lock; SQLite's one writer) until the first commits, then sees D's count reach
+    zero and alone releases it."""
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    wf.add("b", _step("b"))
+    wf.add("c", _step("c"))
+    wf.add("d", _step("d"), after=["b", "c"])
+    handle = _enqueue(queue, wf)
+    first, second = (
+        queue.store.claim(
+            queues=["default"], job_types=None, limit=1, worker_id=worker, lease_seconds=60
+        )[0]
+        for worker in ("w1", "w2")
+    )
+    assert {first.id, second.id} == {handle.job_ids["b"], handle.job_ids["c"]}
+    dialect = queue.store.dialect
+    with queue.store.engine.connect() as conn:
+        dialect.begin_write(conn)
+        endings = store_batches.Endings()
+        outcomes.complete(conn, dialect, worker_id="w1", fences=[first.fence], endings=endings)
+        store_batches.settle(conn, dialect, endings)
+        finishing = threading.Thread(
+            target=queue.store.finish,
+            kwargs={"worker_id": "w2", "succeeded": [second.fence], "failures": []},
+        )
+        finishing.start()
+        finishing.join(0.5)
+        assert finishing.is_alive(), "the second ending did not wait for the first"
+        conn.commit()
+    finishing.join(30)
+    assert not finishing.is_alive()
+    assert _statuses(queue, handle.id)["d"] == "queued"
+    with queue.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(workflow_steps.c.waiting_on).where(workflow_steps.c.name == "d")
+        ).scalar_one()
+    assert row == 0  # decremented once by each upstream, never twice
+
+
+def test_a_step_that_completes_in_its_own_transaction_releases_in_it(backend):
+    queue = backend.queue()
+    notes = sa.Table("wf_notes", sa.MetaData(), sa.Column("label", sa.String(20)))
+    notes.create(queue.engine)
+
+    @queue.task("write")
+    def write(label: str, ctx: sqlqueue.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(notes.insert().values(label=label))
+
+    wf = Workflow()
+    wf.add("first", JobRequest(job_type="write", payload={"label": "first"}))
+    wf.add("second", JobRequest(job_type="write", payload={"label": "second"}), after=["first"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert _status(queue, handle.id).succeeded
+    with queue.engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(notes.c.label)).scalars()) == ["first", "second"]
+
+
+def test_ctx_workflow_is_the_steps_workflow_and_none_outside_one(backend):
+    queue = backend.queue()
+    seen: list[Any] = []
+
+    @queue.task("look")
+    def look(ctx: sqlqueue.JobContext) -> None:
+        seen.append((ctx.workflow, dict(ctx.upstream_results)))
+
+    wf = Workflow()
+    wf.add("one", JobRequest(job_type="look"))
+    handle = _enqueue(queue, wf)
+    with queue.engine.begin() as conn:
+        queue.enqueue(conn, "look")
+    drain(queue)
+    (inside,) = [status for status, _ in seen if status is not None]
+    assert len(seen) == 2
+    assert inside.id == handle.id
+    assert inside.steps["one"].status is JobStatus.RUNNING
+
+
+# -- dead and cancelled steps --------------------------------------------------------------------
+
+
+def test_on_dead_wait_blocks_then_an_operator_requeue_takes_the_place_and_finishes(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow()
+    wf.add("a", _step("a", fail=True))
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    status = _status(queue, handle.id)
+    assert _statuses(queue, handle.id) == {"a": "dead", "b": "waiting"}
+    assert (status.finished, status.blocked_by) == (False, ("a",))
+    _fix_payload(queue, handle.job_ids["a"], "a")
+    new_id = queue.requeue(handle.job_ids["a"], by="ops", reason="fixed the payload")
+    assert _status(queue, handle.id).steps["a"].job_id == new_id
+    drain(queue)
+    status = _status(queue, handle.id)
+    assert status.succeeded
+    assert status.finished_at is not None
+    assert seen[-1] == ("b", {"a": "result of a"})
+
+
+def test_on_dead_cancel_cancels_every_step_after_the_dead_one_with_the_reason(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead="cancel")
+    wf.add("a", _step("a"))
+    wf.add("b", _step("b", fail=True), after=["a"])
+    wf.add("c", _step("c"), after=["a"])
+    wf.add("d", _step("d"), after=["b", "c"])
+    wf.add("e", _step("e"), after=["d"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert _statuses(queue, handle.id) == {
+        "a": "succeeded", "b": "dead", "c": "succeeded", "d": "cancelled", "e": "cancelled"
+    }  # fmt: skip
+    status = _status(queue, handle.id)
+    assert status.finished
+    assert not status.succeeded
+    assert status.finished_at is not None
+    reason = queue.get_job(handle.job_ids["e"]).last_error  # type: ignore[union-attr]
+    assert reason is not None
+    assert "'b'" in reason
+    assert "on_dead='cancel'" in reason
+    assert {label for label, _ in seen} == {"a", "b", "c"}
+
+
+def test_on_dead_run_runs_the_steps_after_without_the_dead_ones_result(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead="run")
+    wf.add("a", _step("a", fail=True))
+    wf.add("b", _step("b"))
+    wf.add("c", _step("c"), after=["a", "b"])
+    wf.add("d", _step("d"), after=["c", "a"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    results = dict(seen)
+    assert results["c"] == {"b": "result of b"}
+    assert results["d"] == {"c": "result of c"}
+    status = _status(queue, handle.id)
+    assert status.finished
+    assert not status.succeeded
+    # A requeue of the dead step is not counted a second time in the steps after it.
+    with queue.engine.connect() as conn:
+        waits = dict(
+            conn.execute(
+                sa.select(workflow_steps.c.name, workflow_steps.c.waiting_on).where(
+                    workflow_steps.c.workflow_id == handle.id
+                )
+            ).all()
+        )
+    assert waits == {"a": 0, "b": 0, "c": 0, "d": 0}
+
+
+def _fix_payload(queue: sqlqueue.Queue, job_id: int, label: str) -> None:
+    """What an operator does before requeueing a dead step: fix what made it fail."""
+    with queue.engine.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(payload={"label": label}))
+
+
+def test_on_dead_run_a_requeued_dead_step_never_releases_a_step_twice(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead="run")
+    wf.add("a", _step("a", fail=True))
+    wf.add("slow", JobRequest(job_type="step", payload={"label": "slow"}, queue="later"))
+    wf.add("join", _step("join"), after=["a", "slow"])
+    handle = _enqueue(queue, wf)
+    drain(queue, queues=["default"])  # "a" dies; "slow" has not run
+    _fix_payload(queue, handle.job_ids["a"], "a")
+    queue.requeue(handle.job_ids["a"], by="ops", reason="fixed the payload")
+    drain(queue, queues=["default"])  # the requeued "a" succeeds: counted once already
+    assert _statuses(queue, handle.id) == {"a": "succeeded", "slow": "queued", "join": "waiting"}
+    drain(queue, queues=["default", "later"])
+    assert [label for label, _ in seen].count("join") == 1
+    assert _status(queue, handle.id).succeeded
+
+
+def test_cancelling_a_waiting_step_blocks_under_wait_and_its_workflow_can_end(backend):
+    queue, _ = _queue(backend)
+    handle = _enqueue(queue, _diamond())
+    cancelled = queue.cancel(handle.job_ids["b"], by="ops", reason="not needed")
+    assert cancelled.status is JobStatus.CANCELLED
+    drain(queue)
+    assert _statuses(queue, handle.id) == {
+        "a": "succeeded", "b": "cancelled", "c": "succeeded", "d": "waiting"
+    }  # fmt: skip
+    assert _status(queue, handle.id).blocked_by == ("b",)
+    queue.cancel(handle.job_ids["d"])
+    status = _status(queue, handle.id)
+    assert status.finished
+    assert status.finished_at is not None
+
+
+def test_cancel_by_filter_applies_the_cancel_policy(backend):
+    queue, _ = _queue(backend)
+    handle = _enqueue(queue, _diamond(on_dead="cancel"))
+    assert queue.cancel_where(job_ids=[handle.job_ids["a"]]) == 1
+    assert _statuses(queue, handle.id) == dict.fromkeys("abcd", "cancelled")
+    assert _status(queue, handle.id).finished_at is not None
+
+
+def test_discarding_a_dead_step_keeps_the_steps_after_it_waiting(backend):
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    wf.add("a", _step("a", fail=True))
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    queue.discard(handle.job_ids["a"], by="ops", reason="handled by hand")
+    assert _statuses(queue, handle.id) == {"a": "dead", "b": "waiting"}
+    assert not _status(queue, handle.id).finished
+    queue.cancel(handle.job_ids["b"], by="ops", reason="handled by hand")
+    assert _status(queue, handle.id).finished_at is not None
+
+
+def test_the_reaper_giving_up_on_a_step_applies_the_policy(backend):
+    queue, _ = _queue(backend, lease_seconds=0.2)
+    wf = Workflow(on_dead="cancel")
+    wf.add("a", _step("a"))
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    queue.store.claim(queues=["default"], job_types=None, limit=1, worker_id="gone",
+                      lease_seconds=0.2)  # fmt: skip
+    wait_until(lambda: bool(queue.store.reap_expired()[1]), timeout=10, what="the reaper")
+    assert _statuses(queue, handle.id) == {"a": "dead", "b": "cancelled"}
+
+
+def test_a_step_that_times_out_on_its_last_attempt_blocks_the_steps_after_it(backend):
+    queue = backend.queue()
+
+    @queue.task("sleepy", max_attempts=1, timeout=0.2)
+    async def sleepy() -> None:
+        await asyncio.sleep(30)
+
+    @queue.task("after")
+    def after() -> None:
+        pass
+
+    wf = Workflow()
+    wf.add("sleepy", JobRequest(job_type="sleepy"))
+    wf.add("after", JobRequest(job_type="after"), after=["sleepy"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert _statuses(queue, handle.id) == {"sleepy": "dead", "after": "waiting"}
+
+
+# -- retention and growth -----------------------------------------------------------------------
+
+
+def test_retention_keeps_the_steps_of_an_unfinished_workflow_then_forgets_it_whole(backend):
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    wf.add("a", _step("a"))
+    wf.add("b", _step("b", fail=True), after=["a"])
+    wf.add("c", _step("c"), after=["b"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert queue.prune(older_than=0, statuses=["succeeded", "dead"]) == 0
+    assert _statuses(queue, handle.id) == {"a": "succeeded", "b": "dead", "c": "waiting"}
+    queue.cancel(handle.job_ids["c"])
+    assert _status(queue, handle.id).finished
+    wait_until(
+        lambda: (
+            queue.prune(older_than=0, statuses=["succeeded", "dead", "cancelled"]) == 0
+            and count_jobs(queue.engine) == 0
+        ),
+        what="the finished workflow's steps pruned",
+    )
+    assert queue.get_workflow(handle.id) is None
+    with queue.engine.connect() as conn:
+        for table in (batches, workflow_steps, workflow_edges):
+            assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one() == 0
+
+
+def test_a_running_step_adds_steps_and_the_workflow_waits_for_them(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow()
+    wf.add("g", JobRequest(job_type="grow", payload={"label": "g"}))
+    wf.add("tail", _step("tail"), after=["g"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    results = dict(seen)
+    assert results["added"] == {"g": "g"}
+    assert results["free"] == {}
+    status = _status(queue, handle.id)
+    assert set(status.steps) == {"g", "tail", "added", "free"}
+    assert status.steps["added"].after == ("g",)
+    assert status.succeeded
+    assert status.finished_at is not None
+    assert queue.get_batch(handle.id).total == 4  # type: ignore[union-attr]
+
+
+def test_add_to_workflow_outside_a_workflow_or_with_a_known_name_says_why(backend):
+    queue = backend.queue()
+    errors: list[str] = []
+
+    @queue.task("try_add", max_attempts=1)
+    def try_add(name: str, ctx: sqlqueue.JobContext) -> None:
+        try:
+            ctx.add_to_workflow(name, JobRequest(job_type="try_add", payload={"name": "x"}),
+                                after=["nope"] if name == "ghost" else [])  # fmt: skip
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+
+    with queue.engine.begin() as conn:
+        queue.enqueue(conn, "try_add", {"name": "lone"})
+    wf = Workflow()
+    wf.add("first", JobRequest(job_type="try_add", payload={"name": "first"}))
+    wf.add("second", JobRequest(job_type="try_add", payload={"name": "ghost"}))
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert any("is not a workflow step" in error for error in errors)
+    assert any("step 'first' is already in workflow" in error for error in errors)
+    assert any("has no step 'nope'" in error for error in errors)
+    assert _status(queue, handle.id).succeeded
+    assert set(_status(queue, handle.id).steps) == {"first", "second"}
+
+
+# -- operators ----------------------------------------------------------------------------------
+
+
+def test_workflow_show_lists_the_steps_in_order_and_jobs_show_names_the_workflow(backend):
+    queue, _ = _queue(backend)
+    wf = Workflow()
+    wf.add("charge", _step("charge"))
+    wf.add("mail", _step("mail", fail=True), after=["charge"])
+    wf.add("done", _step("done"), after=["mail"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    text = cli("workflow", "show", str(handle.id), url=backend.url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith(f"workflow {handle.id} (on_dead=wait), finished: -")
+    assert lines[1] == "blocked by: mail"
+    body = "\n".join(lines[2:])
+    assert body.index("charge") < body.index("mail") < body.index("done")
+    assert "step mail fails" in body
+    shown = cli("workflow", "show", str(handle.id), "--json", url=backend.url)
+    document = json.loads(shown.stdout)
+    assert list(document["steps"]) == ["charge", "mail", "done"]
+    assert document["steps"]["mail"]["status"] == "dead"
+    assert document["steps"]["mail"]["attempts"] == 1
+    assert "step mail fails" in document["steps"]["mail"]["last_error"]
+    assert document["steps"]["done"]["after"] == ["mail"]
+    assert document["blocked_by"] == ["mail"]
+    job_text = cli("jobs", "show", str(handle.job_ids["mail"]), url=backend.url).stdout
+    assert f"workflow:         {handle.id}, step 'mail'" in job_text
+    job_json = json.loads(
+        cli("jobs", "show", str(handle.job_ids["mail"]), "--json", url=backend.url).stdout
+    )
+    assert job_json["workflow"] == {"id": handle.id, "step": "mail"}
+    missing = cli("workflow", "show", "999999", url=backend.url)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "sqlqueue: error: there is no workflow 999999",
+    )
+
+
+# -- properties of the graph check (outside input) ------------------------------------------------
+
+
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=15), max_size=4), min_size=1,
+                max_size=16))  # fmt: skip
+def test_any_graph_is_either_ordered_upstreams_first_or_refused_as_a_cycle(edges):
+    """Step n runs after the steps named in ``edges[n]`` (an index past the end: no such step):
+    the check orders every acyclic graph so each step follows its upstreams, and refuses any
+    other with WorkflowError, before anything is sent."""
+    wf = Workflow()
+    for n, after in enumerate(edges):
+        wf.add(f"s{n}", _step(f"s{n}"), after=sorted({f"s{up}" for up in after if up != n}))
+    try:
+        order = wf.order()
+    except WorkflowError as error:
+        refusal = str(error)
+    else:
+        refusal = ""
+    if refusal:
+        assert "cycle" in refusal or "which is no step" in refusal
+        return
+    position = {name: index for index, name in enumerate(order)}
+    assert sorted(order) == sorted(f"s{n}" for n in range(len(edges)))
+    for name, upstreams in wf.after.items():
+        assert all(position[up] < position[name] for up in upstreams)
+
+
+@given(st.text(max_size=210))
+def test_a_step_name_is_taken_or_refused_with_workflow_error(name):
+    wf = Workflow()
+    try:
+        added = wf.add(name, _step("x"))
+    except WorkflowError as error:
+        added = str(error)
+        assert "step name" in added
+    else:
+        assert added == name

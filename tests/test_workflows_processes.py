@@ -1,0 +1,159 @@
+"""Workflows with real worker processes: 200 diamonds (A → B, C → D) over three workers, one of
+them SIGKILLed mid-run — every step succeeds exactly once and, on the database clock, no step
+starts before all its upstream steps finished; and a 1,000-way fan-in whose join is released
+(and runs) once.
+
+Workers are ``python -m sqlqueue worker tests.apps.workflow_app:queue`` children. Every count
+here comes from database rows: sqlqueue's jobs, and the step's own tables.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue import JobRequest, Workflow
+from sqlqueue._schema import jobs
+from tests.apps.processes import WorkerProcess, Workers, wait_until
+from tests.apps.workflow_app import RUNS, SUCCESSES, create_tables, register_workflow_tasks
+from tests.conftest import Backend
+
+pytestmark = pytest.mark.timeout(300)
+
+APP = "tests.apps.workflow_app:queue"
+FAST_POLL = ("--poll-interval", "0.05")
+CRASH_LEASE = 2.0
+
+
+@pytest.fixture
+def queue(backend: Backend) -> sqlqueue.Queue:
+    create_tables(backend.engine)
+    queue = backend.queue()
+    register_workflow_tasks(queue)
+    return queue
+
+
+def _step(seconds: float) -> JobRequest:
+    return JobRequest(job_type="wf.step", payload={"seconds": seconds})
+
+
+def _pool(workers: Workers, count: int, lease_seconds: float | None = None) -> list[WorkerProcess]:
+    pool = [
+        workers.start("--concurrency", "4", *FAST_POLL, app=APP, lease_seconds=lease_seconds)
+        for _ in range(count)
+    ]
+    for worker in pool:
+        worker.wait_ready()
+    return pool
+
+
+def _explain(pool: list[WorkerProcess]) -> Any:
+    return lambda: "\n".join(worker.describe() for worker in pool)
+
+
+def _count(engine: sa.Engine, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def test_200_diamonds_over_3_workers_one_killed_run_each_step_once_in_order(
+    backend: Backend, queue: sqlqueue.Queue, workers: Workers
+) -> None:
+    handles = []
+    with queue.engine.begin() as conn:
+        for _ in range(200):
+            wf = Workflow()
+            wf.add("a", _step(0.05))
+            wf.add("b", _step(0.05), after=["a"])
+            wf.add("c", _step(0.05), after=["a"])
+            wf.add("d", _step(0.0), after=["b", "c"])
+            handles.append(queue.enqueue_workflow(conn, wf))
+    all_ids = [job_id for handle in handles for job_id in handle.job_ids.values()]
+    pool = _pool(workers, 3, lease_seconds=CRASH_LEASE)
+    doomed = pool[0]
+
+    def runs_of_doomed() -> int:
+        with queue.engine.connect() as conn:
+            query = sa.select(sa.func.count()).where(RUNS.c.pid == doomed.pid)
+            return int(conn.execute(query).scalar_one())
+
+    wait_until(lambda: runs_of_doomed() >= 20, timeout=120, what="the doomed worker's runs",
+               explain=_explain(pool))  # fmt: skip
+    doomed.send(signal.SIGKILL)
+    assert doomed.wait(timeout=10) == -signal.SIGKILL
+    assert _count(queue.engine, SUCCESSES) < len(all_ids), "all done before the kill"
+    wait_until(
+        lambda: _count(queue.engine, SUCCESSES) >= len(all_ids),
+        timeout=240,
+        what="every step to succeed",
+        explain=_explain(pool[1:]),
+    )
+    for worker in pool[1:]:
+        assert worker.stop() == 0
+    with queue.engine.connect() as conn:
+        successes = Counter(conn.execute(sa.select(SUCCESSES.c.job_id)).scalars())
+        statuses = Counter(
+            conn.execute(sa.select(jobs.c.status).where(jobs.c.id.in_(all_ids))).scalars()
+        )
+        finished = dict(conn.execute(sa.select(jobs.c.id, jobs.c.finished_at)).all())
+        first_start: dict[int, Any] = {}
+        for job_id, started in conn.execute(sa.select(RUNS.c.job_id, RUNS.c.started_at)):
+            first_start[job_id] = min(started, first_start.get(job_id, started))
+        pids = set(conn.execute(sa.select(RUNS.c.pid)).scalars())
+    assert dict(statuses) == {"succeeded": 800}
+    assert set(successes) == set(all_ids)
+    assert set(successes.values()) == {1}, "a step succeeded twice"
+    assert len(pids) == 3
+    early = []
+    for handle in handles:
+        ids = handle.job_ids
+        for step, upstreams in (("b", "a"), ("c", "a"), ("d", "bc")):
+            latest = max(finished[ids[up]] for up in upstreams)
+            if first_start[ids[step]] < latest:
+                early.append((handle.id, step, first_start[ids[step]], latest))
+    assert early == [], f"steps started before their upstreams finished: {early[:5]}"
+    for handle in handles:
+        status = queue.get_workflow(handle.id)
+        assert status is not None
+        assert status.succeeded
+        assert status.finished_at is not None
+
+
+def test_a_1000_way_fan_in_releases_its_join_once(
+    backend: Backend, queue: sqlqueue.Queue, workers: Workers
+) -> None:
+    wf = Workflow()
+    parts = [wf.add(f"p{n}", _step(0.0)) for n in range(1000)]
+    wf.add("join", _step(0.0), after=parts)
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    pool = _pool(workers, 3)
+    join = handle.job_ids["join"]
+    wait_until(
+        lambda: _count(queue.engine, SUCCESSES) >= 1001,
+        timeout=240,
+        what="the parts and the join",
+        explain=_explain(pool),
+    )
+    for worker in pool:
+        assert worker.stop() == 0
+    with queue.engine.connect() as conn:
+        join_runs = conn.execute(
+            sa.select(sa.func.count()).where(RUNS.c.job_id == join)
+        ).scalar_one()
+        join_start = conn.execute(sa.select(RUNS.c.started_at).where(RUNS.c.job_id == join))
+        last_part = conn.execute(
+            sa.select(sa.func.max(jobs.c.finished_at)).where(jobs.c.id != join)
+        ).scalar_one()
+        (started,) = join_start.scalars().all()
+    assert join_runs == 1
+    assert _count(queue.engine, SUCCESSES) == 1001
+    assert started >= last_part
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    assert status.succeeded
