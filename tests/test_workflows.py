@@ -651,3 +651,23 @@ def test_a_step_name_is_taken_or_refused_with_workflow_error(name):
         assert "step name" in added
     else:
         assert added == name
+
+
+def test_a_step_that_expires_is_cancelled_and_on_dead_cancel_cancels_the_steps_after_it(backend):
+    from datetime import UTC, datetime, timedelta
+
+    from sqlqueue._store.expiry import expire_jobs
+
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead="cancel")
+    past = datetime.now(UTC) - timedelta(days=1)
+    wf.add("a", JobRequest(job_type="step", payload={"label": "a"}, expires_at=past))
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    with queue.engine.begin() as conn:
+        assert expire_jobs(conn, queue.dialect) == 1
+    # What an operator sees: the expired step cancelled, the step after it cancelled with it,
+    # the workflow finished — none of them ran.
+    assert _statuses(queue, handle.id) == {"a": "cancelled", "b": "cancelled"}
+    assert _status(queue, handle.id).finished
+    assert seen == []

@@ -56,9 +56,11 @@ def expire_jobs(
         {"ids": ids},
     ).all()
     endings = Endings()
-    for _, batch_id in cancelled:
+    for job_id, batch_id in cancelled:
         if batch_id is not None:
-            endings.ended(int(batch_id), "cancelled")
+            # With the job's id: a workflow step's expiry blocks or cancels the steps after it
+            # under the workflow's ``on_dead``, as any cancel does.
+            endings.ended(int(batch_id), "cancelled", job_id=int(job_id))
     if endings:
         settle(conn, dialect, endings)
     record_actions(conn, dialect, [int(row[0]) for row in cancelled], _RECORD)
