@@ -23,8 +23,11 @@ import sqlqueue
 from tests._support import WorkerThread, drain, wait_until
 from tests.apps.statement_faults import FailStatements, transient_error
 
-#: The worker's read of the paused queues, as every backend spells it.
-PAUSES = r"SELECT sqlqueue_queues\.name\s+FROM sqlqueue_queues\s+WHERE sqlqueue_queues\.paused_at"
+#: The worker's read of the paused queues (with the queues' limits), as every backend spells it.
+PAUSES = (
+    r"SELECT sqlqueue_queues\.name, sqlqueue_queues\.paused_at, sqlqueue_queues\.max_running\s+"
+    r"FROM sqlqueue_queues\s+WHERE"
+)
 
 
 def _counted_queue(backend) -> tuple[sqlqueue.Queue, Counter[int], int]:
