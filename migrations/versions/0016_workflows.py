@@ -25,6 +25,9 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _NAME = sa.String(200).with_variant(VARBINARY(800), "mysql", "mariadb")
 _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
+#: 0014's index on SQLite, on an expression (see ``_statuses``).
+_UNHANDLED_ERRORS_INDEX = "ix_sqlqueue_jobs_unhandled_errors"
+
 _OLD = "status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled')"
 _NEW = "status IN ('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled', 'waiting')"
 
@@ -33,13 +36,15 @@ def _statuses(check: str) -> None:
     """Replace the jobs' status check (SQLite rebuilds the table and its indexes)."""
     name = op.f("ck_sqlqueue_jobs_status")
     if op.get_bind().dialect.name == "sqlite":
+        # The rebuild copies the indexes SQLAlchemy can reflect, and an index on an expression
+        # is not one of them (it would warn and drop it): 0014's goes first and comes back as
+        # 0014 made it.
+        op.drop_index(_UNHANDLED_ERRORS_INDEX, table_name="sqlqueue_jobs")
         with op.batch_alter_table("sqlqueue_jobs", recreate="always") as batch:
             batch.drop_constraint(name, type_="check")
             batch.create_check_constraint(name, sa.text(check))
-        # The rebuild keeps the indexes SQLAlchemy can reflect; an index on an expression is
-        # not one of them, so 0014's is made again as 0014 made it.
         op.create_index(
-            "ix_sqlqueue_jobs_unhandled_errors",
+            _UNHANDLED_ERRORS_INDEX,
             "sqlqueue_jobs",
             [sa.text("substr(last_error, 1, 200)")],
             sqlite_where=sa.text(
