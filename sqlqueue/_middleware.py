@@ -125,6 +125,9 @@ _UNREAD: dict[str, Any] = {
     "discarded_at": None,
     "discarded_by": None,
     "discard_reason": None,
+    "tags": (),  # read by get_job only, as in listings
+    "expires_at": None,
+    "unique_key": None,
 }
 
 
