@@ -451,7 +451,8 @@ class Operations:
         """Delete finished jobs (``statuses``: succeeded, cancelled, dead) whose ``finished_at``
         is more than ``older_than`` seconds ago, ``batch_size`` rows per short transaction;
         return how many went. Never queued, running or failed jobs. A finished batch's row goes
-        with the last job that refers to it; batch counts never change."""
+        with the last job that refers to it; batch counts never change. Unique keys that no job
+        carries any more go too."""
         older_than = check_age("older_than", older_than, jobs.c.finished_at, ConfigurationError)
         if batch_size < 1:
             raise ConfigurationError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -466,7 +467,17 @@ class Operations:
                 if count < batch_size:
                     break
                 self._breathe(started)
+        self._prune_unique_keys(batch_size)
         return deleted
+
+    def _prune_unique_keys(self, batch_size: int) -> None:
+        """Delete the lock rows of unique keys that no job carries any more (the jobs just
+        pruned may have been the last to), walking the whole table a batch at a time."""
+        after: str | None = ""
+        while after is not None:
+            started = time.monotonic()
+            _, after = self.admin.prune_unique_keys(after=after, limit=batch_size)
+            self._breathe(started)
 
     def _prune_batch(self, status: str, older_than: float, batch_size: int) -> int:
         """One prune batch; while a fold or another prune holds the counts, wait a little and

@@ -32,8 +32,9 @@ class Retention:
 
     ``Queue(retention=Retention(succeeded=7 * 86400, cancelled=7 * 86400, dead=30 * 86400))``
     makes workers prune every ``interval`` seconds, ``batch_size`` rows per transaction.
-    Pruning a job frees its idempotency key. A queue without a retention still prunes gone
-    workers' rows after a day.
+    Pruning a job frees its idempotency key, and the duty then deletes the lock rows of unique
+    keys no job carries any more. A queue without a retention still prunes gone workers' rows
+    after a day (and those keys).
     """
 
     succeeded: float | None = None

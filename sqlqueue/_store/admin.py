@@ -25,6 +25,7 @@ from sqlqueue._store import (
     job_actions,
     maintenance,
     readmodel,
+    unique_prune,
     workers,
 )
 from sqlqueue._store.filters import JobFilter
@@ -198,6 +199,14 @@ class Admin:
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
             ),
             relaxed=True,
+        )
+
+    def prune_unique_keys(self, *, after: str, limit: int) -> tuple[int, str | None]:
+        """See :func:`unique_prune.prune_unique_keys`: one batch, one transaction."""
+        return self._write(
+            lambda conn: unique_prune.prune_unique_keys(
+                conn, self.dialect, after=after, limit=limit
+            )
         )
 
     def fold_counts(self, *, margin: float = 60.0) -> counts.Fold:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Float, bindparam, func, select, update
 
+from sqlqueue._errors import DatabaseError
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import jobs, unique_keys
 from sqlqueue._types import EncodedJson, UtcDateTime
@@ -24,6 +25,9 @@ from sqlqueue._unique import UniqueCheck
 from sqlqueue.dialects import Dialect
 
 __all__ = ["UniqueOutcome", "insert_unique"]
+
+#: How often an enqueue writes its key's lock row again when retention pruned it meanwhile.
+_LOCK_TRIES = 5
 
 
 class UniqueOutcome(enum.Enum):
@@ -49,16 +53,23 @@ def insert_unique(
     # ``ON DUPLICATE KEY UPDATE``, which takes the existing row's exclusive lock at once; an
     # INSERT that fails on the duplicate takes a shared lock first, and two enqueuers then
     # deadlock upgrading theirs.
-    conn.execute(
-        dialect.conflict_insert(unique_keys)
-        .values(key=key)
-        .on_conflict_do_nothing(index_elements=[unique_keys.c.key]),
-        execution_options=options,
-    )
-    conn.execute(
-        dialect.lock_row(select(unique_keys.c.key).where(unique_keys.c.key == key)),
-        execution_options=options,
-    )
+    for _ in range(_LOCK_TRIES):
+        conn.execute(
+            dialect.conflict_insert(unique_keys)
+            .values(key=key)
+            .on_conflict_do_nothing(index_elements=[unique_keys.c.key]),
+            execution_options=options,
+        )
+        locked = conn.execute(
+            dialect.lock_row(select(unique_keys.c.key).where(unique_keys.c.key == key)),
+            execution_options=options,
+        ).first()
+        if locked is not None:
+            break
+        # Retention pruned the key's row between the two statements (it holds no job): write
+        # it again, so concurrent enqueuers of the key still take turns on its lock.
+    else:
+        raise DatabaseError(f"the lock row of unique key {key!r} kept vanishing")
     found = conn.execute(
         dialect.lock_row(
             select(jobs.c.id, jobs.c.status)

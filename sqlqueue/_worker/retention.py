@@ -1,5 +1,6 @@
 """The retention duty: prune finished jobs older than the queue's :class:`~sqlqueue.Retention`,
-and the rows of workers gone without a word long enough.
+the rows of workers gone without a word long enough, and the lock rows of unique keys that no
+job carries any more.
 
 Every worker runs the duty, but one at a time across all hosts holds it (a lease row in
 ``sqlqueue_duties``); each batch is its own short transaction and takes only rows nobody else
@@ -28,6 +29,10 @@ log = logging.getLogger("sqlqueue.retention")
 #: The name of the duty's lease row.
 DUTY_NAME = "retention"
 
+#: Batches of unique keys a pass looks at, at most: the walk resumes where the last pass
+#: stopped, so a pass costs the same however many keys live jobs hold.
+KEY_BATCHES_PER_PASS = 10
+
 
 class RetentionDuty:
     """The worker's pruning duty: a batch at a time, while it holds the retention lease."""
@@ -40,6 +45,8 @@ class RetentionDuty:
         self.retention = retention
         self._holder = holder
         self.deleted = 0
+        self.keys_deleted = 0
+        self._keys_after = ""
 
     def acquire(self) -> bool:
         """Hold the duty for two intervals more if no other worker does."""
@@ -73,6 +80,14 @@ class RetentionDuty:
                     await asyncio.sleep(min(loop.time() - started, 0.2))
         if self.retention.gone_workers is not None and not stopping():
             await db.call(partial(self.prune_workers, self.retention.gone_workers))
+        for _ in range(KEY_BATCHES_PER_PASS):
+            if stopping():
+                return
+            started = loop.time()
+            if not await db.call(self.prune_keys):
+                return
+            if self._single_writer:
+                await asyncio.sleep(min(loop.time() - started, 0.2))
 
     def release(self) -> None:
         """Give the duty up (a worker that stops), so another worker takes it at its next pass
@@ -86,6 +101,18 @@ class RetentionDuty:
         if deleted:
             log.info("retention: pruned %d gone worker row(s) older than %g s", deleted, age)
         return deleted
+
+    def prune_keys(self) -> bool:
+        """Look at one batch of unique keys, where the walk stopped last, and delete those no
+        job carries; ``False`` when the walk reached the end (it starts again next pass)."""
+        deleted, last = self._admin.prune_unique_keys(
+            after=self._keys_after, limit=self.retention.batch_size
+        )
+        self.keys_deleted += deleted
+        if deleted:
+            log.info("retention: pruned %d unique key(s) no job carries", deleted)
+        self._keys_after = last or ""
+        return last is not None
 
     def prune(self, status: str, age: float) -> int:
         """Delete one batch of ``status`` jobs older than ``age`` seconds; return how many went
