@@ -89,7 +89,8 @@ def test_an_enqueue_whose_key_row_is_pruned_under_it_writes_it_again(backend: Ba
 
     pruned: list[int] = []
 
-    def prune_between(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def prune_between(*event: object) -> None:
+        statement = str(event[2])
         # Right after the enqueue's insert-if-absent found the row there, a prune deletes it.
         if not pruned and "INSERT INTO sqlqueue_unique_keys" in statement:
             deleted, _ = queue.admin.prune_unique_keys(after="", limit=10)
