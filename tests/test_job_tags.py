@@ -46,6 +46,34 @@ def test_jobs_filter_by_tag_of_the_job_and_of_its_task(backend):
     assert job.tags == ("import", "tenant:42")
 
 
+def test_listed_jobs_carry_their_tags_like_a_job_read_alone(backend):
+    queue, import_rows = _queue(backend)
+    with queue.engine.begin() as conn:
+        a = import_rows.options(tags=["tenant:42", "big"]).enqueue(conn, n=1)
+        b = import_rows.enqueue(conn, n=2)
+    listed = {job.id: job.tags for job in queue.jobs()}
+    assert listed == {a: ("big", "import", "tenant:42"), b: ("import",)}
+    assert listed[a] == queue.get_job(a).tags
+
+
+def test_a_requeued_dead_job_keeps_its_tags(backend):
+    queue = backend.queue()
+
+    @queue.task("fragile", tags=["import"], max_attempts=1)
+    def fragile(n: int) -> None:
+        raise ValueError("bad row")
+
+    with queue.engine.begin() as conn:
+        dead = fragile.options(tags=["tenant:42"]).enqueue(conn, n=1)
+        other = fragile.enqueue(conn, n=2)
+    drain(queue)
+    again = queue.requeue(dead, by="ops", reason="fixed the row")
+    [moved] = queue.requeue_where(job_ids=[other], by="ops", reason="fixed too")
+    assert queue.get_job(again).tags == ("import", "tenant:42")
+    assert queue.get_job(moved).tags == ("import",)
+    assert [job.id for job in queue.jobs(tag="tenant:42", status="queued")] == [again]
+
+
 def test_tags_go_with_pruned_jobs_and_stay_with_running_ones(backend):
     queue, import_rows = _queue(backend)
     with queue.engine.begin() as conn:

@@ -23,7 +23,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
-from sqlqueue._store.tags import read_tags
+from sqlqueue._store.tags import copy_tags, read_tags
 from sqlqueue._store.workflows import replace_steps
 from sqlqueue.dialects import Dialect
 
@@ -73,8 +73,9 @@ def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: st
 def _requeue_rows(
     conn: Connection, dialect: Dialect, rows: Sequence[Any], *, by: str, reason: str
 ) -> list[int]:
-    """New queued jobs from locked dead ``rows`` (same type, payload and options); the dead rows
-    record who, when and why, linked both ways. Idempotency keys move to the new jobs."""
+    """New queued jobs from locked dead ``rows`` (same type, payload, options and tags); the
+    dead rows record who, when and why, linked both ways. Idempotency keys move to the new
+    jobs."""
     if not rows:
         return []
     current = dialect.now()
@@ -132,6 +133,7 @@ def _requeue_rows(
     conn.execute(
         mark_dead, [{"dead_id": d, "new_id": n} for d, n in zip(dead_ids, new_ids, strict=True)]
     )
+    copy_tags(dialect, conn, list(zip(dead_ids, new_ids, strict=True)))
     # A workflow's step: the new job takes the dead one's place (its success releases the
     # steps after it, as the dead one's would have).
     replace_steps(conn, dialect, list(zip(dead_ids, new_ids, strict=True)))

@@ -49,3 +49,10 @@ def read_tags(conn: Connection, job_ids: Iterable[int]) -> dict[int, tuple[str, 
 def tagged(tag: str) -> ColumnElement[bool]:
     """Jobs that have ``tag``."""
     return jobs.c.id.in_(select(job_tags.c.job_id).where(job_tags.c.tag == tag))
+
+
+def copy_tags(dialect: Dialect, conn: Connection, moves: Sequence[tuple[int, int]]) -> None:
+    """Give each new job of ``(old, new)`` the tags of the old one (a requeued dead job keeps
+    what an operator filters it by)."""
+    found = read_tags(conn, [old for old, _ in moves])
+    write_tags(dialect, conn, [(new, tag) for old, new in moves for tag in found.get(old, ())])
