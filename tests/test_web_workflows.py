@@ -190,13 +190,14 @@ def test_the_workflows_list_shows_counts_policy_the_steps_holding_each_up_and_wh
         str(handles[name].id) for name in ("cancelled", "held", "done")
     ]
     held = _row(html, "workflows", f'data-workflow-id="{handles["held"].id}"')
-    assert '<td class="num" data-count="dead">1</td>' in held
-    assert '<td class="num" data-count="waiting">1</td>' in held
+    assert '<span class="status status-dead" data-count="dead">1</span> dead' in held
+    assert '<span class="status status-waiting" data-count="waiting">1</span> waiting' in held
+    assert 'data-count="queued"' not in held  # only the statuses it has steps in
     assert '<span class="step-name held" title="notify">notify</span>' in held
     assert '<span class="muted">running</span>' in held
     assert "<code>wait</code>" in held
     done = _row(html, "workflows", f'data-workflow-id="{handles["done"].id}"')
-    assert '<td class="num" data-count="succeeded">4</td>' in done
+    assert 'data-count="succeeded">4</span> succeeded</span></td>' in done
     assert '<span class="muted">running</span>' not in done
     assert '<svg class="bar"' in done
     assert "<code>cancel</code>" in _row(
