@@ -149,6 +149,27 @@ def pages(queue: sqlqueue.Queue, ids: dict[str, int]) -> dict[str, Callable[[], 
     }
 
 
+def _with_and_without_the_index(queue: sqlqueue.Queue, ids: dict[str, int]) -> None:
+    """The list's two pages without migration 0017's index and with it, three times in turn
+    (A B A B A B) on the same data: medians in ms."""
+    index = next(i for i in batches.indexes if i.name == "ix_sqlqueue_batches_workflows")
+    calls = pages(queue, ids)
+    wanted = ["GET /workflows", "GET /workflows?before_id=… (2nd page)"]
+    figures: dict[str, list[float]] = {}
+    for _ in range(3):
+        for label, present in (("without 0017's index", False), ("with it", True)):
+            with queue.engine.begin() as conn:
+                if present:
+                    index.create(conn)
+                else:
+                    index.drop(conn)
+            for name in wanted:
+                figures.setdefault(f"{name}, {label}", []).append(timed(calls[name])[0])
+    for name, medians in figures.items():
+        shown = " ".join(f"{median:6.1f}" for median in medians)
+        print(f"  {name:64} medians {shown} ms")
+
+
 def measure(backend: str, target: Target, args: argparse.Namespace) -> None:
     with fresh_database(backend, target) as url:
         queue = sqlqueue.Queue(url)
@@ -168,6 +189,8 @@ def measure(backend: str, target: Target, args: argparse.Namespace) -> None:
         for name, call in pages(queue, ids).items():
             median, worst = timed(call)
             print(f"  {name:48} median {median:7.1f} ms   max {worst:7.1f} ms")
+        if backend != "mysql":
+            _with_and_without_the_index(queue, ids)
         if args.plans and backend == "postgresql":
             for plan in explain(queue.engine, lambda: queue.workflows()):
                 print("\n" + plan)

@@ -133,6 +133,47 @@ def test_workflows_lists_each_with_the_counts_and_blocked_steps_of_its_full_stat
     assert [summary.id for summary in older] == [handles["held"].id]
 
 
+def test_blocked_by_names_only_dead_steps_that_hold_a_waiting_step_as_get_workflow_does(
+    backend: Backend,
+) -> None:
+    queue = order_queue(backend)
+
+    @queue.task("audit", max_attempts=1)
+    def audit(order: int) -> None:
+        raise ValueError("audit log is full")
+
+    def with_dead_leaf(on_dead: Any) -> Workflow:
+        wf = order_workflow(5, broken=True, on_dead=on_dead)
+        wf.add("audit", JobRequest(job_type="audit", payload={"order": 5}), after=["charge"])
+        return wf
+
+    @queue.task("slow", queue="later")
+    def slow() -> None:
+        return None
+
+    held = queue.enqueue_workflow(queue.engine, with_dead_leaf("wait"))
+    ran = queue.enqueue_workflow(queue.engine, with_dead_leaf("run"))
+    pending = Workflow(on_dead="run")  # its dead step's downstream still waits for another
+    pending.add("dies", JobRequest(job_type="audit", payload={"order": 6}))
+    pending.add("slow", JobRequest(job_type="slow"))
+    pending.add("last", JobRequest(job_type="slow"), after=["dies", "slow"])
+    waiting = queue.enqueue_workflow(queue.engine, pending)
+    drain(queue, queues=["default"])
+
+    def both(workflow_id: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        summary, status = queue.workflow_summary(workflow_id), queue.get_workflow(workflow_id)
+        assert summary is not None
+        assert status is not None
+        return summary.blocked_by, status.blocked_by
+
+    # "audit" died too, but nothing waits after it: it holds nothing up.
+    assert both(held.id) == (("notify",), ("notify",))
+    assert both(ran.id) == ((), ())  # under "run" the steps after a dead one ran
+    assert both(waiting.id) == ((), ())  # and one still waiting waits for "slow", not "dies"
+    queue.requeue(held.job_ids["notify"], by="ops", reason="retry it")
+    assert both(held.id) == ((), ())  # its dead job is no step's any more; its new one queued
+
+
 def test_workflow_summary_of_a_plain_batch_or_no_workflow_is_none_and_bad_limits_are_refused(
     backend: Backend,
 ) -> None:

@@ -86,22 +86,15 @@ def _may_be_blocked(row: RowMapping) -> bool:
 def _blocked_by(conn: Connection, workflow_ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
     """The dead or cancelled current steps of ``workflow_ids`` with a waiting step after them,
     by workflow, names sorted: from the workflows' dead and cancelled jobs (the batch index),
-    each one's step (a requeued dead job is no step's any more), its edges out, and the jobs
-    of the steps they lead to."""
+    each one's step (a requeued dead job is no step's any more), and whether one of its edges
+    out leads to a waiting step — asked per step (``EXISTS`` on the edges' key), so a big
+    workflow's other steps and waiting jobs are never read."""
     if not workflow_ids:
         return {}
     upstream, downstream = workflow_steps.alias("upstream"), workflow_steps.alias("downstream")
     later = jobs.alias("later")
-    query = (
-        select(upstream.c.workflow_id, upstream.c.name)
-        .distinct()
-        .select_from(jobs)
-        .join(upstream, upstream.c.job_id == jobs.c.id)
-        .join(
-            workflow_edges,
-            (workflow_edges.c.workflow_id == upstream.c.workflow_id)
-            & (workflow_edges.c.upstream == upstream.c.name),
-        )
+    waits_after = (
+        select(workflow_edges.c.downstream)
         .join(
             downstream,
             (downstream.c.workflow_id == workflow_edges.c.workflow_id)
@@ -109,10 +102,17 @@ def _blocked_by(conn: Connection, workflow_ids: Sequence[int]) -> dict[int, tupl
         )
         .join(later, later.c.id == downstream.c.job_id)
         .where(
-            jobs.c.batch_id.in_(workflow_ids),
-            jobs.c.status.in_(_STOPPED),
+            workflow_edges.c.workflow_id == upstream.c.workflow_id,
+            workflow_edges.c.upstream == upstream.c.name,
             later.c.status == "waiting",
         )
+        .exists()
+    )
+    query = (
+        select(upstream.c.workflow_id, upstream.c.name)
+        .select_from(jobs)
+        .join(upstream, upstream.c.job_id == jobs.c.id)
+        .where(jobs.c.batch_id.in_(workflow_ids), jobs.c.status.in_(_STOPPED), waits_after)
     )
     found: dict[int, list[str]] = {}
     for workflow_id, name in conn.execute(query):
