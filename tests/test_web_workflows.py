@@ -514,3 +514,27 @@ def test_a_requeue_with_a_valid_token_but_no_permission_is_a_403(backend: Backen
     assert answer.status_code == 403
     assert "you may not requeue here" in answer.text
     assert dead_snapshot(queue.engine) == before
+
+
+def test_hostile_step_names_render_as_text_in_the_list_the_table_and_the_graph(
+    backend: Backend,
+) -> None:
+    queue = order_queue(backend)
+    hostile = "<img src=x onerror=alert(1)>\"'&"
+    wf = Workflow()
+    wf.add(hostile, JobRequest(job_type="warehouse.notify", payload={"order": 1, "broken": True}))
+    wf.add("after it", JobRequest(job_type="mail.receipt", payload={"order": 1}), after=[hostile])
+    handle = queue.enqueue_workflow(queue.engine, wf)
+    drain(queue)
+    summary = queue.workflow_summary(handle.id)
+    assert summary is not None
+    assert summary.blocked_by == (hostile,)
+    web = client(queue)
+
+    pages = [web.get("/workflows").text, web.get(f"/workflows/{handle.id}").text]
+    pages.append(web.get(f"/jobs/{handle.job_ids['after it']}").text)
+
+    for html in pages:
+        assert "<img" not in html
+        assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert 'data-step="&lt;img src=x onerror=alert(1)&gt;&#34;&#39;&amp;"' in pages[1]
