@@ -49,6 +49,7 @@ from sqlqueue._unique import Unique
 from sqlqueue._worker.loop import Worker
 from sqlqueue._worker_info import WorkerInfo
 from sqlqueue._workflow import StepStatus, Workflow, WorkflowHandle, WorkflowStatus
+from sqlqueue._workflow_summary import WorkflowSummary
 
 __all__ = [
     "Activity",
@@ -101,6 +102,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowHandle",
     "WorkflowStatus",
+    "WorkflowSummary",
     "exponential",
     "linear",
     "migrate",

@@ -65,7 +65,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0016"
+SCHEMA_REVISION = "0017"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -527,6 +527,16 @@ batches = Table(
     Column("workflow_on_dead", String(16), nullable=True),
     **_MYSQL_TABLE,
 )
+
+# The Workflows list (0017): the workflows' ids, newest first, without passing over the plain
+# batches among them. MariaDB/MySQL (no partial indexes) read the primary key instead.
+_WORKFLOW = text("workflow_on_dead IS NOT NULL")
+Index(
+    "ix_sqlqueue_batches_workflows",
+    batches.c.id,
+    postgresql_where=_WORKFLOW,
+    sqlite_where=_WORKFLOW,
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 
 # Workflows (added by 0013; see sqlqueue/_store/workflows.py): each step of a workflow (a batch
 # with ``workflow_on_dead`` set), its current job (a requeued step's new job takes its place),

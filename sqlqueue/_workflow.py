@@ -185,7 +185,11 @@ class WorkflowStatus:
 
     @property
     def blocked_by(self) -> tuple[str, ...]:
-        """The dead or cancelled steps that hold steps ``waiting`` (under ``on_dead="wait"``)."""
+        """The dead or cancelled steps that hold steps ``waiting`` (under ``on_dead="wait"``;
+        under ``"run"`` a dead step holds nothing up, under ``"cancel"`` nothing waits after
+        it)."""
+        if self.on_dead != "wait":
+            return ()
         waiting = {name for name, step in self.steps.items() if step.status is JobStatus.WAITING}
         ended = (JobStatus.DEAD, JobStatus.CANCELLED)
         return tuple(

@@ -226,3 +226,19 @@ def test_the_middleware_bench_measures_cpu_per_job_and_pairs_its_runs() -> None:
     assert done.returncode == 0, done.stderr
     assert "CPU/job, none" in done.stdout
     assert "µs CPU per job" in done.stdout
+
+
+def test_the_workflow_list_bench_times_every_page_on_sqlite() -> None:
+    small = ("--rows", "0", "--workflows", "60", "--held", "50", "--big", "300", "--batches", "50")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.workflow_list", "--backends", "sqlite", *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "GET /workflows/{big} (300 steps)" in done.stdout
+    assert "GET /workflows, without 0017's index" in done.stdout
+    assert "GET /workflows, with it" in done.stdout

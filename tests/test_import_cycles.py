@@ -220,7 +220,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "sqlqueue._enqueue_workflow", "sqlqueue._step_context"),
     ("sqlqueue._store",),
     ("sqlqueue._policies", "sqlqueue._job", "sqlqueue._jobrow", "sqlqueue._batch",
-     "sqlqueue._workflow",
+     "sqlqueue._workflow", "sqlqueue._workflow_summary",
      "sqlqueue._job_action", "sqlqueue._worker_info",
      "sqlqueue._payload", "sqlqueue._limits", "sqlqueue._scrub", "sqlqueue._secrets",
      "sqlqueue._unique", "sqlqueue._expiry", "sqlqueue._tags"),

@@ -57,6 +57,7 @@ PUBLIC = {
     "WorkflowError",
     "WorkflowHandle",
     "WorkflowStatus",
+    "WorkflowSummary",
     "exponential",
     "linear",
     "migrate",

@@ -1,7 +1,7 @@
 """The operators' API on :class:`sqlqueue.Queue`: stats, health, search, dead-letter actions,
 actions on waiting jobs (run now, reschedule; each recorded with who and why), batches,
-retention and pause. It needs only the database (no task registry), so the CLI builds a bare
-``Queue`` from a URL and calls the same methods an app would."""
+workflows, retention and pause. It needs only the database (no task registry), so the CLI
+builds a bare ``Queue`` from a URL and calls the same methods an app would."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.job_actions import WAITING, Record
 from sqlqueue._tags import check_tag
 from sqlqueue._worker_info import WorkerInfo
+from sqlqueue._workflow_summary import WorkflowSummary
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -260,6 +261,21 @@ class Operations:
         if before_id is not None:
             check_integer("before_id", before_id, batches.c.id, ConfigurationError, low=0)
         return self.admin.batches(limit=_page_limit(limit), before_id=before_id)
+
+    def workflows(self, *, limit: int = 50, before_id: int | None = None) -> list[WorkflowSummary]:
+        """The newest workflows with their counts and the steps holding each up, at most
+        ``limit``; page on with ``before_id=`` the last id of the previous page. Reads no
+        workflow's steps one by one (:meth:`get_workflow` has them)."""
+        if before_id is not None:
+            check_integer("before_id", before_id, batches.c.id, ConfigurationError, low=0)
+        return self.admin.workflows(limit=_page_limit(limit), before_id=before_id)
+
+    def workflow_summary(self, workflow_id: int) -> WorkflowSummary | None:
+        """Workflow ``workflow_id`` as :meth:`workflows` lists it, or ``None`` (no such
+        workflow, or a plain batch)."""
+        check_integer("workflow_id", workflow_id, batches.c.id, ConfigurationError, low=0)
+        found = self.admin.workflows(limit=1, before_id=None, workflow_id=workflow_id)
+        return found[0] if found else None
 
     def job_actions(self, job_id: int) -> list[JobAction]:
         """What operators did to job ``job_id`` besides requeue and discard (which the job

@@ -33,7 +33,9 @@ from sqlqueue._store.job_actions import Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
+from sqlqueue._store.workflow_list import read_workflow_summaries
 from sqlqueue._worker_info import WorkerInfo
+from sqlqueue._workflow_summary import WorkflowSummary
 from sqlqueue.dialects import Dialect
 
 __all__ = ["Admin"]
@@ -319,6 +321,16 @@ class Admin:
         """See :func:`batches.read_batches`."""
         return self._snapshot(
             lambda conn: batches.read_batches(conn, limit=limit, before_id=before_id)
+        )
+
+    def workflows(
+        self, *, limit: int, before_id: int | None, workflow_id: int | None = None
+    ) -> list[WorkflowSummary]:
+        """See :func:`workflow_list.read_workflow_summaries`."""
+        return self._snapshot(
+            lambda conn: read_workflow_summaries(
+                conn, limit=limit, before_id=before_id, workflow_id=workflow_id
+            )
         )
 
     def job_actions(self, job_id: int) -> list[JobAction]:

@@ -17,7 +17,16 @@ from starlette.staticfiles import StaticFiles
 
 from sqlqueue._errors import ConfigurationError, DatabaseError, JobNotFound, JobStateError
 from sqlqueue._queue import Queue
-from sqlqueue.web import _actions, _bulk, _groups, _job_actions, _pages, _schedules, _workers
+from sqlqueue.web import (
+    _actions,
+    _bulk,
+    _groups,
+    _job_actions,
+    _pages,
+    _schedules,
+    _workers,
+    _workflows,
+)
 from sqlqueue.web._csrf import secret_key_of
 from sqlqueue.web._guard import Guard
 from sqlqueue.web._hosts import AllowedHosts
@@ -53,6 +62,14 @@ def _routes() -> list[BaseRoute]:
         Route("/periodic", _schedules.periodic_page, name="periodic"),
         Route("/batches", _groups.batch_list, name="batches"),
         Route("/batches/{batch_id:int}", _groups.batch_page, name="batch"),
+        Route("/workflows", _workflows.workflow_list, name="workflows"),
+        Route("/workflows/{workflow_id:int}", _workflows.workflow_page, name="workflow"),
+        Route(
+            "/workflows/{workflow_id:int}/requeue",
+            _workflows.requeue_step,
+            methods=post,
+            name="requeue_step",
+        ),
         Route("/queues/pause", _actions.pause_queue, methods=post, name="pause"),
         Route("/queues/resume", _actions.resume_queue, methods=post, name="resume"),
         Route("/queues/limit", _actions.limit_queue, methods=post, name="limit"),

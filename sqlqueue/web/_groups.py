@@ -1,7 +1,7 @@
 """Pages of groups of jobs: the list of batches, newest first, and a page per batch (its counts
 by status and its children). A kind of group is two reads — a page of groups, one group — and
-two routes; workflows, when they exist, add theirs the same way and share the templates'
-counts bar and children list."""
+two routes; workflows add theirs the same way (:mod:`sqlqueue.web._workflows`) and share the
+templates' counts bar."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ event loop on the database."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -15,6 +16,7 @@ from sqlqueue._batch import BatchStatus
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._job_action import JobAction
 from sqlqueue._operators.stats import Activity, Health
+from sqlqueue._workflow_summary import WorkflowSummary
 from sqlqueue.web._chart import chart_of
 from sqlqueue.web._query import MAX_JOB_ID, job_list_filter
 from sqlqueue.web._render import render
@@ -110,27 +112,38 @@ async def job_list(request: Request) -> Response:
     )
 
 
-def _job_and_batch(
-    settings: WebSettings, job_id: int
-) -> tuple[Job | None, BatchStatus | None, list[JobAction]]:
-    """The job, the counts of its batch if it has one, and what operators did to it."""
+@dataclass(frozen=True, kw_only=True)
+class _JobReads:
+    """What a job's page shows besides the job: its workflow (a step's) or else its batch, with
+    their counts, and what operators did to it."""
+
+    workflow: WorkflowSummary | None = None
+    batch: BatchStatus | None = None
+    actions: list[JobAction] = field(default_factory=list)
+
+
+def _job_reads(settings: WebSettings, job_id: int) -> tuple[Job | None, _JobReads]:
+    """The job and what its page shows with it (``None``: no such job)."""
     queue = settings.queue
     job = queue.get_job(job_id)
     if job is None:
-        return None, None, []
-    batch = None if job.batch_id is None else queue.get_batch(job.batch_id)
-    return job, batch, queue.job_actions(job_id)
+        return None, _JobReads()
+    workflow = batch = None
+    if job.batch_id is not None:  # a workflow is a batch whose children wait for each other
+        workflow = queue.workflow_summary(job.batch_id)
+        batch = queue.get_batch(job.batch_id) if workflow is None else None
+    return job, _JobReads(workflow=workflow, batch=batch, actions=queue.job_actions(job_id))
 
 
 async def job_page(request: Request) -> Response:
     """One job: payload (secrets redacted), every attempt's error, timestamps, who requeued,
-    discarded, cancelled or rescheduled it, its batch's counts, and the actions on a waiting
-    job (cancel, retry now, reschedule)."""
+    discarded, cancelled or rescheduled it, its workflow's or batch's counts, and the actions
+    on a waiting job (cancel, retry now, reschedule)."""
     settings = _viewer(request)
     job_id: int = request.path_params["job_id"]
     if not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(404, f"there is no job {job_id}")
-    job, batch, actions = await run_in_threadpool(_job_and_batch, settings, job_id)
+    job, reads = await run_in_threadpool(_job_reads, settings, job_id)
     if job is None:
         raise HTTPException(404, f"there is no job {job_id}")
     retried = request.query_params.get("retried", "")
@@ -139,8 +152,9 @@ async def job_page(request: Request) -> Response:
         "job.html",
         {
             "job": job,
-            "batch": batch,
-            "actions": actions,
+            "batch": reads.batch,
+            "workflow": reads.workflow,
+            "actions": reads.actions,
             "retried": int(retried) if retried in ("0", "1") else None,
         },
     )
