@@ -32,7 +32,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
 
-__all__ = ["WALK_KEYS", "KeyWalk", "candidate_keys_query", "walk_keys"]
+__all__ = ["RUNNING", "WALK_KEYS", "KeyWalk", "candidate_keys_query", "walk_keys"]
 
 #: The most keys one claim looks at (index probes). A claim's cost stays bounded however many
 #: keys are at their limit; the next claims look further, round the keys.
@@ -42,6 +42,10 @@ _CLAIMABLE = ("queued", "failed")
 #: The same as literals: the limited jobs' partial index is declared on exactly this predicate,
 #: and a planner cannot prove that a bound parameter matches it.
 _CLAIMABLE_LITERALS = [literal_column(f"'{status}'", String()) for status in _CLAIMABLE]
+#: ``running`` as a literal too: PostgreSQL then estimates the running jobs from the column's
+#: statistics in the plan it keeps for the prepared walk (a generic plan, made once), where a
+#: bound status looked like thousands of rows and it planned every execution anew instead.
+RUNNING = literal_column("'running'", String())
 
 #: The walk's parameters, bound at each execution.
 _JOB_TYPE: ColumnElement[str] = bindparam("walk_job_type", type_=jobs.c.job_type.type)
@@ -192,7 +196,7 @@ def _walk(
     walk = walk.union_all(step)
     full = (
         select(jobs.c.limit_key)
-        .where(jobs.c.job_type == job_type, jobs.c.status == "running")
+        .where(jobs.c.job_type == job_type, jobs.c.status == RUNNING)
         .where(jobs.c.limit_key.is_not(None))
         .group_by(jobs.c.limit_key)
         .having(func.count() >= task_limit)

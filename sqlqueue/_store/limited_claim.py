@@ -29,7 +29,7 @@ from sqlalchemy import Connection, func, select
 from sqlqueue._schema import jobs, limit_keys, queues
 from sqlqueue._store import claim as plain
 from sqlqueue._store.claim_floor import ClaimFloors
-from sqlqueue._store.key_walk import walk_keys
+from sqlqueue._store.key_walk import RUNNING, walk_keys
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue.dialects import Dialect
 
@@ -159,7 +159,7 @@ def _queue_room(
     current = {name: maximum for name, maximum in locked if maximum is not None}
     counted = conn.execute(
         select(jobs.c.queue, func.count())
-        .where(jobs.c.status == "running", jobs.c.queue.in_(list(current)))
+        .where(jobs.c.status == RUNNING, jobs.c.queue.in_(list(current)))
         .group_by(jobs.c.queue)
     ).all()
     running = {str(name): int(n) for name, n in counted}
@@ -191,7 +191,7 @@ def _lock_and_count_keys(
         .where(
             jobs.c.job_type == job_type,
             jobs.c.limit_key.in_(list(keys)),
-            jobs.c.status == "running",
+            jobs.c.status == RUNNING,
         )
         .group_by(jobs.c.limit_key)
     ).all()
