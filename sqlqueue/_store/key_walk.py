@@ -32,7 +32,14 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
 
-__all__ = ["RUNNING", "WALK_KEYS", "KeyWalk", "candidate_keys_query", "walk_keys"]
+__all__ = [
+    "RUNNING",
+    "WALK_KEYS",
+    "KeyWalk",
+    "candidate_keys_query",
+    "running_under",
+    "walk_keys",
+]
 
 #: The most keys one claim looks at (index probes). A claim's cost stays bounded however many
 #: keys are at their limit; the next claims look further, round the keys.
@@ -46,6 +53,20 @@ _CLAIMABLE_LITERALS = [literal_column(f"'{status}'", String()) for status in _CL
 #: statistics in the plan it keeps for the prepared walk (a generic plan, made once), where a
 #: bound status looked like thousands of rows and it planned every execution anew instead.
 RUNNING = literal_column("'running'", String())
+
+
+def running_under(
+    job_type: str | ColumnElement[str], key: ColumnElement[str]
+) -> ColumnElement[bool]:
+    """The jobs of ``job_type`` running under ``key``: the predicate of
+    ``ix_sqlqueue_jobs_limit_running`` word for word, so the planner proves the index serves."""
+    return and_(
+        jobs.c.job_type == job_type,
+        jobs.c.limit_key == key,
+        jobs.c.status == RUNNING,
+        jobs.c.limit_key.is_not(None),
+    )
+
 
 #: The walk's parameters, bound at each execution.
 _JOB_TYPE: ColumnElement[str] = bindparam("walk_job_type", type_=jobs.c.job_type.type)
@@ -194,12 +215,13 @@ def _walk(
         walk.c.k.is_not(None), walk.c.n < steps
     )
     walk = walk.union_all(step)
-    full = (
-        select(jobs.c.limit_key)
-        .where(jobs.c.job_type == job_type, jobs.c.status == RUNNING)
-        .where(jobs.c.limit_key.is_not(None))
-        .group_by(jobs.c.limit_key)
-        .having(func.count() >= task_limit)
+    # The key's running jobs, one probe of ``ix_sqlqueue_jobs_limit_running`` a key: a
+    # grouping of every running job of the task cost as much as the walk at 1,000 full keys.
+    running = (
+        select(func.count())
+        .where(running_under(job_type, walk.c.k))
+        .correlate(walk)
+        .scalar_subquery()
     )
     due = (
         exists()
@@ -212,5 +234,5 @@ def _walk(
         )
         .correlate(walk)
     )
-    eligible = case((and_(walk.c.k.not_in(full), due), 1), else_=0)
+    eligible = case((and_(running < task_limit, due), 1), else_=0)
     return select(walk.c.k, eligible.label("eligible")).order_by(walk.c.n)

@@ -192,6 +192,7 @@ def _lock_and_count_keys(
             jobs.c.job_type == job_type,
             jobs.c.limit_key.in_(list(keys)),
             jobs.c.status == RUNNING,
+            jobs.c.limit_key.is_not(None),  # ix_sqlqueue_jobs_limit_running's predicate
         )
         .group_by(jobs.c.limit_key)
     ).all()
