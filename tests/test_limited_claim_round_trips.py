@@ -14,11 +14,12 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._store.limited_claim import ClaimLimits
+from tests.conftest import Backend
 
 LIMITS = ClaimLimits(tasks={"sync": 1})
 
 
-def _queue(backend: Any) -> sqlqueue.Queue:
+def _queue(backend: Backend) -> sqlqueue.Queue:
     queue = backend.queue()
     queue.task("sync", concurrency=sqlqueue.Concurrency(limit=1, key=lambda p: p["tenant"]))(
         lambda tenant, n: None
