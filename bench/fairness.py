@@ -29,7 +29,8 @@ from bench.databases import ROOT, fresh_database
 from bench.names import TENANT_JOB as TASK
 from bench.settings import Settings
 from sqlqueue._schema import jobs
-from sqlqueue._store.limited_claim import WALK_KEYS, candidate_keys_query
+from sqlqueue._store.key_walk import WALK_KEYS, candidate_keys_query
+from sqlqueue._store.limited_claim import ClaimLimits
 
 __all__ = ["run"]
 
@@ -172,10 +173,16 @@ def _claim_latency(settings: Settings, *, keys: int, due: int) -> None:
             )
             conn.exec_driver_sql("ANALYZE sqlqueue_jobs")
         timings = []
+        limits = ClaimLimits(tasks={TASK: 2})  # what a worker of this queue obeys
         for _ in range(300):
             began = time.perf_counter()
             claimed = queue.store.claim(
-                queues=["default"], job_types=None, limit=16, worker_id="bench", lease_seconds=30
+                queues=["default"],
+                job_types=None,
+                limit=16,
+                worker_id="bench",
+                lease_seconds=30,
+                limits=limits,
             )
             timings.append(time.perf_counter() - began)
             assert claimed == [], "every key is at its limit: nothing may be claimed"

@@ -217,10 +217,6 @@ class Queue(Operations):
                 tags=tags,
             )
             self._tasks[name] = task
-            if concurrency is not None:
-                limits = self.store.claim_limits
-                tasks = {**limits.tasks, name: concurrency.limit}
-                self.store.claim_limits = replace(limits, tasks=tasks)
             return task
 
         return register

@@ -65,7 +65,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0017"
+SCHEMA_REVISION = "0018"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -364,6 +364,16 @@ Index(
     jobs.c.id,
     postgresql_where=_CLAIMABLE_LIMITED,
     sqlite_where=_CLAIMABLE_LIMITED,
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
+# The running jobs under a limit key (0018): a limited claim counts a key's running jobs, and
+# its walk over the keys tells the full ones, one probe a key (MariaDB/MySQL: the index below).
+_RUNNING_LIMITED = text("status = 'running' AND limit_key IS NOT NULL")
+Index(
+    "ix_sqlqueue_jobs_limit_running",
+    jobs.c.job_type,
+    jobs.c.limit_key,
+    postgresql_where=_RUNNING_LIMITED,
+    sqlite_where=_RUNNING_LIMITED,
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 # MariaDB/MySQL (no partial indexes): by status, as the claim reads them.
 Index(

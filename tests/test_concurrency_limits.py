@@ -22,9 +22,30 @@ LEASE = 30.0
 _NOWHERE = tempfile.mkdtemp(prefix="sqlqueue-limits-")
 
 
-def _claim(queue: sqlqueue.Queue, worker: str = "w", limit: int = 50) -> list[Any]:
+def _limits(queue: sqlqueue.Queue, queues: dict[str, int] | None = None) -> ClaimLimits:
+    """The limits a worker of ``queue`` obeys: its tasks' ``Concurrency`` limits, and the
+    queues' limits as it read them (``queues``)."""
+    tasks = {
+        name: task.concurrency.limit
+        for name, task in queue.tasks.items()
+        if task.concurrency is not None
+    }
+    return ClaimLimits(tasks=tasks, queues=queues or {})
+
+
+def _claim(
+    queue: sqlqueue.Queue,
+    worker: str = "w",
+    limit: int = 50,
+    queues: dict[str, int] | None = None,
+) -> list[Any]:
     return queue.store.claim(
-        queues=["default"], job_types=None, limit=limit, worker_id=worker, lease_seconds=LEASE
+        queues=["default"],
+        job_types=None,
+        limit=limit,
+        worker_id=worker,
+        lease_seconds=LEASE,
+        limits=_limits(queue, queues),
     )
 
 
@@ -140,16 +161,15 @@ def test_a_queue_limit_is_set_read_in_stats_and_lifted(backend):
     assert queue.stats().queues["default"].max_running == 2
     assert queue.stats().to_dict()["queues"]["default"]["max_running"] == 2
     # Workers read the limit with the pauses, every poll interval.
-    queue.store.claim_limits = ClaimLimits(queues=queue.admin.queue_controls()[1])
-    assert len(_claim(queue, "w1")) == 2
-    assert _claim(queue, "w2") == []
+    read = dict(queue.admin.queue_controls()[1])
+    assert len(_claim(queue, "w1", queues=read)) == 2
+    assert _claim(queue, "w2", queues=read) == []
     # Lowered under the running count: nothing more until enough of them finish.
     queue.set_queue_limit("default", 1)
-    assert _claim(queue, "w3") == []
+    assert _claim(queue, "w3", queues=read) == []
     queue.set_queue_limit("default", None)
     assert queue.stats().queues["default"].max_running is None
-    queue.store.claim_limits = ClaimLimits(queues=queue.admin.queue_controls()[1])
-    assert len(_claim(queue, "w4")) == 4
+    assert len(_claim(queue, "w4", queues=dict(queue.admin.queue_controls()[1]))) == 4
 
 
 def test_a_queue_limit_changed_at_runtime_is_obeyed_by_a_worker(backend):

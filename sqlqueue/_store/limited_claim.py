@@ -11,6 +11,11 @@ the reaper once a dead worker's lease expired — so no path can leak one.
 Locks are taken in one order (queues by name, then keys by task and key), and a claimer that
 holds them waits for nothing else (the claim itself skips locked job rows): no deadlocks.
 Jobs of unlimited tasks in unlimited queues take the plain claim, with no extra statement.
+
+Round trips, as the claim's latency is mostly theirs: the walk (which also says whether any
+job without a limit is due: if none is, the plain claim is skipped), then for the keys it found
+one statement that locks them all and one that counts them all, then one claim per key with
+room (see ``key_walk.py``).
 """
 
 from __future__ import annotations
@@ -18,33 +23,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Integer,
-    Select,
-    String,
-    and_,
-    case,
-    exists,
-    func,
-    literal_column,
-    select,
-)
+from sqlalchemy import Connection, func, select
 
 from sqlqueue._schema import jobs, limit_keys, queues
 from sqlqueue._store import claim as plain
 from sqlqueue._store.claim_floor import ClaimFloors
+from sqlqueue._store.key_walk import RUNNING, walk_keys
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue.dialects import Dialect
 
-__all__ = ["ClaimLimits", "candidate_keys_query", "claim_within_limits"]
-
-_CLAIMABLE = ("queued", "failed")
-#: The same as literals: the limited jobs' partial index is declared on exactly this predicate,
-#: and a planner cannot prove that a bound parameter matches it.
-_CLAIMABLE_LITERALS = [literal_column(f"'{status}'", String()) for status in _CLAIMABLE]
+__all__ = ["ClaimLimits", "claim_within_limits"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +72,7 @@ def claim_within_limits(
     key by key, then the unlimited jobs."""
     room = _queue_room(conn, dialect, limits, queues)
     claimed: list[ClaimedJob] = []
+    unlimited_due = True  # until a walk saw none
 
     def lease(names: Sequence[str], n: int, limited: tuple[str, str] | None) -> None:
         jobs_ = plain.claim(
@@ -110,15 +100,32 @@ def claim_within_limits(
         wanted = limit - len(claimed)
         if not names or wanted <= 0:
             break
-        for key in _candidate_keys(conn, dialect, job_type, task_limit, names, wanted, now):
+        walk = walk_keys(
+            conn,
+            dialect,
+            job_type=job_type,
+            task_limit=task_limit,
+            names=names,
+            queues=queues,
+            job_types=job_types,
+            wanted=wanted,
+            now=now,
+        )
+        unlimited_due = walk.unlimited_due
+        if not walk.keys:
+            continue
+        running = _lock_and_count_keys(conn, dialect, job_type, walk.keys)
+        for key in walk.keys:
             names = _open(queues, room)
             wanted = limit - len(claimed)
             if not names or wanted <= 0:
                 break
-            free = task_limit - _lock_and_count_key(conn, dialect, job_type, key)
+            free = task_limit - running.get(key, 0)
             n = min(free, wanted, *(room[name] for name in names if name in room))
             if n > 0:
                 lease(names, n, (job_type, key))
+    if not unlimited_due:
+        return claimed
     # The unlimited jobs: the uncapped queues in one claim, each capped queue on its own.
     uncapped = [name for name in queues if name not in room]
     if uncapped and limit > len(claimed):
@@ -152,7 +159,7 @@ def _queue_room(
     current = {name: maximum for name, maximum in locked if maximum is not None}
     counted = conn.execute(
         select(jobs.c.queue, func.count())
-        .where(jobs.c.status == "running", jobs.c.queue.in_(list(current)))
+        .where(jobs.c.status == RUNNING, jobs.c.queue.in_(list(current)))
         .group_by(jobs.c.queue)
     ).all()
     running = {str(name): int(n) for name, n in counted}
@@ -160,129 +167,45 @@ def _queue_room(
     return room
 
 
-#: Where each task's walk over its keys starts next: keys take turns whatever their names sort
-#: like (a fairness hint, per process; the limits never depend on it).
-_next_start: dict[str, str] = {}
-
-#: The most keys one claim looks at (index probes). A claim's cost stays bounded however many
-#: keys are at their limit; the next claims look further, round the keys.
-WALK_KEYS = 64
-
-
-def _candidate_keys(
-    conn: Connection,
-    dialect: Dialect,
-    job_type: str,
-    task_limit: int,
-    names: Sequence[str],
-    wanted: int,
-    now: datetime | None,
-) -> list[str]:
-    """Up to ``wanted`` keys of ``job_type`` with due jobs in ``names`` and room by this
-    transaction's view, among the next :data:`WALK_KEYS` keys with waiting jobs past the last
-    one looked at (then from the first again). Only a hint: the room is counted again under
-    each key's lock. Returned in lock order."""
-    start = _next_start.get(job_type)
-    walked = conn.execute(
-        candidate_keys_query(
-            dialect, job_type, task_limit, names, max(WALK_KEYS, wanted), now, after=start
+def _lock_and_count_keys(
+    conn: Connection, dialect: Dialect, job_type: str, keys: Sequence[str]
+) -> dict[str, int]:
+    """Take the locks of ``job_type``'s ``keys`` (their rows are created on first use), in key
+    order, then count each key's jobs running now: one statement for the locks (two more for
+    keys never seen before) and one for the counts, however many keys."""
+    locked = _lock_keys(conn, dialect, job_type, keys)
+    missing = sorted(set(keys) - locked)
+    if missing:
+        # Created, then locked: a claimer that holds keys it created waits for no other lock
+        # (the locks above come first, the claims skip locked rows), so no wait goes round.
+        conn.execute(
+            dialect.conflict_insert(limit_keys)
+            .values([{"job_type": job_type, "limit_key": key} for key in missing])
+            .on_conflict_do_nothing(index_elements=[limit_keys.c.job_type, limit_keys.c.limit_key])
         )
-    ).all()
-    taken: list[str] = []
-    last: str | None = None
-    for key, eligible in walked:
-        if key is None:  # the end of the keys: start from the first next time
-            last = None
-            break
-        last = str(key)
-        if eligible:
-            taken.append(last)
-            if len(taken) == wanted:
-                break
-    if last is None:
-        _next_start.pop(job_type, None)
-    else:
-        _next_start[job_type] = last
-    return sorted(taken)
-
-
-def candidate_keys_query(
-    dialect: Dialect,
-    job_type: str,
-    task_limit: int,
-    names: Sequence[str],
-    steps: int,
-    now: datetime | None = None,
-    *,
-    after: str | None = None,
-) -> Select[Any]:
-    """The next ``steps`` keys of ``job_type`` with waiting jobs past ``after``, in key order,
-    each with whether it has room and due jobs in ``names`` (a NULL key: no more keys). A loose
-    index scan: a recursive walk from each waiting key to the next through the limited jobs'
-    index, one probe a key, however many jobs wait behind it."""
-    waiting = _CLAIMABLE_LITERALS
-    anchor = select(
-        func.min(jobs.c.limit_key).label("k"), literal_column("1", Integer()).label("n")
-    ).where(jobs.c.job_type == job_type, jobs.c.status.in_(waiting), jobs.c.limit_key.is_not(None))
-    if after is not None:
-        anchor = anchor.where(jobs.c.limit_key > after)
-    walk = anchor.cte("sqlqueue_key_walk", recursive=True)
-    later = jobs.alias("sqlqueue_later_key")
-    following = (
-        select(func.min(later.c.limit_key))
+        _lock_keys(conn, dialect, job_type, missing)
+    # A new statement: under READ COMMITTED it sees every claim committed before the locks
+    # were granted.
+    counted = conn.execute(
+        select(jobs.c.limit_key, func.count())
         .where(
-            later.c.job_type == job_type,
-            later.c.status.in_(waiting),
-            later.c.limit_key > walk.c.k,
+            jobs.c.job_type == job_type,
+            jobs.c.limit_key.in_(list(keys)),
+            jobs.c.status == RUNNING,
+            jobs.c.limit_key.is_not(None),  # ix_sqlqueue_jobs_limit_running's predicate
         )
-        .scalar_subquery()
-    )
-    step = select(following.label("k"), (walk.c.n + 1).label("n")).where(
-        walk.c.k.is_not(None), walk.c.n < steps
-    )
-    walk = walk.union_all(step)
-    full = (
-        select(jobs.c.limit_key)
-        .where(jobs.c.job_type == job_type, jobs.c.status == "running")
-        .where(jobs.c.limit_key.is_not(None))
         .group_by(jobs.c.limit_key)
-        .having(func.count() >= task_limit)
-    )
-    due = (
-        exists()
-        .where(
-            jobs.c.job_type == job_type,
-            jobs.c.limit_key == walk.c.k,
-            jobs.c.status.in_(waiting),
-            jobs.c.queue.in_(list(names)),
-            jobs.c.next_run_at <= dialect.now(now),
-        )
-        .correlate(walk)
-    )
-    eligible = case((and_(walk.c.k.not_in(full), due), 1), else_=0)
-    return select(walk.c.k, eligible.label("eligible")).order_by(walk.c.n)
+    ).all()
+    return {str(key): int(n) for key, n in counted}
 
 
-def _lock_and_count_key(conn: Connection, dialect: Dialect, job_type: str, key: str) -> int:
-    """Take ``(job_type, key)``'s lock (its row is created on first use) and count its jobs
-    running now."""
-    conn.execute(
-        dialect.conflict_insert(limit_keys)
-        .values(job_type=job_type, limit_key=key)
-        .on_conflict_do_nothing(index_elements=[limit_keys.c.job_type, limit_keys.c.limit_key])
-    )
-    conn.execute(
+def _lock_keys(conn: Connection, dialect: Dialect, job_type: str, keys: Sequence[str]) -> set[str]:
+    """Lock the rows of ``job_type``'s ``keys`` that exist, in key order; their keys."""
+    rows = conn.execute(
         dialect.lock_row(
-            select(limit_keys.c.job_type).where(
-                limit_keys.c.job_type == job_type, limit_keys.c.limit_key == key
-            )
+            select(limit_keys.c.limit_key)
+            .where(limit_keys.c.job_type == job_type, limit_keys.c.limit_key.in_(list(keys)))
+            .order_by(limit_keys.c.limit_key)
         )
     ).all()
-    running = conn.execute(
-        select(func.count()).where(
-            jobs.c.job_type == job_type,
-            jobs.c.limit_key == key,
-            jobs.c.status == "running",
-        )
-    ).scalar_one()
-    return int(running)
+    return {str(key) for (key,) in rows}

@@ -3,7 +3,6 @@ driver errors translated (the operators' side is :class:`~sqlqueue._store.admin.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -46,8 +45,6 @@ class Store(GateTransactions):
         self.dialect = dialect
         #: Where each worker's claims start (``claim_floor.py``).
         self.claim_floors = ClaimFloors()
-        #: The concurrency limits claims obey (``limited_claim.py``), set by the workers.
-        self.claim_limits = ClaimLimits()
 
     def _in_write(self, operation: Callable[[Connection], T], *, relaxed: bool = False) -> T:
         """See :func:`in_write`: relaxed for claims, outcomes and heartbeats."""
@@ -61,6 +58,7 @@ class Store(GateTransactions):
         limit: int,
         worker_id: str,
         lease_seconds: float,
+        limits: ClaimLimits | None = None,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` due jobs (see :func:`claim.claim`): a :meth:`cycle` with
@@ -73,6 +71,7 @@ class Store(GateTransactions):
             claims=[(queues, limit)],
             job_types=job_types,
             lease_seconds=lease_seconds,
+            limits=limits,
             now=now,
         )
         return claimed
@@ -89,6 +88,7 @@ class Store(GateTransactions):
         lease_seconds: float,
         ahead: Sequence[bool] = (),
         started: Sequence[tuple[int, int]] = (),
+        limits: ClaimLimits | None = None,
         now: datetime | None = None,
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
@@ -98,7 +98,43 @@ class Store(GateTransactions):
         Outcomes go first, so a finished job of a group frees its group's next job for the
         claims of the same transaction. A claim whose ``ahead`` entry is true holds its jobs
         for slots not yet free (no ``started_at``); ``started`` records the starts of such jobs
-        (see :func:`outcomes.record_starts`)."""
+        (see :func:`outcomes.record_starts`).
+
+        ``limits`` are the concurrency limits the claims obey (the worker's tasks' and the
+        queues' it read, see ``limited_claim.py``); without them a claim leases only jobs with
+        no limit key, so a job under a limit is never run beyond it, only left for a worker
+        that knows its limit."""
+
+        def claim_(
+            conn: Connection, queues: Sequence[str], limit: int, ahead_: bool
+        ) -> list[ClaimedJob]:
+            """One claim: under ``limits`` where any applies, else the plain claim."""
+            if limits is not None and limits.apply_to(queues, job_types):
+                return claim_within_limits(
+                    conn,
+                    self.dialect,
+                    limits,
+                    queues=queues,
+                    job_types=job_types,
+                    limit=limit,
+                    worker_id=worker_id,
+                    lease_seconds=lease_seconds,
+                    ahead=ahead_,
+                    now=now,
+                    floors=self.claim_floors,
+                )
+            return claim.claim(
+                conn,
+                self.dialect,
+                queues=queues,
+                job_types=job_types,
+                limit=limit,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                ahead=ahead_,
+                now=now,
+                floors=self.claim_floors,
+            )
 
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
             landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, now)
@@ -106,22 +142,8 @@ class Store(GateTransactions):
                 outcomes.record_starts(
                     conn, self.dialect, worker_id=worker_id, fences=started, now=now
                 )
-            limits = self.claim_limits
             claimed = [
-                (
-                    functools.partial(claim_within_limits, conn, self.dialect, limits)
-                    if limits.apply_to(queues, job_types)
-                    else functools.partial(claim.claim, conn, self.dialect)
-                )(
-                    queues=queues,
-                    job_types=job_types,
-                    limit=limit,
-                    worker_id=worker_id,
-                    lease_seconds=lease_seconds,
-                    ahead=index < len(ahead) and ahead[index],
-                    now=now,
-                    floors=self.claim_floors,
-                )
+                claim_(conn, queues, limit, index < len(ahead) and ahead[index])
                 for index, (queues, limit) in enumerate(claims)
             ]
             return landed, claimed

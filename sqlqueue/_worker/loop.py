@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlqueue._errors import ConfigurationError, DatabaseError
 from sqlqueue._logs import current_worker
+from sqlqueue._store.limited_claim import ClaimLimits
 from sqlqueue._store.maintenance import PAUSES_CHANGED
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._worker.attempt import Runtime
@@ -86,6 +87,15 @@ class Worker:
             settings.concurrency,
         )
         self._job_types = sorted(self._tasks) if queue.unknown_jobs == "skip" else None
+        #: The limits this worker's claims obey: its tasks' ``Concurrency`` limits, and the
+        #: queues' limits as last read (see :meth:`_queue_limits_read`).
+        self._claim_limits = ClaimLimits(
+            tasks={
+                name: task.concurrency.limit
+                for name, task in self._tasks.items()
+                if task.concurrency is not None
+            }
+        )
         lease = queue.lease_seconds
         self._heartbeat_interval = lease / 3
         self._scheduler_interval = min(settings.poll_interval, 1.0)
@@ -513,6 +523,7 @@ class Worker:
             started=started,
             job_types=self._job_types,
             lease_seconds=self.queue.lease_seconds,
+            limits=self._claim_limits,
         )
 
     async def _anything_due(self) -> bool:
@@ -631,7 +642,7 @@ class Worker:
     def _queue_limits_read(self, limits: Mapping[str, int]) -> None:
         """The queues' limits of running jobs were read: claims obey them from now on (with
         the tasks' ``Concurrency`` limits, see ``_store/limited_claim.py``)."""
-        self._store.claim_limits = replace(self._store.claim_limits, queues=dict(limits))
+        self._claim_limits = replace(self._claim_limits, queues=dict(limits))
 
     def _resumed(self, queues: frozenset[str]) -> None:
         """Paused queues were resumed: their pools may claim at once."""

@@ -128,6 +128,17 @@ class Claiming(Clock):
         )
         return self._lease(due.scalar_subquery(), lease_seconds, now, in_subquery=True)
 
+    def due_jobs_exist(
+        self, *, queues: Sequence[str], job_types: Sequence[str] | None, now: datetime | None
+    ) -> ColumnElement[bool]:
+        """Whether :meth:`claim_statement` (not ``limited``) would find a due job in ``queues``
+        now, as a condition: a claim whose other parts found nothing skips that statement's
+        round trip when it is false (portable form)."""
+        due = self._due_jobs(
+            queues=queues, job_types=job_types, limit=literal_column("1", Integer()), now=now
+        )
+        return exists(due.order_by(None).limit(None))
+
     def _due_jobs(
         self,
         *,

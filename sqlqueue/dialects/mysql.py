@@ -30,6 +30,7 @@ from sqlalchemy import (
     Engine,
     Float,
     Insert,
+    Integer,
     Result,
     Select,
     Table,
@@ -37,8 +38,10 @@ from sqlalchemy import (
     Update,
     bindparam,
     event,
+    exists,
     func,
     literal_column,
+    or_,
     select,
     type_coerce,
     union_all,
@@ -266,6 +269,28 @@ class MySQLDialect(Dialect):
         chosen: Any = bindparam("sqlqueue_ids", expanding=True)
         lease = self._lease(chosen, lease_seconds, now, in_subquery=True)
         return lease.execution_options(**{LOCK_OPTION: due})
+
+    def due_jobs_exist(
+        self, *, queues: Sequence[str], job_types: Sequence[str] | None, now: datetime | None
+    ) -> ColumnElement[bool]:
+        """Each claimable status on its own, as the claim reads them (see
+        :meth:`claim_statement`): one ``status IN (…)`` would walk the finished jobs too."""
+        return or_(
+            *(
+                exists(
+                    self._due_jobs(
+                        queues=queues,
+                        job_types=job_types,
+                        limit=literal_column("1", Integer()),
+                        now=now,
+                    )
+                    .where(jobs.c.status == literal_column(f"'{status}'"))
+                    .order_by(None)
+                    .limit(None)
+                )
+                for status in _CLAIMABLE
+            )
+        )
 
     def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """JSON comes back as text without a cast (MySQL has no ``CAST(… AS TEXT)``)."""
