@@ -38,6 +38,7 @@ from bench.databases import (
     filesystem,
     fresh_database,
     git_commit,
+    postgres_dsn,
 )
 from bench.names import (
     SOAK_JOB,
@@ -68,6 +69,8 @@ class SoakOptions:
     prune_interval_seconds: float = 30.0
     warmup_seconds: float = 150.0
     compare_samples: int = 5
+    #: When the PostgreSQL server runs without autovacuum: the soak's own VACUUM's interval.
+    vacuum_interval_seconds: float = 60.0
     workers: int = 2
     concurrency: int = 10
     poll_interval: float = 1.0
@@ -116,6 +119,41 @@ class _Enqueuer(threading.Thread):
                     next_at = time.monotonic()  # behind: do not burst to catch up
         finally:
             self._queue.engine.dispose()
+
+
+class _Vacuumer(threading.Thread):
+    """Stands in for autovacuum on a PostgreSQL server that runs without it (test servers
+    often do): ``VACUUM (ANALYZE) sqlqueue_jobs`` every ``interval`` seconds, what autovacuum
+    at its default naptime (60 s) and scale factor does to a table this busy (its dead
+    versions pass 20 % of its live rows within seconds)."""
+
+    def __init__(self, url: str, interval: float, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self._url = url
+        self._interval = interval
+        self._stop_event = stop
+        self.vacuums = 0
+        self.errors: list[str] = []
+
+    @staticmethod
+    def needed(url: str) -> bool:
+        """Whether the server at ``url`` runs without autovacuum."""
+        import psycopg
+
+        with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
+            row = conn.execute("SHOW autovacuum").fetchone()
+        return row is None or row[0] != "on"
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(postgres_dsn(self._url), autocommit=True) as conn:
+            while not self._stop_event.wait(self._interval):
+                try:
+                    conn.execute("VACUUM (ANALYZE) sqlqueue_jobs")
+                    self.vacuums += 1
+                except psycopg.Error as error:  # counted and reported, not fatal
+                    self.errors.append(repr(error))
 
 
 def _worker_command(options: SoakOptions) -> list[str]:
@@ -178,6 +216,16 @@ def run(options: SoakOptions, target: Target) -> dict[str, Any]:
             enqueuer.start()
             stack.callback(enqueuer.join, 30)
         stack.callback(stop.set)
+        if "postgresql" in urls and _Vacuumer.needed(urls["postgresql"]):
+            vacuumer = _Vacuumer(urls["postgresql"], options.vacuum_interval_seconds, stop)
+            vacuumer.start()
+            stack.callback(vacuumer.join, 120)
+            found["vacuum_stand_in"] = vacuumer
+            print(
+                "the PostgreSQL server runs without autovacuum: VACUUM (ANALYZE) sqlqueue_jobs "
+                f"every {options.vacuum_interval_seconds:g} s stands in for it",
+                flush=True,
+            )
         print(f"warming up for {options.warmup_seconds:g} s", flush=True)
         _wait(options.warmup_seconds, everyone)
         gauges = {b: Gauge(b, url, admin_url=target.postgres_url) for b, url in urls.items()}
@@ -196,6 +244,14 @@ def run(options: SoakOptions, target: Target) -> dict[str, Any]:
             print(_progress(rows), flush=True)
         stop.set()
     found["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    vacuumer = found.pop("vacuum_stand_in", None)
+    found["autovacuum"] = (
+        "on (the server's)"
+        if vacuumer is None
+        else f"off on the server; the soak ran VACUUM (ANALYZE) sqlqueue_jobs every "
+        f"{options.vacuum_interval_seconds:g} s instead ({vacuumer.vacuums} times, "
+        f"{len(vacuumer.errors)} errors)"
+    )
     found["backends"] = {
         backend: {
             "rows": rows[backend],
@@ -263,6 +319,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--prune-interval", type=float, default=defaults.prune_interval_seconds, help="(30 s)")
     add("--warmup", type=float, help="seconds before the first sample (retention + 2 prunes)")
+    add(
+        "--vacuum-interval",
+        type=float,
+        default=defaults.vacuum_interval_seconds,
+        help="seconds between the soak's VACUUMs of the job table when the PostgreSQL server "
+        "runs without autovacuum (60: autovacuum's default naptime)",
+    )
     add("--compare", type=int, default=defaults.compare_samples, help="samples compared (5)")
     add("--workers", type=int, default=defaults.workers, help="worker processes per backend (2)")
     add("--concurrency", type=int, default=defaults.concurrency, help="per worker (10)")
@@ -285,7 +348,8 @@ def _options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SoakO
     backends = tuple(part.strip() for part in args.backends.split(",") if part.strip())
     if not backends or set(backends) - set(_BACKENDS):
         parser.error(f"--backends: expected some of postgresql,sqlite, got {args.backends!r}")
-    for name in ("minutes", "rate", "interval", "prune_interval", "workers", "concurrency"):
+    positive = ("minutes", "rate", "interval", "prune_interval", "vacuum_interval", "workers")
+    for name in (*positive, "concurrency"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)!r}")
     if args.retention < 1.5 * args.interval:
@@ -307,6 +371,7 @@ def _options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SoakO
         prune_interval_seconds=args.prune_interval,
         warmup_seconds=warmup,
         compare_samples=args.compare,
+        vacuum_interval_seconds=args.vacuum_interval,
         workers=args.workers,
         concurrency=args.concurrency,
         poll_interval=args.poll_interval,

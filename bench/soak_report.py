@@ -160,6 +160,7 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         f"database. Load average (1/5/15 min) at start {found['load_average_at_start']}, at "
         f"end {found['load_average_at_end']}; {found['cpus']} CPUs. "
         + (f"SQLite file on {found['sqlite_filesystem']}. " if backend == "sqlite" else "")
+        + (f"Autovacuum: {found['autovacuum']}. " if backend == "postgresql" else "")
         + f"Jobs enqueued: {found['backends'][backend]['enqueued']:,}; enqueue errors: "
         f"{found['backends'][backend]['enqueue_errors']}.",
         "",
