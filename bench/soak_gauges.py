@@ -2,11 +2,12 @@
 job rows (database clock), the job table's size, dead tuples, and the workers' RSS.
 
 Throughput counts jobs that finished (succeeded or dead) in the interval, by their
-``finished_at``; pickup latency is ``started_at - created_at`` of first attempts that started in
-it. Both read rows that retention has not pruned yet, which is why the soak keeps finished jobs
-longer than an interval. Size: on PostgreSQL ``pg_total_relation_size`` (the table, its
-indexes and TOAST) and ``n_dead_tup``; on SQLite the pages of the table and its indexes from
-``dbstat``, and the file's pages (in use or free).
+``finished_at``; the offered rate the enqueuer achieved counts jobs created in it; pickup
+latency is ``started_at - created_at`` of first attempts that started in it. All three read
+rows that retention has not pruned yet, which is why the soak keeps finished jobs longer than
+an interval. Size: on PostgreSQL ``pg_total_relation_size`` (the table, its indexes and TOAST)
+and ``n_dead_tup``; on SQLite the pages of the table and its indexes from ``dbstat``, and the
+file's pages (in use or free).
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class Gauge:
                     jobs.c.finished_at < until,
                 )
             ).scalar_one()
+            created = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(jobs)
+                .where(jobs.c.created_at >= since, jobs.c.created_at < until)
+            ).scalar_one()
             starts = conn.execute(
                 sa.select(jobs.c.created_at, jobs.c.started_at).where(
                     jobs.c.attempts == 1, jobs.c.started_at >= since, jobs.c.started_at < until
@@ -87,6 +93,7 @@ class Gauge:
         rss = [processes.rss_bytes(pid) for pid in worker_pids]
         row: dict[str, Any] = {
             "seconds": seconds,
+            "enqueued_per_s": created / seconds,
             "jobs_per_s": finished / seconds,
             "pickups": len(pickups),
             "pickup_p50_ms": percentile(pickups, 50),
@@ -101,6 +108,9 @@ class Gauge:
         if self._monitor is not None:
             total = self._monitor.transactions()
             row["transactions_per_s"] = (total - self._transactions) / seconds
+            oldest = self._monitor.oldest_transaction()
+            row["oldest_xact_s"] = oldest[0] if oldest else 0.0
+            row["oldest_xact_by"] = f"{oldest[1]} ({oldest[2]})" if oldest else ""
             self._transactions = total
         self._since = until
         return row

@@ -99,6 +99,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 _COLUMNS = (
     ("minute", "min", 2),
+    ("enqueued_per_s", "enqueued/s", 1),
     ("jobs_per_s", "jobs/s", 1),
     ("pickup_p50_ms", "pickup p50 ms", 1),
     ("pickup_p99_ms", "pickup p99 ms", 1),
@@ -113,6 +114,7 @@ _COLUMNS = (
     ("live_tuples", "live tuples", 0),
     ("dead_tuples", "dead tuples", 0),
     ("vacuums", "vacuums", 0),
+    ("oldest_xact_s", "oldest xact s", 1),
     ("worker_rss_mb", "RSS MB", 1),
     ("load_1m", "load 1m", 2),
 )
@@ -211,12 +213,19 @@ def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
     figure, axes = plt.subplots(2, 3, figsize=(14, 7), sharex=True)
     xs = [row["minute"] for row in rows]
     for axis, (key, title) in zip(axes.flat, panels, strict=True):
-        axis.plot(xs, [row.get(key) for row in rows], marker=".")
+        ys = [row.get(key) for row in rows]
+        axis.plot(xs, ys, marker=".")
         axis.set_title(title)
-        axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
+        if key == "pickup_p99_ms":
+            axis.set_yscale("log")  # a stall's seconds next to a quiet minute's milliseconds
+            axis.set_title(f"{title}, log")
+        else:
+            axis.set_ylim(bottom=0)
         if key == "rows":
-            axis.axhline(row_bound(options), color="red", linestyle="--", label="retention bound")
+            bound = row_bound(options)
+            axis.axhline(bound, color="red", linestyle="--", label="retention bound")
+            axis.set_ylim(0, bound * 1.1)
             axis.legend(fontsize=8)
     for axis in axes[1]:
         axis.set_xlabel("minutes")
