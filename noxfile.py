@@ -264,10 +264,24 @@ def coverage(session: nox.Session) -> None:
 
 
 @nox.session
-def soak(session: nox.Session) -> None:
-    """The long-running tests marked ``slow`` (pass pytest arguments after ``--``)."""
+def slow(session: nox.Session) -> None:
+    """The long-running tests marked ``slow``: the fault suite at 20 times its CI size (pass
+    pytest arguments after ``--``)."""
     session.install(".[test]")
     session.run("pytest", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """30 minutes of a steady mix (enqueue, drain, 5 % failing, retention on) on PostgreSQL and
+    SQLite at once: throughput, pickup p99, table size, dead tuples and worker RSS each minute,
+    checked (the last 5 minutes against the first 5) and written to bench/results/.
+
+    Arguments go to ``python -m bench.soak``: ``nox -s soak -- --minutes 5``,
+    ``-- --rate 200 --backends postgresql``.
+    """
+    session.install(".[bench]")
+    session.run("python", "-m", "bench.soak", *session.posargs)
 
 
 def _executable(venv: Path, name: str) -> Path:

@@ -31,6 +31,7 @@ __all__ = [
     "ROOT",
     "Target",
     "environment",
+    "filesystem",
     "fresh_database",
     "git_commit",
     "postgres_dsn",
@@ -175,7 +176,7 @@ def _durability(backend: str, target: Target) -> dict[str, str]:
             queue.engine.dispose()
 
 
-def _filesystem(path: Path) -> str:
+def filesystem(path: Path) -> str:
     """The file system type holding ``path`` (tmpfs makes SQLite's fsync free)."""
     try:
         mounts = Path("/proc/mounts").read_text(encoding="utf-8").splitlines()
@@ -227,7 +228,7 @@ def environment(backends: list[str], target: Target) -> dict[str, Any]:
         "sqlqueue": sqlqueue.__version__,
         "sqlqueue_commit": git_commit(),
         "sqlite_library": sqlite3.sqlite_version,
-        "sqlite_filesystem": _filesystem(sqlite_dir),
+        "sqlite_filesystem": filesystem(sqlite_dir),
         "durability": {backend: _durability(backend, target) for backend in backends},
     }
     return facts

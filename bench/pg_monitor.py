@@ -65,6 +65,21 @@ class Monitor:
             time.sleep(0.05)
         return self.transactions()
 
+    def oldest_transaction(self) -> tuple[float, str, str] | None:
+        """The benchmark database's oldest open transaction, any client's: its age in seconds,
+        ``application_name`` and ``state``; None when none is open. Its snapshot holds back
+        what VACUUM may remove from that database's tables."""
+        rows = self._rows(
+            "SELECT extract(epoch FROM clock_timestamp() - xact_start)::float8, "
+            "       application_name, coalesce(state, '') "
+            "  FROM pg_stat_activity WHERE datname = %(db)s AND xact_start IS NOT NULL "
+            "   AND pid <> pg_backend_pid() ORDER BY xact_start LIMIT 1"
+        )
+        if not rows:
+            return None
+        age, name, state = rows[0]
+        return float(age), str(name), str(state)
+
     def close(self) -> None:
         if not self._conn.closed:
             self._conn.close()

@@ -242,3 +242,38 @@ def test_the_workflow_list_bench_times_every_page_on_sqlite() -> None:
     assert "GET /workflows/{big} (300 steps)" in done.stdout
     assert "GET /workflows, without 0017's index" in done.stdout
     assert "GET /workflows, with it" in done.stdout
+
+
+def test_the_soak_runs_briefly_on_sqlite_and_judges_its_samples(tmp_path: Path) -> None:
+    """A few seconds of ``nox -s soak``: real workers, failing jobs, retention, and a note per
+    backend with the checks (the verdict of so short a run is not judged, only that there is
+    one: exit 0 when every check held, 3 when one did not)."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.soak", "--backends", "sqlite", "--minutes", "0.1"),
+            *("--interval", "2", "--retention", "3", "--prune-interval", "1", "--rate", "20"),
+            *("--workers", "1", "--poll-interval", "0.2", "--compare", "1", "--warmup", "2"),
+            *("--sqlite-dir", str(tmp_path), "--output", str(tmp_path / "results")),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    assert "soak [sqlite]" in done.stdout
+    saved = json.loads((tmp_path / "results" / "soak-sqlite.json").read_text())
+    rows = saved["backends"]["sqlite"]["rows"]
+    assert len(rows) == 3
+    # A busy machine may stall the workers for a 2 s sample, not for the whole run.
+    assert any(row["jobs_per_s"] > 0 for row in rows)
+    assert all(row["worker_rss_mb"] > 0 for row in rows)
+    assert all(0 < row["rows"] <= 20 * (3 + 2 * 1 + 10) for row in rows)
+    # Every job row came from the enqueuer, which counted it.
+    assert saved["backends"]["sqlite"]["enqueued"] >= max(row["rows"] for row in rows)
+    note = (tmp_path / "results" / "soak-sqlite.md").read_text()
+    assert "| throughput (jobs/s) |" in note
+    assert "| job rows (most at any sample) |" in note
+    verdict = "FAILED" not in note
+    assert verdict == (done.returncode == 0), done.stdout[-2000:]

@@ -5,5 +5,5 @@ refusing database, hung handlers, poison jobs, skewed clocks, racing enqueuers a
 Every verdict is counted from data: the handlers' autocommitted ledger (``fault_ledger``), an
 audit trigger on the job table (``fault_transitions``) and the job rows; every test prints its
 figure. ``pytest tests/faults`` runs the CI size; ``pytest -m slow tests/faults`` (or
-``nox -s soak``) the soak, 20 times bigger. The worker side lives in ``tests/apps/fault_*.py``.
+``nox -s slow``) the soak, 20 times bigger. The worker side lives in ``tests/apps/fault_*.py``.
 """

@@ -1,7 +1,7 @@
 """Fixtures of the fault suite: its size factor and a :class:`Faults` harness per database.
 
 Every test runs at size 1 in the default suite (CI) and at size 20 under ``-m slow`` (the
-soak: ``nox -s soak``). ``faults`` runs on each conformance backend; ``postgres_faults`` and
+soak: ``nox -s slow``). ``faults`` runs on each conformance backend; ``postgres_faults`` and
 ``sqlite_faults`` are for the faults that exist on one kind of database only.
 """
 
