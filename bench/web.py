@@ -112,21 +112,25 @@ def _top_errors_before(conn: sa.Connection, dialect: Any, *, limit: int) -> list
     return [(str(row.error), int(row.n)) for row in rows]
 
 
+#: What the stats read the top errors with (swapped for the old read by ``--before``).
+_SWAPPED = "read_top_errors"
+
+
 def _before_and_after(call: Callable[[], object], runs: int = 7) -> None:
     """Time the overview with the old top-errors read and with the rollup, interleaved (A B A B
     …, after a warm-up of each), and print the medians and their ratio."""
-    after = readmodel.read_top_errors
+    after = getattr(readmodel, _SWAPPED)
     samples: dict[str, list[float]] = {"before": [], "after": []}
     try:
         for round_ in range(runs + 1):
             for label, read in (("before", _top_errors_before), ("after", after)):
-                readmodel.read_top_errors = read  # type: ignore[assignment]
+                setattr(readmodel, _SWAPPED, read)
                 started = time.perf_counter()
                 call()
                 if round_:  # the first round warms up
                     samples[label].append((time.perf_counter() - started) * 1000)
     finally:
-        readmodel.read_top_errors = after
+        setattr(readmodel, _SWAPPED, after)
     medians = {label: statistics.median(values) for label, values in samples.items()}
     for label, values in samples.items():
         worst = max(values)
