@@ -52,8 +52,15 @@ class Figure:
     jobs: int
     concurrency: int
     runs: dict[str, list[float]]
+    #: The handler and middleware kind: ``sync`` or ``async``.
+    handler: str = "sync"
     #: The worker process's CPU time per job, in microseconds, of each variant, every run.
     cpu_us: dict[str, list[float]]
+
+    @property
+    def name(self) -> str:
+        """The backend and the handler kind, as the table names the row."""
+        return f"{self.backend}/{self.handler}"
 
     def median(self, variant: str) -> float:
         """The median throughput of ``variant``."""
@@ -82,12 +89,28 @@ def _empty(job: sqlqueue.Job, call_next: Callable[[], Any]) -> Any:
     return call_next()
 
 
-def _drain_once(url: str, jobs: int, concurrency: int, middlewares: int) -> tuple[float, float]:
-    """One drain: its throughput (jobs/s, database clock) and the worker's CPU per job (µs)."""
+async def _empty_async(job: sqlqueue.Job, call_next: Callable[[], Any]) -> Any:
+    return await call_next()
+
+
+async def _noop_async() -> None:
+    return None
+
+
+def _drain_once(
+    url: str, jobs: int, concurrency: int, middlewares: int, handler: str = "sync"
+) -> tuple[float, float]:
+    """One drain: its throughput (jobs/s, database clock) and the worker's CPU per job (µs).
+    ``handler``: a sync no-op handler and sync middleware, or async ones."""
     queue = sqlqueue.Queue(url)
-    queue.task(NOOP)(lambda: None)
-    for _ in range(middlewares):
-        queue.middleware(_empty)
+    if handler == "async":
+        queue.task(NOOP)(_noop_async)
+        for _ in range(middlewares):
+            queue.middleware(_empty_async)
+    else:
+        queue.task(NOOP)(lambda: None)
+        for _ in range(middlewares):
+            queue.middleware(_empty)
     try:
         with queue.engine.begin() as conn:
             queue.enqueue_many(conn, [sqlqueue.JobRequest(job_type=NOOP) for _ in range(jobs)])
@@ -152,28 +175,43 @@ def call_overhead_us(repeats: int = 7, calls: int = 20_000) -> float:
 
 
 def measure(
-    backends: Sequence[str], target: Target, *, runs: int, jobs: int, concurrency: int
+    backends: Sequence[str],
+    target: Target,
+    *,
+    runs: int,
+    jobs: int,
+    concurrency: int,
+    handlers: Sequence[str] = ("sync",),
 ) -> list[Figure]:
-    """Drain ``jobs`` no-op jobs ``runs`` times per variant on each backend, alternating."""
+    """Drain ``jobs`` no-op jobs ``runs`` times per variant on each backend and handler kind,
+    the two variants alternating (A B B A …)."""
     figures = []
     for backend in backends:
-        found: dict[str, list[float]] = {name: [] for name in VARIANTS}
-        cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
-        for run in range(runs):
-            order = list(VARIANTS) if run % 2 == 0 else list(reversed(VARIANTS))
-            for name in order:
-                with fresh_database(backend, target) as url:
-                    rate, cpu_us = _drain_once(url, jobs, concurrency, VARIANTS[name])
-                found[name].append(rate)
-                cpu[name].append(cpu_us)
-                print(
-                    f"  {backend} run {run + 1}/{runs} {name}: {rate:,.0f} jobs/s, "
-                    f"{cpu_us:,.0f} µs CPU per job",
-                    flush=True,
+        for handler in handlers:
+            found: dict[str, list[float]] = {name: [] for name in VARIANTS}
+            cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
+            for run in range(runs):
+                order = list(VARIANTS) if run % 2 == 0 else list(reversed(VARIANTS))
+                for name in order:
+                    with fresh_database(backend, target) as url:
+                        rate, cpu_us = _drain_once(url, jobs, concurrency, VARIANTS[name], handler)
+                    found[name].append(rate)
+                    cpu[name].append(cpu_us)
+                    print(
+                        f"  {backend} {handler} run {run + 1}/{runs} {name}: {rate:,.0f} jobs/s, "
+                        f"{cpu_us:,.0f} µs CPU per job",
+                        flush=True,
+                    )
+            figures.append(
+                Figure(
+                    backend=backend,
+                    jobs=jobs,
+                    concurrency=concurrency,
+                    runs=found,
+                    cpu_us=cpu,
+                    handler=handler,
                 )
-        figures.append(
-            Figure(backend=backend, jobs=jobs, concurrency=concurrency, runs=found, cpu_us=cpu)
-        )
+            )
     return figures
 
 
@@ -186,7 +224,7 @@ def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
     ]
     for figure in figures:
         lines.append(
-            f"{figure.backend:<12} {figure.jobs:>6} {figure.concurrency:>5} "
+            f"{figure.name:<12} {figure.jobs:>6} {figure.concurrency:>5} "
             f"{figure.median('no middleware'):>11,.0f} j/s "
             f"{figure.median('1 empty middleware'):>15,.0f} j/s {figure.cost_percent:>6.1f}%"
         )
@@ -198,7 +236,7 @@ def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
     lines.append(f"{'backend':<12} {'CPU/job, none':>14} {'CPU/job, 1 empty':>17} {'CPU cost':>9}")
     for figure in figures:
         lines.append(
-            f"{figure.backend:<12} {figure.cpu_median('no middleware'):>11,.1f} µs "
+            f"{figure.name:<12} {figure.cpu_median('no middleware'):>11,.1f} µs "
             f"{figure.cpu_median('1 empty middleware'):>14,.1f} µs "
             f"{figure.cpu_cost_percent:>8.2f}%"
         )
@@ -212,7 +250,7 @@ def table(figures: Sequence[Figure], overhead_us: float | None = None) -> str:
             per_job_us = 1e6 / figure.median("no middleware")
             cpu_us = figure.cpu_median("no middleware")
             lines.append(
-                f"  {figure.backend}: {100 * overhead_us / per_job_us:.2f} % of its "
+                f"  {figure.name}: {100 * overhead_us / per_job_us:.2f} % of its "
                 f"{per_job_us:,.0f} µs per job without middleware (wall clock), "
                 f"{100 * overhead_us / cpu_us:.2f} % of its {cpu_us:,.0f} µs CPU per job"
             )
@@ -223,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.middleware``."""
     parser = argparse.ArgumentParser(prog="python -m bench.middleware", description=__doc__)
     parser.add_argument("--backends", default="sqlite", help="sqlite,postgresql,mysql (sqlite)")
-    parser.add_argument("--runs", type=int, default=5, help="drains per variant (5)")
+    parser.add_argument("--runs", type=int, default=7, help="drains per variant (7)")
+    parser.add_argument("--handlers", default="sync", help="sync,async (sync)")
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per drain (5000)")
     parser.add_argument("--concurrency", type=int, default=10, help="worker slots (10)")
     args = parser.parse_args(argv)
@@ -233,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs=args.runs,
         jobs=args.jobs,
         concurrency=args.concurrency,
+        handlers=[name.strip() for name in args.handlers.split(",") if name.strip()],
     )
     print(table(figures, call_overhead_us()))
     return 0

@@ -422,16 +422,24 @@ def _middleware(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         Target(
             postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir, mysql_url=args.mysql_url
         ),
-        runs=args.runs or (1 if args.quick else 5),
+        runs=args.runs or (1 if args.quick else 7),
         jobs=args.drain_jobs or (300 if args.quick else 5000),
         concurrency=10,
+        handlers=("sync", "async"),
     )
     print()
     print(middleware.table(found, middleware.call_overhead_us()))
     if args.instructions:
-        small, big = (50, 150) if args.quick else (200, 1000)
+        small, big = (50, 150) if args.quick else (50, 450)
+        counted = middleware_instructions.measure(
+            small=small,
+            big=big,
+            backends=[name for name in backends if name in ("sqlite", "postgresql")],
+            handlers=("sync", "async"),
+            target=Target(postgres_url=args.postgres_url, sqlite_dir=args.sqlite_dir),
+        )
         print()
-        print(middleware_instructions.table(middleware_instructions.measure(small=small, big=big)))
+        print(middleware_instructions.table(counted))
     print(f"load average (1/5/15 min) at start {load}, at end {_load()}")
     return 0
 

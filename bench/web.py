@@ -9,9 +9,10 @@ client — queries and rendering, the same work uvicorn would do minus the socke
 max of 7 calls after a warm-up, in ms, against the 200 ms budget. The pages: the overview, the
 job list filtered several ways (and its third page), a job's page, the Workers, Periodic and
 Batches pages, and a bulk action's confirmation (which counts the jobs it would change).
-``--plans`` prints PostgreSQL's plan of every statement of a page over budget. ``--before``
-first times the pages without the indexes of migration 0013 (dropped, then made again), so a
-run shows before and after on the same data.
+``--plans`` prints PostgreSQL's plan of every statement of the overview and of any page over
+budget. ``--before`` first times the overview as it read its top errors before migration 0017
+(grouping every unhandled failure's row) against the rollup it reads now, call by call
+interleaved on the same data, so a run shows before and after whatever the load.
 
 Figures depend on the machine and its load; the budget is the issue's, not a ratio.
 """
@@ -20,16 +21,19 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 
 import sqlqueue
 from bench.databases import BACKENDS, DEFAULT_POSTGRES_URL, Target, fresh_database
 from bench.operations import DEAD, QUEUED, Sizes, explain, fill, timed
-from sqlqueue._schema import jobs
+from sqlqueue._schema import ERROR_GROUP, jobs
+from sqlqueue._store import readmodel
 from sqlqueue.web import create_app
 
 with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx still works
@@ -38,6 +42,7 @@ with warnings.catch_warnings():  # Starlette would rather have httpx2; httpx sti
 
 #: The issue's budget for the overview and a filtered list, per page, in ms.
 BUDGET_MS = 200.0
+OVERVIEW = "GET / (overview)"
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -68,7 +73,7 @@ def pages(queue: sqlqueue.Queue) -> dict[str, Callable[[], object]]:
     third = queue.jobs(status="succeeded", limit=100)[-1].id
     some_job = queue.jobs(status="dead", limit=1)[0].id
     return {
-        "GET / (overview)": get("/"),
+        OVERVIEW: get("/"),
         "GET /jobs (no filter, newest)": get("/jobs"),
         "GET /jobs?status=dead&type=…&error=crm": get(
             "/jobs?status=dead&type=deliver_webhook&error=crm"
@@ -86,20 +91,51 @@ def pages(queue: sqlqueue.Queue) -> dict[str, Callable[[], object]]:
     }
 
 
-#: The indexes migration 0013 adds for the web page (those that exist on a backend).
-WEB_SPEED_INDEXES = ("ix_sqlqueue_jobs_unhandled_errors",)
+def _top_errors_before(conn: sa.Connection, dialect: Any, *, limit: int) -> list[tuple[str, int]]:
+    """The top errors as the overview read them before migration 0017: every unhandled failed
+    or dead job's row, grouped by its first 200 characters."""
+    error = ERROR_GROUP.label("error")
+    count = sa.func.count().label("n")
+    rows = conn.execute(
+        sa.select(error, count)
+        .select_from(jobs)
+        .where(
+            jobs.c.status.in_(("failed", "dead")),
+            jobs.c.last_error.is_not(None),
+            jobs.c.requeued_as.is_(None),
+            jobs.c.discarded_at.is_(None),
+        )
+        .group_by(ERROR_GROUP)
+        .order_by(count.desc(), error)
+        .limit(limit)
+    ).all()
+    return [(str(row.error), int(row.n)) for row in rows]
 
 
-def _web_speed_indexes(engine: sa.Engine) -> list[sa.Index]:
-    if engine.dialect.name == "sqlite":  # SQLAlchemy does not reflect expression indexes there
-        with engine.connect() as conn:
-            found = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")
-            names = {str(name) for (name,) in found}
-    else:
-        names = {str(index["name"]) for index in sa.inspect(engine).get_indexes("sqlqueue_jobs")}
-    return [
-        index for index in jobs.indexes if index.name in WEB_SPEED_INDEXES and index.name in names
-    ]
+#: What the stats read the top errors with (swapped for the old read by ``--before``).
+_SWAPPED = "read_top_errors"
+
+
+def _before_and_after(call: Callable[[], object], runs: int = 7) -> None:
+    """Time the overview with the old top-errors read and with the rollup, interleaved (A B A B
+    …, after a warm-up of each), and print the medians and their ratio."""
+    after = getattr(readmodel, _SWAPPED)
+    samples: dict[str, list[float]] = {"before": [], "after": []}
+    try:
+        for round_ in range(runs + 1):
+            for label, read in (("before", _top_errors_before), ("after", after)):
+                setattr(readmodel, _SWAPPED, read)
+                started = time.perf_counter()
+                call()
+                if round_:  # the first round warms up
+                    samples[label].append((time.perf_counter() - started) * 1000)
+    finally:
+        setattr(readmodel, _SWAPPED, after)
+    medians = {label: statistics.median(values) for label, values in samples.items()}
+    for label, values in samples.items():
+        worst = max(values)
+        print(f"{label:7}{OVERVIEW}  median {medians[label]:7.1f} ms   max {worst:7.1f} ms")
+    print(f"        after/before: {medians['after'] / medians['before']:.2f}")
 
 
 def _time_pages(calls: dict[str, Callable[[], object]], label: str) -> list[str]:
@@ -118,7 +154,7 @@ def measure(
     backend: str, target: Target, sizes: Sizes, show_plans: bool, before: bool = False
 ) -> list[str]:
     """Fill a database, time every page; return the names of pages over budget. ``before``:
-    first without migration 0013's indexes."""
+    first the overview's top errors read as before migration 0017, and as now, interleaved."""
     over: list[str] = []
     with fresh_database(backend, target) as url:
         queue = sqlqueue.Queue(url)
@@ -135,22 +171,12 @@ def measure(
         )
         calls = pages(queue)
         if before:
-            dropped = _web_speed_indexes(queue.engine)
-            with queue.engine.begin() as conn:
-                for index in dropped:
-                    index.drop(conn)
-            names = ", ".join(index.name or "" for index in dropped) or "none on this backend"
-            print(f"-- before: without migration 0013's indexes ({names})")
-            _time_pages(calls, "before ")
-            with queue.engine.begin() as conn:
-                for index in dropped:
-                    index.create(conn)
-                if backend == "sqlite":
-                    conn.exec_driver_sql("ANALYZE")
-            print("-- after: with them")
-        over = _time_pages(calls, "after  " if before else "")
+            print("-- the overview, before (every unhandled failure read) and after (the rollup)")
+            _before_and_after(calls[OVERVIEW])
+            print("-- every page, after")
+        over = _time_pages(calls, "")
         if show_plans and backend == "postgresql":
-            for name in over:
+            for name in dict.fromkeys([OVERVIEW, *over]):
                 print(f"\n-- plans of {name}")
                 for plan in explain(queue.engine, calls[name]):
                     print(plan, end="\n\n")
@@ -167,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument("--plans", action="store_true", help="print plans of pages over budget")
     parser.add_argument(
-        "--before", action="store_true", help="first time the pages without 0013's indexes"
+        "--before",
+        action="store_true",
+        help="first time the overview with the top errors read as before 0017, interleaved",
     )
     args = parser.parse_args(argv)
     target = Target(postgres_url=args.postgres_url)

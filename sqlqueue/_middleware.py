@@ -70,10 +70,22 @@ def _check_shape(function: Callable[..., Any], what: str, parameters: Sequence[s
 
 
 class Middlewares:
-    """A queue's middleware, outermost first, shared by its tasks (and a rebound copy's)."""
+    """A queue's middleware, outermost first, shared by its tasks (and a rebound copy's); and
+    the built-in ``metrics`` middleware's meters, one per worker of the queue that serves
+    metrics (see sqlqueue/_worker/call_metrics.py)."""
 
     def __init__(self) -> None:
         self.chain: tuple[Middleware, ...] = ()
+        #: Each metrics-serving worker's meter of handler calls, by worker id.
+        self.meters: dict[str | None, Any] = {}
+
+    def meter(self, worker_id: str, meter: Any | None) -> None:
+        """Start (``meter``) or stop (``None``) metering ``worker_id``'s handler calls; the
+        queue plans its tasks again after this (the step comes and goes with the meters)."""
+        if meter is None:
+            self.meters.pop(worker_id, None)
+        else:
+            self.meters[worker_id] = meter
 
     def add(self, middleware: Middleware) -> None:
         """Append ``middleware`` (the innermost so far), after checking its shape."""

@@ -236,6 +236,14 @@ class Queue(Operations):
             task.replan()
         return middleware
 
+    def _meter_calls(self, worker_id: str, meter: Any | None) -> None:
+        """Start (``meter``) or stop (``None``) the built-in ``metrics`` middleware for the
+        handler calls of worker ``worker_id`` (sqlqueue/_worker/call_metrics.py), and plan the
+        tasks again: the step is in their plans only while some worker serves metrics."""
+        self._middlewares.meter(worker_id, meter)
+        for task in self._tasks.values():
+            task.replan()
+
     def on_enqueue(self, hook: EnqueueHook) -> EnqueueHook:
         """Register ``def hook(request: JobRequest) -> JobRequest``, called before each job is
         written (``enqueue``, ``enqueue_many``, batches and their callbacks, ``ctx``'s

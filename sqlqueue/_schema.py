@@ -44,6 +44,7 @@ __all__ = [
     "count_marks",
     "duties",
     "email_sent",
+    "error_counts",
     "finished_counts",
     "job_actions",
     "job_tags",
@@ -65,7 +66,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0018"
+SCHEMA_REVISION = "0019"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -325,21 +326,12 @@ Index(
     sqlite_where=_UNHANDLED_DEAD,
 )
 
-# The most frequent errors of unhandled failures, on the overview (0014): grouped by their first
-# ERROR_GROUP_CHARS characters. On SQLite this index alone answers the query (it covers its
-# expression), so a big history of dead jobs is never read row by row; the query repeats the
-# predicate and the expression word for word (no bound parameters) for SQLite to match them.
-# PostgreSQL would still visit every row for its visibility, and MariaDB has no partial index.
+# The most frequent errors of unhandled failures, on the overview: grouped by their first
+# ERROR_GROUP_CHARS characters, counted from a rollup (``error_counts`` below, 0019; 0014's
+# SQLite index on this expression went with it).
 ERROR_GROUP_CHARS = 200
-UNHANDLED_ERRORS = text(
-    "status IN ('failed', 'dead') AND last_error IS NOT NULL AND requeued_as IS NULL "
-    "AND discarded_at IS NULL"
-)
 ERROR_GROUP = func.substr(
     jobs.c.last_error, literal_column("1"), literal_column(str(ERROR_GROUP_CHARS))
-)
-Index("ix_sqlqueue_jobs_unhandled_errors", ERROR_GROUP, sqlite_where=UNHANDLED_ERRORS).ddl_if(
-    dialect="sqlite"
 )
 
 # Batches (0009): a batch's jobs by status, for its live counts (children waiting or running).
@@ -452,6 +444,18 @@ finished_counts = Table(
     Column("status", String(16), primary_key=True),
     Column("queue", String(100), primary_key=True),
     Column("job_type", String(200), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+    **_MYSQL_TABLE,
+)
+
+# The errors of unhandled dead jobs that finished before the counts' mark, by their first
+# ERROR_GROUP_CHARS characters (0019): folded with the finished counts, so the overview's top
+# errors read these rows and the few jobs that died since, never every dead job; requeue,
+# discard and prune subtract what they take away (see sqlqueue/_store/error_counts.py).
+error_counts = Table(
+    "sqlqueue_error_counts",
+    metadata,
+    Column("error", exact_text(ERROR_GROUP_CHARS), primary_key=True),
     Column("count", BigInteger, nullable=False),
     **_MYSQL_TABLE,
 )

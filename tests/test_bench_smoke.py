@@ -277,3 +277,28 @@ def test_the_soak_runs_briefly_on_sqlite_and_judges_its_samples(tmp_path: Path) 
     assert "| job rows (most at any sample) |" in note
     verdict = "FAILED" not in note
     assert verdict == (done.returncode == 0), done.stdout[-2000:]
+
+
+def test_the_instruction_counts_take_medians_and_cancel_the_workers_start() -> None:
+    from bench.middleware_instructions import Counts, table
+
+    counts = Counts(
+        backend="postgresql",
+        handler="async",
+        small=100,
+        big=300,
+        counted={
+            # A drain's start and stop cost 50 M; each job 1 M, or 1.01 M with the middleware.
+            (100, 0): [150_000_000, 151_000_000, 149_000_000],
+            (300, 0): [350_000_000, 352_000_000, 348_000_000],
+            (100, 1): [151_000_000, 150_000_000, 152_000_000],
+            (300, 1): [353_000_000, 352_000_000, 354_000_000],
+        },
+    )
+    assert counts.per_job(0) == 1_000_000
+    assert counts.per_job(1) == 1_010_000
+    assert round(counts.cost_percent, 6) == 1.0
+    assert round(counts.spread_percent, 6) == round(100 * 4 / 350, 6)
+    text = table([counts])
+    assert "postgresql  async" in text
+    assert "+1.00%" in text

@@ -126,6 +126,12 @@ def test_a_worker_process_serves_counts_histograms_and_gauges(
         )
         assert value(samples, "sqlqueue_job_duration_seconds_sum", **labels) >= 0
     assert value(samples, "sqlqueue_job_wait_seconds_count", queue="default") == 16
+    # The built-in metrics middleware saw every handler call begin and end.
+    for job_type, calls in (("succeed", 6), ("flaky", 6), ("doomed", 4)):
+        labels = {"queue": "default", "job_type": job_type}
+        assert value(samples, "sqlqueue_attempts_started_total", **labels) == calls
+        assert value(samples, "sqlqueue_attempts_in_progress", **labels) == 0
+        assert value(samples, "sqlqueue_handler_duration_seconds_count", **labels) == calls
     # Only the job due 120 s before it was enqueued waited more than a minute.
     assert value(samples, "sqlqueue_job_wait_seconds_bucket", queue="default", le="60.0") == 15
     assert value(samples, "sqlqueue_job_wait_seconds_sum", queue="default") >= 120

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from alembic.script import ScriptDirectory
 import sqlqueue
 from sqlqueue._migrate import migrations_dir
 from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
-from tests._support import run_cli
+from tests._support import db_now, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = ScriptDirectory(str(migrations_dir())).get_current_head()
@@ -145,8 +146,8 @@ def test_migrated_schema_equals_create_all_including_checks_and_partial_indexes(
         "ck_sqlqueue_jobs_max_attempts",
         "ck_sqlqueue_jobs_attempts",
     }
-    if backend.name == "sqlite":  # an index on an expression, which reflection skips
-        assert "ix_sqlqueue_jobs_unhandled_errors" in table["index_names"]
+    # 0014's index on an expression (SQLite), which reflection skips, went in 0019.
+    assert "ix_sqlqueue_jobs_unhandled_errors" not in table["index_names"]
     if not backend.capable("partial_indexes"):  # MySQL: full indexes, compared above
         return
     for name in ("ix_sqlqueue_jobs_claim", "ix_sqlqueue_jobs_lease"):
@@ -374,3 +375,42 @@ def test_the_wheel_ships_the_migrations_and_py_typed(tmp_path):
     shipped = [*web.glob("templates/*"), *web.glob("static/*")]
     assert len(shipped) >= 8
     assert {f"sqlqueue/web/{path.relative_to(web)}" for path in shipped} <= names
+
+
+def test_0019_counts_in_the_errors_of_the_dead_jobs_the_rollup_already_held(backend):
+    # Before 0019 the finished counts' mark had folded these dead jobs; the error rollup starts
+    # with them, so the overview's top errors stay exact across the upgrade.
+    _drop_sqlqueue(backend.engine)
+    sqlqueue.migrate(backend.engine, revision="0018")
+    queue = backend.queue()
+    queue.task("boom")(lambda: None)
+    with backend.engine.begin() as conn:
+        ids = [queue.enqueue(conn, "boom") for _ in range(4)]
+    from sqlqueue._schema import count_marks as marks
+    from sqlqueue._schema import jobs  # unchanged by 0019
+
+    now = db_now(backend.engine)
+    long_ago, mark, later = (now + timedelta(days=days) for days in (-3, -2, -1))
+    with backend.engine.begin() as conn:
+        for job_id, error, finished_at in zip(
+            ids,
+            ("503 from crm", "503 from crm", "410 Gone", "503 from crm"),
+            (long_ago, long_ago, long_ago, later),  # the last one died after the mark
+            strict=True,
+        ):
+            conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id)
+                .values(status="dead", last_error=error, finished_at=finished_at)
+            )
+        conn.execute(jobs.update().where(jobs.c.id == ids[2]).values(discarded_at=long_ago))
+        conn.execute(marks.insert().values(name="finished", folded_until=mark))
+
+    sqlqueue.migrate(backend.engine)
+
+    with backend.engine.connect() as conn:
+        rolled = conn.execute(sa.text("SELECT error, count FROM sqlqueue_error_counts")).all()
+    assert [(bytes(e).decode() if isinstance(e, bytes) else e, n) for e, n in rolled] == [
+        ("503 from crm", 2)
+    ]
+    assert [(e.error, e.count) for e in queue.stats().top_errors] == [("503 from crm", 3)]

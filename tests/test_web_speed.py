@@ -1,14 +1,16 @@
-"""The overview's most frequent errors on a big history (migration 0014): the same answer on
-every backend — unhandled failures only, grouped by their first 200 characters — and, on
-SQLite, read from ``ix_sqlqueue_jobs_unhandled_errors`` alone (the plan says so), so the
-overview does not read every dead job's row (``python -m bench.web`` times it)."""
+"""The overview's most frequent errors on a big history (migration 0019): the same answer on
+every backend — unhandled failures only, grouped by their first 200 characters — read from a
+rollup of the dead jobs' errors folded with the finished counts, plus the few jobs that failed
+or died since; requeue, discard and prune take what they handle off it, so the answer stays
+exact whether a job was folded or not (``python -m bench.web`` times the overview)."""
 
 from __future__ import annotations
 
-import pytest
+from sqlalchemy import select
 
 import sqlqueue
-from tests._support import drain, enqueue
+from sqlqueue._schema import error_counts
+from tests._support import DEADLINE_SECONDS, drain, enqueue, wait_until
 from tests._support.statements import statements
 from tests.conftest import Backend
 
@@ -21,6 +23,31 @@ def _queue(backend: Backend) -> sqlqueue.Queue:
         raise ConnectionError(error)
 
     return queue
+
+
+def _top(queue: sqlqueue.Queue) -> list[tuple[str, int]]:
+    return [(error.error, error.count) for error in queue.stats().top_errors]
+
+
+def _rollup(backend: Backend) -> dict[str, int]:
+    with backend.engine.connect() as conn:
+        return {str(e): int(n) for e, n in conn.execute(select(error_counts))}
+
+
+def _fold_all(queue: sqlqueue.Queue, backend: Backend, expected: int) -> None:
+    """Fold until the rollup holds ``expected`` jobs (with no margin, a job that died in the
+    database clock's current instant waits for the next one)."""
+
+    def folded() -> bool:
+        queue.admin.fold_all_counts(margin=0)
+        return sum(_rollup(backend).values()) == expected
+
+    wait_until(
+        folded,
+        DEADLINE_SECONDS,
+        what=f"{expected} dead jobs folded",
+        explain=lambda: str(_rollup(backend)),
+    )
 
 
 def test_top_errors_count_unhandled_failures_by_their_first_200_characters(
@@ -37,36 +64,72 @@ def test_top_errors_count_unhandled_failures_by_their_first_200_characters(
     queue.discard(discarded, by="ada", reason="spam")
     drain(queue)  # the requeued copy dies again: unhandled, counted once
 
-    top = [(error.error, error.count) for error in queue.stats().top_errors]
+    live = _top(queue)
+    _fold_all(queue, backend, 6)
 
-    assert top == [
-        ("ConnectionError: " + "x" * (200 - len("ConnectionError: ")), 3),
-        ("ConnectionError: 503 from crm", 2),
-        ("ConnectionError: 410 Gone", 1),
-    ]
+    assert (
+        live
+        == _top(queue)
+        == [
+            ("ConnectionError: " + "x" * (200 - len("ConnectionError: ")), 3),
+            ("ConnectionError: 503 from crm", 2),
+            ("ConnectionError: 410 Gone", 1),
+        ]
+    )
 
 
-def test_sqlite_reads_the_top_errors_from_their_index_alone(backend: Backend) -> None:
-    if backend.name != "sqlite":
-        pytest.skip("the index is SQLite's: PostgreSQL would visit every row anyway")
+def test_requeue_discard_and_prune_take_folded_and_live_jobs_off_the_top_errors(
+    backend: Backend,
+) -> None:
+    queue = _queue(backend)
+    crm = enqueue(queue, "boom", 4, error="503 from crm")
+    gone = enqueue(queue, "boom", 3, error="410 Gone")
+    drain(queue)
+    _fold_all(queue, backend, 7)  # all seven in the rollup now
+    late = enqueue(queue, "boom", 2, error="410 Gone")
+    drain(queue)  # two more, counted live (after the mark)
+    assert _top(queue) == [("ConnectionError: 410 Gone", 5), ("ConnectionError: 503 from crm", 4)]
+
+    queue.requeue(crm[0], by="ada", reason="fixed")  # folded
+    queue.discard(gone[0], by="ada", reason="spam")  # folded
+    queue.discard(late[0], by="ada", reason="spam")  # live
+    assert _top(queue) == [("ConnectionError: 410 Gone", 3), ("ConnectionError: 503 from crm", 3)]
+    assert _rollup(backend) == {"ConnectionError: 410 Gone": 2, "ConnectionError: 503 from crm": 3}
+
+    assert len(queue.requeue_where(error_contains="crm", by="ada", reason="fixed")) == 3
+    assert _top(queue) == [("ConnectionError: 410 Gone", 3)]
+    assert _rollup(backend) == {"ConnectionError: 410 Gone": 2}  # empty groups are dropped
+
+    # Retention deletes the dead jobs, handled or not, folded or not: the counts follow.
+    assert queue.prune(older_than=0, statuses=("dead",)) == 9
+    assert _top(queue) == []
+    assert _rollup(backend) == {}
+
+
+def test_the_overview_reads_the_rollup_not_every_dead_job(backend: Backend) -> None:
     queue = _queue(backend)
     enqueue(queue, "boom", 3, error="503 from crm")
     drain(queue)
+    _fold_all(queue, backend, 3)
+    with backend.engine.begin() as conn:  # what only the rollup says: the jobs it counts
+        conn.execute(error_counts.update().values(count=error_counts.c.count + 1000))
     with statements(backend.engine) as sent:
-        assert queue.stats().top_errors[0].count == 3
-    (query,) = [sql for sql in sent.sql if "GROUP BY substr(" in sql]
-    with backend.engine.connect() as conn:
-        # INDEXED BY fails ("no query solution") unless the index can answer the query; which
-        # index the planner picks on its own depends on the table's size and statistics
-        # (on a million rows, this one: see bench/web.py).
-        forced = query.replace(
-            "FROM sqlqueue_jobs", "FROM sqlqueue_jobs INDEXED BY ix_sqlqueue_jobs_unhandled_errors"
-        )
-        explained = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {forced}", (10, 0))  # LIMIT, OFFSET
-        plan = " ".join(str(row[3]) for row in explained)
-        rows = conn.exec_driver_sql(forced, (10, 0)).all()
-    assert "USING INDEX ix_sqlqueue_jobs_unhandled_errors" in plan, plan
-    assert "TEMP B-TREE FOR GROUP BY" not in plan  # grouped in the index's order
-    assert rows == [("ConnectionError: 503 from crm", 3)]
-    # No bound parameter before the LIMIT: SQLite matches the index word for word.
-    assert "?" not in query.split("LIMIT")[0]
+        assert _top(queue) == [("ConnectionError: 503 from crm", 1003)]
+    (query,) = [sql for sql in sent.sql if "sqlqueue_error_counts" in sql]
+    assert "sqlqueue_jobs.finished_at >=" in query  # the jobs dead since the mark, by time
+
+
+def test_reset_counts_forgets_the_error_rollup_and_the_next_fold_counts_it_again(
+    backend: Backend,
+) -> None:
+    queue = _queue(backend)
+    enqueue(queue, "boom", 2, error="503 from crm")
+    drain(queue)
+    _fold_all(queue, backend, 2)
+
+    queue.admin.reset_counts()
+
+    assert _rollup(backend) == {}
+    assert _top(queue) == [("ConnectionError: 503 from crm", 2)]  # live, every dead job
+    _fold_all(queue, backend, 2)
+    assert _top(queue) == [("ConnectionError: 503 from crm", 2)]

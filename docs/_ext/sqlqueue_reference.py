@@ -182,10 +182,11 @@ class MetricsDirective(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from sqlqueue._worker.prometheus import OutcomeTally, QueueGauges
+        from sqlqueue._worker.prometheus import CallTally, OutcomeTally, QueueGauges
 
         families = [
             *OutcomeTally().describe(),
+            *CallTally().describe(),
             *QueueGauges(stats=_no_stats, interval=1).describe(),
         ]
         rows = []

@@ -148,7 +148,7 @@ class Admin:
 
     def requeue(self, *, job_id: int, by: str, reason: str) -> int:
         """See :func:`deadletter.requeue_one`."""
-        return self._write(
+        return self._with_mark(
             lambda conn: deadletter.requeue_one(
                 conn, self.dialect, job_id=job_id, by=by, reason=reason
             )
@@ -158,7 +158,7 @@ class Admin:
         self, job_filter: JobFilter, *, limit: int, by: str, reason: str
     ) -> list[int]:
         """See :func:`deadletter.requeue_batch`: one batch, one transaction."""
-        return self._write(
+        return self._with_mark(
             lambda conn: deadletter.requeue_batch(
                 conn, self.dialect, job_filter, limit=limit, by=by, reason=reason
             )
@@ -166,7 +166,7 @@ class Admin:
 
     def discard(self, *, job_id: int, by: str, reason: str) -> Job:
         """See :func:`deadletter.discard_one`."""
-        return self._write(
+        return self._with_mark(
             lambda conn: deadletter.discard_one(
                 conn, self.dialect, job_id=job_id, by=by, reason=reason
             )
@@ -176,7 +176,7 @@ class Admin:
         self, job_filter: JobFilter, *, limit: int, by: str, reason: str
     ) -> list[int]:
         """See :func:`deadletter.discard_batch`: one batch, one transaction."""
-        return self._write(
+        return self._with_mark(
             lambda conn: deadletter.discard_batch(
                 conn, self.dialect, job_filter, limit=limit, by=by, reason=reason
             )

@@ -31,7 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._errors import DatabaseError
-from sqlqueue._schema import count_marks, finished_counts, jobs
+from sqlqueue._schema import count_marks, error_counts, finished_counts, jobs
+from sqlqueue._store.error_counts import fold_errors
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect
 
@@ -43,6 +44,7 @@ __all__ = [
     "MarkMissing",
     "create_mark",
     "fold_counts",
+    "lock_for_handling",
     "lock_for_prune",
     "prune_counted",
     "read_finished_counts",
@@ -190,7 +192,8 @@ def fold_counts(
     transaction has not committed yet may still have finished before it (PostgreSQL stamps
     ``finished_at`` when the statement starts), and it must not fall below the mark uncounted.
     The window keeps each fold a short transaction (SQLite holds its write lock meanwhile): a
-    long history is folded in several."""
+    long history is folded in several. The errors of the unhandled dead jobs in the window are
+    folded too (:func:`~sqlqueue._store.error_counts.fold_errors`)."""
     mark = _locked_mark(conn, dialect)
     if mark is None:  # another fold (or a prune) is under way: its turn, not ours
         return Fold(folded=0, caught_up=True)
@@ -217,6 +220,7 @@ def fold_counts(
         )
         counts = [((s, q, t), int(n)) for s, q, t, n in conn.execute(span)]
         _add(conn, dialect, counts)
+        fold_errors(conn, dialect, mark, until)
     conn.execute(count_marks.update().where(count_marks.c.name == MARK).values(folded_until=until))
     return Fold(folded=sum(n for _, n in counts), caught_up=caught_up)
 
@@ -244,6 +248,20 @@ def lock_for_prune(conn: Connection, dialect: Dialect) -> datetime:
     mark = _locked_mark(conn, dialect)
     if mark is None:
         raise CountsBusy("a fold or another prune holds the finished-job counts; try again")
+    return mark
+
+
+def lock_for_handling(conn: Connection, dialect: Dialect) -> datetime:
+    """Take the mark's lock before a requeue or a discard marks dead jobs handled, waiting for
+    a fold or a prune that holds it (they are short), so no fold counts a job's error while it
+    is being taken away; return the mark (the jobs that finished before it are in the error
+    rollup, see :func:`~sqlqueue._store.error_counts.forget_handled`). Taken before any job
+    row, as prunes do, so the two never wait for each other in a circle. Raises
+    :class:`MarkMissing` when there is none yet."""
+    query = select(count_marks.c.folded_until).where(count_marks.c.name == MARK)
+    mark: datetime | None = conn.execute(dialect.lock_row(query)).scalar_one_or_none()
+    if mark is None:
+        raise MarkMissing("the finished-job counts have no mark yet")
     return mark
 
 
@@ -279,8 +297,9 @@ _SUBTRACT = (
 
 
 def reset_counts(conn: Connection) -> None:
-    """Forget the rollup: stats count every finished job live until the next fold counts
-    them in again. For after finished jobs were changed or deleted by hand (prune keeps the
-    rollup right by itself)."""
+    """Forget the rollups (finished jobs and errors): stats count every finished job live until
+    the next fold counts them in again. For after finished jobs were changed or deleted by hand
+    (prune, requeue and discard keep the rollups right by themselves)."""
     conn.execute(count_marks.delete())
     conn.execute(finished_counts.delete())
+    conn.execute(error_counts.delete())

@@ -7,12 +7,14 @@ running takes back the dead child's ending and waits for the new job; a finished
 finished (its counts and callback do not change). A discard marks the dead row handled without
 running it. Acting on many jobs goes in batches, one short transaction each, taking only rows no
 other transaction holds (PostgreSQL ``SKIP LOCKED``): two operators never act on the same dead
-job."""
+job. Each takes the counts' mark first and takes the jobs it handles off the error rollup
+(sqlqueue/_store/error_counts.py), so the overview's top errors stay exact."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, insert, select, update
@@ -21,6 +23,8 @@ from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.counts import lock_for_handling
+from sqlqueue._store.error_counts import forget_handled
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import copy_tags, read_tags
@@ -71,15 +75,22 @@ def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: st
 
 
 def _requeue_rows(
-    conn: Connection, dialect: Dialect, rows: Sequence[Any], *, by: str, reason: str
+    conn: Connection,
+    dialect: Dialect,
+    rows: Sequence[Any],
+    *,
+    mark: datetime,
+    by: str,
+    reason: str,
 ) -> list[int]:
     """New queued jobs from locked dead ``rows`` (same type, payload, options and tags); the
     dead rows record who, when and why, linked both ways. Idempotency keys move to the new
-    jobs."""
+    jobs. ``mark``: the counts' mark, read under its lock (see :func:`lock_for_handling`)."""
     if not rows:
         return []
     current = dialect.now()
     dead_ids = [row["id"] for row in rows]
+    forget_handled(conn, mark, dead_ids)
     # Free the keys first: they are unique, and belong to the live jobs from now on.
     keyed = [row["id"] for row in rows if row["idempotency_key"] is not None]
     if keyed:
@@ -147,16 +158,18 @@ def _requeue_rows(
 
 def requeue_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> int:
     """Requeue dead job ``job_id`` as a new job; return the new job's id."""
+    mark = lock_for_handling(conn, dialect)
     row = _locked_one_dead(conn, dialect, job_id, "requeued")
-    return _requeue_rows(conn, dialect, [row], by=by, reason=reason)[0]
+    return _requeue_rows(conn, dialect, [row], mark=mark, by=by, reason=reason)[0]
 
 
 def requeue_batch(
     conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, by: str, reason: str
 ) -> list[int]:
     """Requeue up to ``limit`` matching unhandled dead jobs; return the new ids, oldest first."""
+    mark = lock_for_handling(conn, dialect)
     rows = _locked_dead(conn, dialect, job_filter, limit)
-    return _requeue_rows(conn, dialect, rows, by=by, reason=reason)
+    return _requeue_rows(conn, dialect, rows, mark=mark, by=by, reason=reason)
 
 
 def _discard_values(dialect: Dialect, by: str, reason: str) -> dict[str, Any]:
@@ -171,11 +184,13 @@ def _discard_values(dialect: Dialect, by: str, reason: str) -> dict[str, Any]:
 
 def discard_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> Job:
     """Mark dead job ``job_id`` handled without running it; return it as it now is."""
+    mark = lock_for_handling(conn, dialect)
     row = _locked_one_dead(conn, dialect, job_id, "discarded")
     if row["discarded_at"] is not None:
         raise JobStateError(
             f"job {job_id} was already discarded by {row['discarded_by']} ({row['discard_reason']})"
         )
+    forget_handled(conn, mark, [job_id])
     stmt = (
         update(jobs)
         .where(jobs.c.id == job_id)
@@ -189,8 +204,10 @@ def discard_batch(
     conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, by: str, reason: str
 ) -> list[int]:
     """Mark up to ``limit`` matching unhandled dead jobs handled; return their ids."""
+    mark = lock_for_handling(conn, dialect)
     ids = [row["id"] for row in _locked_dead(conn, dialect, job_filter, limit)]
     if ids:
+        forget_handled(conn, mark, ids)
         conn.execute(
             update(jobs).where(jobs.c.id.in_(ids)).values(**_discard_values(dialect, by, reason))
         )

@@ -2,7 +2,8 @@
 the metrics exporter share — written once, here.
 
 Counting live work reads ``ix_sqlqueue_jobs_status`` alone; finished jobs, a rollup plus the
-index of the recently finished (:mod:`sqlqueue._store.counts`); "the oldest due job" and
+index of the recently finished (:mod:`sqlqueue._store.counts`); the top errors, a rollup too
+(:mod:`sqlqueue._store.error_counts`); "the oldest due job" and
 "failed lately" read only claimable rows; "dead lately" reads ``ix_sqlqueue_jobs_finished``.
 None of them scans the finished history.
 """
@@ -15,8 +16,9 @@ from datetime import datetime
 from sqlalchemy import Connection, func, or_, select, union_all
 
 from sqlqueue._job import Job
-from sqlqueue._schema import ERROR_GROUP, ERROR_GROUP_CHARS, UNHANDLED_ERRORS, jobs, queues
+from sqlqueue._schema import ERROR_GROUP_CHARS, jobs, queues
 from sqlqueue._store.counts import read_finished_counts
+from sqlqueue._store.error_counts import read_top_errors
 from sqlqueue._store.filters import JobFilter, unhandled_dead
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import read_tags
@@ -91,16 +93,6 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
     dead = conn.execute(
         select(func.count()).where(*unhandled_dead(), jobs.c.finished_at >= hour_ago)
     ).scalar_one()
-    # Word for word the predicate and expression of ix_sqlqueue_jobs_unhandled_errors (SQLite).
-    error = ERROR_GROUP.label("error")
-    errors = conn.execute(
-        select(error, count)
-        .select_from(jobs)
-        .where(UNHANDLED_ERRORS)
-        .group_by(ERROR_GROUP)
-        .order_by(count.desc(), error)
-        .limit(10)
-    ).all()
     return StatsRows(
         counts=counts,
         oldest_due={row.queue: max(0.0, float(row.age)) for row in oldest},
@@ -108,7 +100,7 @@ def read_stats(conn: Connection, dialect: Dialect, *, now: datetime | None = Non
         limits=queue_controls(conn)[1],
         failed_last_hour=int(failed),
         dead_last_hour=int(dead),
-        top_errors=[(str(row.error), int(row.n)) for row in errors],
+        top_errors=read_top_errors(conn, dialect, limit=10),
         taken_at=taken_at,
     )
 

@@ -278,7 +278,9 @@ class Worker:
             on_limits=self._queue_limits_read,
         )
         try:
-            self.metrics_port = self._observers.start(self.settings, self.queue.stats)
+            self.metrics_port = self._observers.start(
+                self.settings, self.queue.stats, self.queue._meter_calls
+            )
             await upkeep.read_paused(strict=burst)
         except (DatabaseError, ConfigurationError):
             self._stop_observers()

@@ -22,6 +22,7 @@ from sqlqueue._worker.outcome_log import log_outcome
 from sqlqueue._worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
+    from sqlqueue._worker.call_metrics import CallMeter
     from sqlqueue._worker.prometheus import WorkerMetrics
 
 __all__ = ["Observers"]
@@ -36,12 +37,20 @@ class Observers:
         self._tracing = tracing
         #: Prometheus metrics, while served (else one ``if`` per outcome).
         self._metrics: WorkerMetrics | None = None
+        #: The queue's switch of the built-in ``metrics`` middleware, while metering.
+        self._meter_calls: Callable[[str, CallMeter | None], None] | None = None
         #: Running jobs someone asked to cancel (heartbeats tell), for the outcome label.
         self._cancel_requested: set[int] = set()
 
-    def start(self, settings: WorkerSettings, stats: Callable[[], Stats]) -> int | None:
+    def start(
+        self,
+        settings: WorkerSettings,
+        stats: Callable[[], Stats],
+        meter_calls: Callable[[str, CallMeter | None], None],
+    ) -> int | None:
         """Serve Prometheus metrics if ``settings.metrics_port`` asks for them (only then is
-        ``prometheus_client`` imported); return the port served on."""
+        ``prometheus_client`` imported), and meter this worker's handler calls with the
+        built-in ``metrics`` middleware (``meter_calls``: the queue's); return the port."""
         if settings.metrics_port is None:
             return None
         from sqlqueue._worker.prometheus import WorkerMetrics  # the optional extra, when used
@@ -51,12 +60,17 @@ class Observers:
         )
         port = metrics.start()
         self._metrics = metrics
+        self._meter_calls = meter_calls
+        meter_calls(self._worker_id, metrics.calls)
         return port
 
     def stop(self) -> None:
         """The worker stopped: stop serving metrics, and end the consumer spans of attempts
         whose outcome it never wrote (see :meth:`Tracing.abandon`)."""
         if self._metrics is not None:
+            if self._meter_calls is not None:
+                self._meter_calls(self._worker_id, None)
+                self._meter_calls = None
             self._metrics.stop()
             self._metrics = None
         self._cancel_requested.clear()

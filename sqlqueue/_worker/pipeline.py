@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlqueue._middleware import compose
 from sqlqueue._tracing import trace_step
+from sqlqueue._worker.call_metrics import metrics_step, metrics_wanted
 
 if TYPE_CHECKING:
     from sqlqueue._store.rows import ClaimedJob
@@ -85,6 +86,10 @@ STEPS: tuple[Step, ...] = (
     # The attempt's consumer span, current while the handler runs (sqlqueue/_tracing.py): the
     # outermost, so that whatever the inner steps do happens in the attempt's trace.
     Step(name="trace", wanted=lambda task: task.tracing is not None, around=trace_step),
+    # Handler calls begun, running and their duration, for a worker that serves Prometheus
+    # metrics (sqlqueue/_worker/call_metrics.py): around the app's middleware, which is part
+    # of the call (its errors are classified like the handler's).
+    Step(name="metrics", wanted=metrics_wanted, around=metrics_step),
     # The app's middleware (@queue.middleware): inside the span, outside the decrypted secrets.
     Step(
         name="middleware",

@@ -1,8 +1,10 @@
 """A worker's Prometheus metrics, served on ``/metrics`` (extra ``prometheus``).
 
 Loaded only by a worker started with ``metrics_port``: a worker without it never imports
-``prometheus_client`` and pays one ``if`` per outcome. The counters and histograms are updated
-where every written outcome passes (the worker's ``_on_written``); the queue gauges come from
+``prometheus_client`` and pays one ``if`` per outcome. The outcome counters and histograms are
+updated where every written outcome passes (the worker's ``_on_written``); the handler calls'
+(begun, running, their duration) by the built-in ``metrics`` middleware around each call
+(:class:`CallTally`, sqlqueue/_worker/call_metrics.py); the queue gauges come from
 the operations API's :meth:`~sqlqueue.Queue.stats`, read at most once per ``stats_interval``
 however often the endpoint is scraped, and never per job.
 """
@@ -28,12 +30,13 @@ from prometheus_client.registry import Collector
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._operators.stats import Stats
+from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._worker.classify import Outcome
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["CallTally", "WorkerMetrics"]
 
 log = logging.getLogger("sqlqueue.worker")
 
@@ -87,6 +90,9 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         self._tally = OutcomeTally()
         self.registry.register(self._tally)
+        #: The built-in ``metrics`` middleware's meter of this worker's handler calls.
+        self.calls = CallTally()
+        self.registry.register(self.calls)
         self.registry.register(QueueGauges(stats, stats_interval))
         self._port = port
         self._addr = addr
@@ -203,6 +209,89 @@ class OutcomeTally(Collector):
                 ["queue"],
                 _WAIT_BUCKETS,
                 wait,
+            ),
+        ]
+
+
+class CallTally(Collector):
+    """``sqlqueue_attempts_started_total``, ``sqlqueue_attempts_in_progress`` and
+    ``sqlqueue_handler_duration_seconds``, by queue and job type: the handler calls the
+    built-in ``metrics`` middleware saw begin and end (a :class:`~sqlqueue._worker.call_metrics.
+    CallMeter`), kept as plain numbers under one lock, as :class:`OutcomeTally` keeps its own.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._started: dict[tuple[str, str], int] = {}
+        self._running: dict[tuple[str, str], int] = {}
+        self._duration: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+
+    def begin(self, job: ClaimedJob) -> float:
+        """A handler call of ``job`` begins: count it, and it runs; return its start."""
+        key = (job.queue, job.job_type)
+        with self._lock:
+            self._started[key] = self._started.get(key, 0) + 1
+            self._running[key] = self._running.get(key, 0) + 1
+        return self._clock()
+
+    def end(self, job: ClaimedJob, began: float) -> None:
+        """That call returned or raised: it no longer runs; observe how long it took."""
+        elapsed = self._clock() - began
+        key = (job.queue, job.job_type)
+        with self._lock:
+            self._running[key] -= 1
+            duration = self._duration.get(key) or self._duration.setdefault(
+                key, _empty(_DURATION_BUCKETS)
+            )
+            duration[0][bisect_left(_DURATION_BUCKETS, elapsed)] += 1
+            duration[1][0] += elapsed
+
+    def describe(self) -> Iterator[Metric]:
+        """The three families (empty)."""
+        return iter(self._families({}, {}, {}))
+
+    def collect(self) -> Iterator[Metric]:
+        """The counts so far."""
+        with self._lock:
+            started = dict(self._started)
+            running = dict(self._running)
+            duration: dict[tuple[str, ...], tuple[list[int], float]] = {
+                key: (list(b), s[0]) for key, (b, s) in self._duration.items()
+            }
+        return iter(self._families(started, running, duration))
+
+    @staticmethod
+    def _families(
+        started: dict[tuple[str, str], int],
+        running: dict[tuple[str, str], int],
+        duration: Mapping[tuple[str, ...], tuple[list[int], float]],
+    ) -> list[Metric]:
+        labels = ["queue", "job_type"]
+        begun = CounterMetricFamily(
+            "sqlqueue_attempts_started",
+            "Handler calls this worker began, by queue and job type.",
+            labels=labels,
+        )
+        for key, count in sorted(started.items()):
+            begun.add_metric(list(key), count)
+        now = GaugeMetricFamily(
+            "sqlqueue_attempts_in_progress",
+            "Handler calls running in this worker now, by queue and job type.",
+            labels=labels,
+        )
+        for key, count in sorted(running.items()):
+            now.add_metric(list(key), count)
+        return [
+            begun,
+            now,
+            _histogram(
+                "sqlqueue_handler_duration_seconds",
+                "How long handler calls took (the app's middleware included), whatever came "
+                "of them.",
+                labels,
+                _DURATION_BUCKETS,
+                duration,
             ),
         ]
 
