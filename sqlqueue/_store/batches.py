@@ -2,11 +2,13 @@
 
 Every transition that ends a child (success, dead, cancel; by a worker, the reaper or an
 operator) notes it in :class:`Endings`, and the same transaction then calls :func:`settle`: one
-``UPDATE … RETURNING`` per batch adds the endings to its counters. That UPDATE holds the
-batch's row (PostgreSQL and MariaDB row locks; SQLite's one writer) until the transaction ends,
-so of two children finishing at the same moment one waits for the other's commit and then adds
-to the counts it wrote: exactly one transaction sees the counts reach ``total``, and it inserts
-the callback job and sets ``finished_at``. A finished batch's row matches no further UPDATE.
+locking read takes every batch row of the round (in id order) with its counts, and one UPDATE
+per distinct change (in a worker's round, "one more success" for most) adds the endings to the
+counters and marks the finished batches; no statement per batch. The read holds the batches'
+rows (PostgreSQL and MariaDB row locks; SQLite's one writer) until the transaction ends, so of
+two children finishing at the same moment one waits for the other's commit and then reads the
+counts it wrote: exactly one transaction sees the counts reach ``total``, and it inserts the
+callback job and sets ``finished_at``. A finished batch's row is read by no further settle.
 
 Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
 :func:`settle` with no endings sends nothing.
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, func, insert, null, select, update
+from sqlalchemy import Connection, RowMapping, case, delete, func, insert, null, select, update
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
@@ -45,6 +47,8 @@ __all__ = [
 
 #: The terminal statuses a batch counts, each in the column of the same name.
 _COUNTED = ("succeeded", "dead", "cancelled")
+#: The counters :func:`settle` adds to, in the order of its changes' tuples.
+_COUNTERS = (batches.c.total, batches.c.succeeded, batches.c.dead, batches.c.cancelled)
 #: The statuses of children still on their way, counted from the jobs table when read.
 _LIVE = ("queued", "running", "failed", "waiting")
 
@@ -193,38 +197,16 @@ def settle(
 ) -> list[int]:
     """Add ``endings`` to their batches' counters in ``conn``'s transaction; for each batch
     whose children have now all ended, enqueue its callback and mark it finished. Returns the
-    callback jobs enqueued. Sends nothing when ``endings`` is empty."""
-    enqueued: list[int] = []
-    held: dict[int, RowMapping] = {}
-    for batch_id, counts in endings.items():
-        stmt = (
-            update(batches)
-            .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
-            .values(
-                total=batches.c.total + counts.get("total", 0),
-                succeeded=batches.c.succeeded + counts.get("succeeded", 0),
-                dead=batches.c.dead + counts.get("dead", 0),
-                cancelled=batches.c.cancelled + counts.get("cancelled", 0),
-            )
-            .returning(
-                batches.c.total,
-                batches.c.succeeded,
-                batches.c.dead,
-                batches.c.cancelled,
-                batches.c.on_complete,
-                batches.c.on_dead,
-                batches.c.workflow_on_dead,
-            )
-        )
-        row = (
-            dialect.execute_returning(conn, stmt, execution_options=dialect.table_options)
-            .mappings()
-            .first()
-        )
-        if (
-            row is not None
-        ):  # None: finished already, a late ending (a requeued child, the callback)
-            held[batch_id] = row
+    callback jobs enqueued. Sends nothing when ``endings`` is empty.
+
+    A constant number of statements for any number of batches: one locking read of every
+    batch row (in id order), the workflows' releases (:func:`advance`), and one UPDATE per
+    distinct change (most endings of a round add one success: one UPDATE), plus one INSERT
+    per callback enqueued."""
+    items = endings.items()
+    if not items:
+        return []
+    held = _lock_batches(conn, dialect, [batch_id for batch_id, _ in items])
     # Workflows among them: release the steps after those that ended, all at once, while this
     # transaction holds their rows.
     steps = {
@@ -233,29 +215,98 @@ def settle(
         if row["workflow_on_dead"] is not None
     }
     cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
-    for batch_id, row in held.items():
-        cancelled = cancelled_steps.get(batch_id, 0)
-        if cancelled:
+    enqueued: list[int] = []
+    changes: dict[tuple[int, int, int, int], list[int]] = {}
+    finished: list[int] = []
+    for batch_id, counts in items:
+        row = held.get(batch_id)
+        if row is None:  # finished already: a late ending (a requeued child, the callback)
+            continue
+        delta = (
+            counts.get("total", 0),
+            counts.get("succeeded", 0),
+            counts.get("dead", 0),
+            counts.get("cancelled", 0) + cancelled_steps.get(batch_id, 0),
+        )
+        changes.setdefault(delta, []).append(batch_id)
+        dead = row["dead"] + delta[2]
+        ended = row["succeeded"] + delta[1] + dead + row["cancelled"] + delta[3]
+        if ended < row["total"] + delta[0]:
+            continue
+        callback = _enqueue_callback(
+            conn, dialect, batch_id, dead=dead, on_complete=row["on_complete"],
+            on_dead=row["on_dead"],
+        )  # fmt: skip
+        if callback is None:
+            finished.append(batch_id)
+            continue
+        enqueued.append(callback)
+        conn.execute(
+            update(batches)
+            .where(batches.c.id == batch_id)
+            .values(finished_at=dialect.now(now), callback_job_id=callback),
+            execution_options=dialect.table_options,
+        )
+    current = dialect.now(now)
+    for delta, batch_ids in changes.items():
+        values: dict[str, Any] = {
+            column.name: column + added
+            for column, added in zip(_COUNTERS, delta, strict=True)
+            if added
+        }
+        ending = [batch_id for batch_id in batch_ids if batch_id in finished]
+        if ending:  # those without a callback finish in the same statement
+            values["finished_at"] = case(
+                (batches.c.id.in_(ending), current), else_=batches.c.finished_at
+            )
+        if values:
             conn.execute(
-                update(batches)
-                .where(batches.c.id == batch_id)
-                .values(cancelled=batches.c.cancelled + cancelled),
+                update(batches).where(batches.c.id.in_(batch_ids)).values(**values),
                 execution_options=dialect.table_options,
             )
-        if row["succeeded"] + row["dead"] + row["cancelled"] + cancelled < row["total"]:
-            continue
-        callback = _finish(
-            conn,
-            dialect,
-            batch_id,
-            dead=row["dead"],
-            on_complete=row["on_complete"],
-            on_dead=row["on_dead"],
-            now=now,
-        )
-        if callback is not None:
-            enqueued.append(callback)
     return enqueued
+
+
+def _lock_batches(
+    conn: Connection, dialect: Dialect, batch_ids: list[int]
+) -> dict[int, RowMapping]:
+    """The unfinished rows among ``batch_ids``, locked until the transaction ends, in id order
+    so two transactions never wait on each other's batches crosswise. Of two children
+    finishing at the same moment, one waits here for the other's commit and then reads the
+    counts it wrote (a locking read sees the latest commit, on MariaDB too)."""
+    query = (
+        select(
+            batches.c.id,
+            batches.c.total,
+            batches.c.succeeded,
+            batches.c.dead,
+            batches.c.cancelled,
+            batches.c.on_complete,
+            batches.c.on_dead,
+            batches.c.workflow_on_dead,
+        )
+        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
+        .order_by(batches.c.id)
+    )
+    rows = conn.execute(dialect.lock_row(query), execution_options=dialect.table_options)
+    return {int(row["id"]): row for row in rows.mappings()}
+
+
+def _enqueue_callback(
+    conn: Connection,
+    dialect: Dialect,
+    batch_id: int,
+    *,
+    dead: int,
+    on_complete: Mapping[str, Any] | None,
+    on_dead: Mapping[str, Any] | None,
+) -> int | None:
+    """Insert the callback of finishing batch ``batch_id`` (``on_dead`` if a child ended dead
+    and there is one); its id, or ``None`` without a callback."""
+    request = on_dead if dead and on_dead is not None else on_complete
+    if request is None:
+        return None
+    return insert_rows(dialect, conn, [_request_row(request, batch_id)])[0]
 
 
 def _finish(
@@ -268,12 +319,11 @@ def _finish(
     on_dead: Mapping[str, Any] | None,
     now: datetime | None = None,
 ) -> int | None:
-    """Enqueue the batch's callback (``on_dead`` if a child ended dead and there is one) and
-    mark the batch finished; the caller holds the batch's row."""
-    request = on_dead if dead and on_dead is not None else on_complete
-    callback = None
-    if request is not None:
-        callback = insert_rows(dialect, conn, [_request_row(request, batch_id)])[0]
+    """Enqueue the batch's callback (see :func:`_enqueue_callback`) and mark the batch
+    finished; the caller holds the batch's row."""
+    callback = _enqueue_callback(
+        conn, dialect, batch_id, dead=dead, on_complete=on_complete, on_dead=on_dead
+    )
     conn.execute(
         update(batches)
         .where(batches.c.id == batch_id)

@@ -5,11 +5,13 @@ A workflow is a batch (``sqlqueue_batches`` row with ``workflow_on_dead`` set) w
 are its steps, so every path that ends a job already notes the ending in
 :class:`~sqlqueue._store.batches.Endings` and calls :func:`~sqlqueue._store.batches.settle`,
 which holds the workflow's row and calls :func:`advance` here with the steps that ended. Each
-step row counts its upstream steps not yet ended (``waiting_on``): an ending decrements the
-counts of its direct downstream steps by one statement per distinct decrement (one, in
-practice), and the steps that reach zero go from ``waiting`` to ``queued`` in one more
-statement — no statement per sibling. ``settled`` marks a step whose ending was counted, so a
-requeued step (its new job takes its place in the step row) never counts twice.
+step row counts its upstream steps not yet ended (``waiting_on``): an ending reads the counts
+of its direct downstream steps (one statement for every step of the round), the steps that
+reach zero go from ``waiting`` to ``queued`` in one more, and those still waiting get their
+lower counts in one statement per distinct decrement (one, in practice) — no statement per
+sibling. A released step keeps the count it had: nothing reads it again. ``settled`` marks a
+step whose ending was counted, so a requeued step (its new job takes its place in the step
+row) never counts twice.
 
 Reads that decide a write lock their rows (``FOR UPDATE``): after waiting for the workflow's
 row they see what the transaction before committed, on MariaDB's snapshots too.
@@ -207,21 +209,13 @@ def advance(
 def _release_after(
     conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
 ) -> None:
-    options = dialect.table_options
-    settled: list[int] = []
-    for chunk in _chunks(sorted(job_ids)):
-        settled.extend(  # not counted yet (a requeued step under on_dead="run" was)
-            conn.execute(
-                dialect.lock_row(
-                    select(_steps.c.job_id).where(
-                        _steps.c.job_id.in_(chunk), _steps.c.settled.is_(False)
-                    )
-                ),
-                execution_options=options,
-            ).scalars()
-        )
+    """Count the endings of steps ``job_ids`` in their downstream steps and release those with
+    nothing left to wait for: four statements for any number of steps (the first is two where
+    ``UPDATE … RETURNING`` is emulated)."""
+    settled = _settle_steps(conn, dialect, job_ids)
     if not settled:
         return
+    options = dialect.table_options
     upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
     graph = _edges.join(
         upstream,
@@ -232,27 +226,28 @@ def _release_after(
         & (downstream.c.name == _edges.c.downstream),
     )
     after: Counter[int] = Counter()
+    waiting: dict[int, int] = {}
     for chunk in _chunks(settled):
-        conn.execute(
-            update(_steps).where(_steps.c.job_id.in_(chunk)).values(settled=True),
+        # Locked: read after the workflow's row, the count is the one the last writer left.
+        for job_id, waiting_on in conn.execute(
+            dialect.lock_row(
+                select(downstream.c.job_id, downstream.c.waiting_on)
+                .select_from(graph)
+                .where(upstream.c.job_id.in_(chunk))
+            ),
             execution_options=options,
-        )
-        after.update(
-            int(job_id)
-            for job_id in conn.execute(
-                dialect.lock_row(
-                    select(downstream.c.job_id)
-                    .select_from(graph)
-                    .where(upstream.c.job_id.in_(chunk))
-                ),
-                execution_options=options,
-            ).scalars()
-        )
+        ):
+            after[int(job_id)] += 1
+            waiting[int(job_id)] = int(waiting_on)
     if not after:
         return
+    ready = sorted(job_id for job_id, count in after.items() if waiting[job_id] - count <= 0)
+    # Only the steps still waiting keep a count: a released step's is never read again (each
+    # of its upstreams was counted once), so writing it would cost a statement per round.
     by_decrement: dict[int, list[int]] = {}
     for job_id, count in after.items():
-        by_decrement.setdefault(count, []).append(job_id)
+        if waiting[job_id] - count > 0:
+            by_decrement.setdefault(count, []).append(job_id)
     for count, group in by_decrement.items():
         for chunk in _chunks(sorted(group)):
             conn.execute(
@@ -261,14 +256,6 @@ def _release_after(
                 .values(waiting_on=_steps.c.waiting_on - count),
                 execution_options=options,
             )
-    ready: list[int] = []
-    for chunk in _chunks(sorted(after)):
-        ready.extend(
-            conn.execute(
-                select(_steps.c.job_id).where(_steps.c.job_id.in_(chunk), _steps.c.waiting_on <= 0),
-                execution_options=options,
-            ).scalars()
-        )
     current = dialect.now(now)
     wake = dialect.wake_columns()
     for chunk in _chunks(ready):
@@ -288,6 +275,38 @@ def _release_after(
             ).all()
         else:
             conn.execute(stmt, execution_options=options)
+
+
+def _settle_steps(conn: Connection, dialect: Dialect, job_ids: list[int]) -> list[int]:
+    """Mark the steps of ``job_ids`` whose ending is not counted yet (a requeued step under
+    ``on_dead="run"`` was) as counted; return their job ids."""
+    options = dialect.table_options
+    settled: list[int] = []
+    for chunk in _chunks(sorted(job_ids)):
+        unsettled = (_steps.c.job_id.in_(chunk), _steps.c.settled.is_(False))
+        if not dialect.emulates_returning:  # one statement
+            stmt = update(_steps).where(*unsettled).values(settled=True).returning(_steps.c.job_id)
+            settled.extend(
+                int(job_id)
+                for job_id in dialect.execute_returning(
+                    conn, stmt, execution_options=options
+                ).scalars()
+            )
+            continue
+        # The emulation finds rows by a one-column key, which steps have not: read, then write.
+        found = list(
+            conn.execute(
+                dialect.lock_row(select(_steps.c.job_id).where(*unsettled)),
+                execution_options=options,
+            ).scalars()
+        )
+        if found:
+            conn.execute(
+                update(_steps).where(_steps.c.job_id.in_(found)).values(settled=True),
+                execution_options=options,
+            )
+        settled.extend(int(job_id) for job_id in found)
+    return settled
 
 
 def _cancel_after(
