@@ -293,9 +293,7 @@ def test_two_upstreams_ending_in_concurrent_transactions_release_the_join_once(b
         row = conn.execute(
             sa.select(workflow_steps.c.waiting_on).where(workflow_steps.c.name == "d")
         ).scalar_one()
-    # Lowered to 1 by the first ending; the second read that 1 and released D (had it read
-    # a stale 2, D would still wait). A released step's count is left as it was.
-    assert row == 1
+    assert row == 0  # decremented once by each upstream, never twice
 
 
 def test_a_step_that_completes_in_its_own_transaction_releases_in_it(backend):
