@@ -1,8 +1,9 @@
 """What one worker round costs workflows and batches, and how soon it runs what it released:
 the endings of any number of batches and workflows settle in a constant number of statements
 (no statement per batch or per workflow), a round mixing batches that finish, with and without
-a callback, with batches and workflows that go on counts each one right, and a chain's next
-step starts in the round that released it, without waiting for a poll. Every backend."""
+a callback, with batches and workflows that go on counts each one right, and a released step
+starts at once, without waiting for a poll: in the round that released it, in another
+queue's pool, or after a step that completed in its handler's transaction. Every backend."""
 
 from __future__ import annotations
 
@@ -139,26 +140,58 @@ def test_a_round_of_mixed_endings_counts_each_batch_and_finishes_only_the_comple
     assert _status(queue, chain.job_ids["second"]) == "queued"
 
 
-def test_a_chains_next_step_starts_in_the_round_that_released_it_not_after_a_poll(backend):
-    """Polls every 60 s, wake-ups off: each step of a 4-step chain is released by the round
-    that writes its upstream's outcome and claimed by the same round, so the chain ends in a
-    few rounds; waiting for a poll per step would take minutes."""
-    queue = _queue(backend)
-    wf = Workflow()
-    previous: list[str] = []
-    for n in range(4):
-        previous = [wf.add(f"s{n}", _step(f"s{n}"), after=previous)]
-    with queue.engine.begin() as conn:
-        handle = queue.enqueue_workflow(conn, wf)
-    worker = queue.worker(concurrency=2, poll_interval=60, listen=False)
+def _run_until_succeeded(queue: sqlqueue.Queue, workflow_id: int, **options: Any) -> None:
+    """Run a worker that polls every 60 s with wake-ups off until the workflow succeeded (at
+    most 30 s): waiting for a poll anywhere would fail the test."""
+    worker = queue.worker(poll_interval=60, listen=False, **options)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         wait_until(
-            lambda: (status := queue.get_workflow(handle.id)) is not None and status.succeeded,
+            lambda: (status := queue.get_workflow(workflow_id)) is not None and status.succeeded,
             timeout=30,
+            what=f"workflow {workflow_id} to succeed without waiting for a poll",
         )
     finally:
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def _chain(queue: sqlqueue.Queue, requests: list[JobRequest]) -> int:
+    wf = Workflow()
+    previous: list[str] = []
+    for n, request in enumerate(requests):
+        previous = [wf.add(f"s{n}", request, after=previous)]
+    with queue.engine.begin() as conn:
+        return queue.enqueue_workflow(conn, wf).id
+
+
+def test_a_chains_next_step_starts_in_the_round_that_released_it_not_after_a_poll(backend):
+    """Each step of a 4-step chain is released by the round that writes its upstream's
+    outcome and claimed by the same round, so the chain ends in a few rounds."""
+    queue = _queue(backend)
+    _run_until_succeeded(queue, _chain(queue, [_step(f"s{n}") for n in range(4)]), concurrency=2)
+
+
+def test_a_step_released_into_another_queue_is_claimed_by_that_queues_pool_at_once(backend):
+    """The step after a ``default`` step is in ``other``, whose pool found nothing at first and
+    rests until its poll: the round that releases the step claims for every pool."""
+    queue = _queue(backend)
+    later = JobRequest(job_type="step", payload={"label": "later"}, queue="other")
+    workflow_id = _chain(queue, [_step("first"), later])
+    _run_until_succeeded(queue, workflow_id, queues={"default": 1, "other": 1})
+
+
+def test_a_step_released_by_its_upstreams_own_transaction_is_claimed_at_once(backend):
+    """Steps that complete in their handler's transaction (``ctx.transaction()``) release the
+    next step there, outside any claim round: the worker claims again at once."""
+    queue = _queue(backend)
+
+    @queue.task("in_transaction", max_attempts=1)
+    def in_transaction(ctx: sqlqueue.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(sa.select(1))
+
+    request = JobRequest(job_type="in_transaction")
+    _run_until_succeeded(queue, _chain(queue, [request] * 3), concurrency=2)
