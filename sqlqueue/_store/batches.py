@@ -265,15 +265,19 @@ def _settle_alike(
     )
     complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
     values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
+    batch_ids = [batch_id for batch_id, _ in endings.items()]
     ordered = dialect.lock_row(
         select(batches.c.id)
-        .where(batches.c.id.in_([batch_id for batch_id, _ in endings.items()]))
-        .where(batches.c.finished_at.is_(None))
+        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
         .order_by(batches.c.id)
     )
     stmt = (
         update(batches)
-        .where(batches.c.id.in_(ordered.scalar_subquery()), batches.c.finished_at.is_(None))
+        .where(
+            batches.c.id.in_(batch_ids),  # by the key, not a scan joined to the subquery
+            batches.c.id.in_(ordered.scalar_subquery()),
+            batches.c.finished_at.is_(None),
+        )
         .values(**values)
         .returning(*_HELD, batches.c.finished_at)
     )
