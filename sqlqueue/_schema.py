@@ -554,8 +554,9 @@ Index(
 
 # Workflows (added by 0013; see sqlqueue/_store/workflows.py): each step of a workflow (a batch
 # with ``workflow_on_dead`` set), its current job (a requeued step's new job takes its place),
-# and how many of its upstream steps have not yet ended; ``settled`` once its own ending was
-# counted in the steps after it, so that counts once even if it is requeued.
+# and how many of its upstream steps have not yet ended; ``settled`` once its ending was counted
+# in the steps after it by a job it no longer has (requeued under on_dead="run"), so that it
+# counts once (a step counted by its current job's ending needs no mark: the job's status).
 workflow_steps = Table(
     "sqlqueue_workflow_steps",
     metadata,

@@ -2,11 +2,13 @@
 
 Every transition that ends a child (success, dead, cancel; by a worker, the reaper or an
 operator) notes it in :class:`Endings`, and the same transaction then calls :func:`settle`: one
-``UPDATE … RETURNING`` per batch adds the endings to its counters. That UPDATE holds the
-batch's row (PostgreSQL and MariaDB row locks; SQLite's one writer) until the transaction ends,
-so of two children finishing at the same moment one waits for the other's commit and then adds
-to the counts it wrote: exactly one transaction sees the counts reach ``total``, and it inserts
-the callback job and sets ``finished_at``. A finished batch's row matches no further UPDATE.
+locking read takes every batch row of the round (in id order) with its counts, and one UPDATE
+per distinct change (in a worker's round, "one more success" for most) adds the endings to the
+counters and marks the finished batches; no statement per batch. The read holds the batches'
+rows (PostgreSQL and MariaDB row locks; SQLite's one writer) until the transaction ends, so of
+two children finishing at the same moment one waits for the other's commit and then reads the
+counts it wrote: exactly one transaction sees the counts reach ``total``, and it inserts the
+callback job and sets ``finished_at``. A finished batch's row is read by no further settle.
 
 Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
 :func:`settle` with no endings sends nothing.
@@ -22,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, func, insert, null, select, update
+from sqlalchemy import Connection, RowMapping, case, delete, func, insert, null, select, update
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
+from sqlqueue._store.batch_callbacks import enqueue_callback, request_document
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.workflows import advance, forget_steps
 from sqlqueue.dialects import Dialect
@@ -45,6 +48,16 @@ __all__ = [
 
 #: The terminal statuses a batch counts, each in the column of the same name.
 _COUNTED = ("succeeded", "dead", "cancelled")
+#: The counters :func:`settle` adds to, in the order of its changes' tuples.
+_COUNTERS = (batches.c.total, batches.c.succeeded, batches.c.dead, batches.c.cancelled)
+#: What :func:`settle` reads of each batch row it holds.
+_HELD = (
+    batches.c.id,
+    *_COUNTERS,
+    batches.c.on_complete,
+    batches.c.on_dead,
+    batches.c.workflow_on_dead,
+)
 #: The statuses of children still on their way, counted from the jobs table when read.
 _LIVE = ("queued", "running", "failed", "waiting")
 
@@ -91,47 +104,6 @@ class Endings:
 # -- writing a batch ----------------------------------------------------------------------------
 
 
-def _request_document(row: JobRow | None) -> dict[str, Any] | None:
-    """A checked callback job as its batch stores it (the payload stays encoded, as checked)."""
-    if row is None:
-        return None
-    run_at = row["_run_at"]
-    return {
-        "job_type": row["job_type"],
-        "queue": row["queue"],
-        "priority": row["priority"],
-        "payload": row["payload"],
-        "max_attempts": row["max_attempts"],
-        "group_key": row["group_key"],
-        "limit_key": row["limit_key"],
-        "trace_context": row["trace_context"],
-        "run_at": run_at.isoformat() if run_at is not None else None,
-        "delay": row["_delay"],
-    }
-
-
-def _request_row(document: Mapping[str, Any], batch_id: int) -> JobRow:
-    """The callback job to insert for ``batch_id`` from its stored document."""
-    run_at = document.get("run_at")
-    return {
-        "job_type": str(document["job_type"]),
-        "queue": str(document["queue"]),
-        "priority": int(document["priority"]),
-        "payload": str(document["payload"]),
-        "max_attempts": int(document["max_attempts"]),
-        "idempotency_key": None,
-        "group_key": document.get("group_key"),
-        # The callback joins the trace of the code that started the batch.
-        "trace_context": document.get("trace_context"),
-        "batch_id": batch_id,
-        "limit_key": document.get("limit_key"),
-        "unique_key": None,
-        "expires_at": None,
-        "_run_at": datetime.fromisoformat(run_at) if run_at else None,
-        "_delay": float(document.get("delay") or 0.0),
-    }
-
-
 def create_batch(
     conn: Connection,
     dialect: Dialect,
@@ -145,7 +117,7 @@ def create_batch(
     batch id and the children's ids. An empty batch is finished at once: its callback is
     enqueued in the same transaction. ``workflow_on_dead`` makes it a workflow's row (its
     children are the steps, see :mod:`sqlqueue._store.workflows`)."""
-    complete_document = _request_document(on_complete)
+    complete_document = request_document(on_complete)
     stmt = (
         insert(batches)
         .values(
@@ -155,7 +127,7 @@ def create_batch(
             cancelled=0,
             # SQL NULL, not JSON null, where there is no callback.
             on_complete=null() if complete_document is None else complete_document,
-            on_dead=null() if on_dead is None else _request_document(on_dead),
+            on_dead=null() if on_dead is None else request_document(on_dead),
             created_at=dialect.now(),
             workflow_on_dead=workflow_on_dead,
         )
@@ -193,38 +165,19 @@ def settle(
 ) -> list[int]:
     """Add ``endings`` to their batches' counters in ``conn``'s transaction; for each batch
     whose children have now all ended, enqueue its callback and mark it finished. Returns the
-    callback jobs enqueued. Sends nothing when ``endings`` is empty."""
-    enqueued: list[int] = []
-    held: dict[int, RowMapping] = {}
-    for batch_id, counts in endings.items():
-        stmt = (
-            update(batches)
-            .where(batches.c.id == batch_id, batches.c.finished_at.is_(None))
-            .values(
-                total=batches.c.total + counts.get("total", 0),
-                succeeded=batches.c.succeeded + counts.get("succeeded", 0),
-                dead=batches.c.dead + counts.get("dead", 0),
-                cancelled=batches.c.cancelled + counts.get("cancelled", 0),
-            )
-            .returning(
-                batches.c.total,
-                batches.c.succeeded,
-                batches.c.dead,
-                batches.c.cancelled,
-                batches.c.on_complete,
-                batches.c.on_dead,
-                batches.c.workflow_on_dead,
-            )
-        )
-        row = (
-            dialect.execute_returning(conn, stmt, execution_options=dialect.table_options)
-            .mappings()
-            .first()
-        )
-        if (
-            row is not None
-        ):  # None: finished already, a late ending (a requeued child, the callback)
-            held[batch_id] = row
+    callback jobs enqueued. Sends nothing when ``endings`` is empty.
+
+    A constant number of statements for any number of batches: one locking read of every
+    batch row (in id order), the workflows' releases (:func:`advance`), and one UPDATE per
+    distinct change (most endings of a round add one success: one UPDATE), plus one INSERT
+    per callback enqueued."""
+    items = endings.items()
+    if not items:
+        return []
+    deltas = {batch_id: _delta(counts) for batch_id, counts in items}
+    if len(set(deltas.values())) == 1 and not dialect.emulates_returning:
+        return _settle_alike(conn, dialect, endings, next(iter(deltas.values())), now)
+    held = _lock_batches(conn, dialect, [batch_id for batch_id, _ in items])
     # Workflows among them: release the steps after those that ended, all at once, while this
     # transaction holds their rows.
     steps = {
@@ -233,29 +186,151 @@ def settle(
         if row["workflow_on_dead"] is not None
     }
     cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
-    for batch_id, row in held.items():
-        cancelled = cancelled_steps.get(batch_id, 0)
-        if cancelled:
+    enqueued: list[int] = []
+    changes: dict[tuple[int, int, int, int], list[int]] = {}
+    finished: list[int] = []
+    for batch_id, counts in items:
+        row = held.get(batch_id)
+        if row is None:  # finished already: a late ending (a requeued child, the callback)
+            continue
+        delta = (
+            counts.get("total", 0),
+            counts.get("succeeded", 0),
+            counts.get("dead", 0),
+            counts.get("cancelled", 0) + cancelled_steps.get(batch_id, 0),
+        )
+        changes.setdefault(delta, []).append(batch_id)
+        dead = row["dead"] + delta[2]
+        ended = row["succeeded"] + delta[1] + dead + row["cancelled"] + delta[3]
+        if ended < row["total"] + delta[0]:
+            continue
+        callback = enqueue_callback(
+            conn, dialect, batch_id, dead=dead, on_complete=row["on_complete"],
+            on_dead=row["on_dead"],
+        )  # fmt: skip
+        if callback is None:
+            finished.append(batch_id)
+            continue
+        enqueued.append(callback)
+        conn.execute(
+            update(batches)
+            .where(batches.c.id == batch_id)
+            .values(finished_at=dialect.now(now), callback_job_id=callback),
+            execution_options=dialect.table_options,
+        )
+    current = dialect.now(now)
+    for delta, batch_ids in changes.items():
+        values: dict[str, Any] = {
+            column.name: column + added
+            for column, added in zip(_COUNTERS, delta, strict=True)
+            if added
+        }
+        ending = [batch_id for batch_id in batch_ids if batch_id in finished]
+        if ending:  # those without a callback finish in the same statement
+            values["finished_at"] = case(
+                (batches.c.id.in_(ending), current), else_=batches.c.finished_at
+            )
+        if values:
             conn.execute(
-                update(batches)
-                .where(batches.c.id == batch_id)
-                .values(cancelled=batches.c.cancelled + cancelled),
+                update(batches).where(batches.c.id.in_(batch_ids)).values(**values),
                 execution_options=dialect.table_options,
             )
-        if row["succeeded"] + row["dead"] + row["cancelled"] + cancelled < row["total"]:
-            continue
-        callback = _finish(
-            conn,
-            dialect,
-            batch_id,
-            dead=row["dead"],
-            on_complete=row["on_complete"],
-            on_dead=row["on_dead"],
-            now=now,
-        )
-        if callback is not None:
-            enqueued.append(callback)
     return enqueued
+
+
+def _delta(counts: Mapping[str, int]) -> tuple[int, int, int, int]:
+    """What ``counts`` add to the counters of :data:`_COUNTERS`, in their order."""
+    return tuple(counts.get(column.name, 0) for column in _COUNTERS)  # type: ignore[return-value]
+
+
+def _settle_alike(
+    conn: Connection,
+    dialect: Dialect,
+    endings: Endings,
+    delta: tuple[int, int, int, int],
+    now: datetime | None,
+) -> list[int]:
+    """:func:`settle` where every batch gets the same ``delta`` (a worker's round: one more
+    success each) and ``UPDATE … RETURNING`` is native: one UPDATE locks the rows in id order
+    (its subquery's ``FOR UPDATE``, so two rounds never wait crosswise), adds ``delta``, finishes
+    the batches without a callback that it completes, and returns the rows. Only a callback,
+    or steps a workflow cancels, cost more (per batch). SET expressions read the old row here
+    (PostgreSQL, SQLite), which the CASE relies on."""
+    current = dialect.now(now)
+    values: dict[str, Any] = {
+        column.name: column + added for column, added in zip(_COUNTERS, delta, strict=True) if added
+    }
+    total, succeeded, dead, cancelled = (
+        column + added for column, added in zip(_COUNTERS, delta, strict=True)
+    )
+    complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
+    values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
+    batch_ids = [batch_id for batch_id, _ in endings.items()]
+    ordered = dialect.lock_row(
+        select(batches.c.id)
+        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
+        .order_by(batches.c.id)
+    )
+    stmt = (
+        update(batches)
+        .where(
+            batches.c.id.in_(batch_ids),  # by the key, not a scan joined to the subquery
+            batches.c.id.in_(ordered.scalar_subquery()),
+            batches.c.finished_at.is_(None),
+        )
+        .values(**values)
+        .returning(*_HELD, batches.c.finished_at)
+    )
+    options = dialect.table_options
+    held = {
+        int(row["id"]): row
+        for row in dialect.execute_returning(conn, stmt, execution_options=options).mappings()
+    }
+    steps = {
+        batch_id: (str(row["workflow_on_dead"]), endings.jobs(batch_id))
+        for batch_id, row in held.items()
+        if row["workflow_on_dead"] is not None
+    }
+    cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
+    enqueued: list[int] = []
+    for batch_id, row in held.items():
+        more = cancelled_steps.get(batch_id, 0)
+        if row["finished_at"] is not None:
+            continue  # finished by the UPDATE: nothing was left to cancel
+        ended = row["succeeded"] + row["dead"] + row["cancelled"] + more
+        finished = ended >= row["total"]
+        if not (more or finished):
+            continue
+        later: dict[str, Any] = {"cancelled": batches.c.cancelled + more} if more else {}
+        if finished:
+            callback = enqueue_callback(
+                conn, dialect, batch_id, dead=row["dead"], on_complete=row["on_complete"],
+                on_dead=row["on_dead"],
+            )  # fmt: skip
+            later.update(finished_at=current, callback_job_id=callback)
+            if callback is not None:
+                enqueued.append(callback)
+        conn.execute(
+            update(batches).where(batches.c.id == batch_id).values(**later),
+            execution_options=options,
+        )
+    return enqueued
+
+
+def _lock_batches(
+    conn: Connection, dialect: Dialect, batch_ids: list[int]
+) -> dict[int, RowMapping]:
+    """The unfinished rows among ``batch_ids``, locked until the transaction ends, in id order
+    so two transactions never wait on each other's batches crosswise. Of two children
+    finishing at the same moment, one waits here for the other's commit and then reads the
+    counts it wrote (a locking read sees the latest commit, on MariaDB too)."""
+    query = (
+        select(*_HELD)
+        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
+        .order_by(batches.c.id)
+    )
+    rows = conn.execute(dialect.lock_row(query), execution_options=dialect.table_options)
+    return {int(row["id"]): row for row in rows.mappings()}
 
 
 def _finish(
@@ -268,12 +343,11 @@ def _finish(
     on_dead: Mapping[str, Any] | None,
     now: datetime | None = None,
 ) -> int | None:
-    """Enqueue the batch's callback (``on_dead`` if a child ended dead and there is one) and
-    mark the batch finished; the caller holds the batch's row."""
-    request = on_dead if dead and on_dead is not None else on_complete
-    callback = None
-    if request is not None:
-        callback = insert_rows(dialect, conn, [_request_row(request, batch_id)])[0]
+    """Enqueue the batch's callback (see :func:`_enqueue_callback`) and mark the batch
+    finished; the caller holds the batch's row."""
+    callback = enqueue_callback(
+        conn, dialect, batch_id, dead=dead, on_complete=on_complete, on_dead=on_dead
+    )
     conn.execute(
         update(batches)
         .where(batches.c.id == batch_id)

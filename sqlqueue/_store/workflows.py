@@ -5,11 +5,14 @@ A workflow is a batch (``sqlqueue_batches`` row with ``workflow_on_dead`` set) w
 are its steps, so every path that ends a job already notes the ending in
 :class:`~sqlqueue._store.batches.Endings` and calls :func:`~sqlqueue._store.batches.settle`,
 which holds the workflow's row and calls :func:`advance` here with the steps that ended. Each
-step row counts its upstream steps not yet ended (``waiting_on``): an ending decrements the
-counts of its direct downstream steps by one statement per distinct decrement (one, in
-practice), and the steps that reach zero go from ``waiting`` to ``queued`` in one more
-statement — no statement per sibling. ``settled`` marks a step whose ending was counted, so a
-requeued step (its new job takes its place in the step row) never counts twice.
+step row counts its upstream steps not yet ended (``waiting_on``): an ending reads the counts
+of its direct downstream steps (one statement for every step of the round), writes their
+lower counts in one statement per distinct decrement (one, in practice), and the steps that
+reach zero go from ``waiting`` to ``queued`` in one more — no statement per sibling, and no
+second read of the counts (the first, locked, knows them). Nothing is written
+to the step that ended: its job's status says it was counted, and ``settled`` marks a step
+whose ending was counted by the job it had before a requeue (under ``on_dead="run"``), so
+its new job's ending never counts twice.
 
 Reads that decide a write lock their rows (``FOR UPDATE``): after waiting for the workflow's
 row they see what the transaction before committed, on MariaDB's snapshots too.
@@ -116,24 +119,23 @@ def add_step(
         raise LookupError(f"batch {workflow_id} is not a workflow")
     if head[0] is not None:
         raise LookupError(f"workflow {workflow_id} has finished")
-    known = {
-        str(found_name): bool(settled)
-        for found_name, settled in conn.execute(
-            dialect.lock_row(
-                select(_steps.c.name, _steps.c.settled).where(
-                    _steps.c.workflow_id == workflow_id,
-                    _steps.c.name.in_([name, *after]),
-                )
-            ),
-            execution_options=options,
-        )
-    }
-    if name in known:
+    found = conn.execute(
+        dialect.lock_row(
+            select(_steps.c.name, _steps.c.settled, _steps.c.job_id).where(
+                _steps.c.workflow_id == workflow_id,
+                _steps.c.name.in_([name, *after]),
+            )
+        ),
+        execution_options=options,
+    ).all()
+    if any(str(row[0]) == name for row in found):
         raise LookupError(f"step {name!r} is already in workflow {workflow_id}")
+    known = {str(row[0]) for row in found}
     unknown = [upstream for upstream in after if upstream not in known]
     if unknown:
         raise LookupError(f"workflow {workflow_id} has no step {unknown[0]!r}")
-    pending = sum(1 for upstream in after if not known[upstream])
+    counted = _counted(conn, dialect, str(head[1]), found)
+    pending = sum(1 for upstream in after if upstream not in counted)
     conn.execute(  # the workflow cannot finish before the new step ends
         update(batches).where(batches.c.id == workflow_id).values(total=batches.c.total + 1),
         execution_options=options,
@@ -159,12 +161,39 @@ def add_step(
     return job_id
 
 
+def _counted(conn: Connection, dialect: Dialect, on_dead: str, steps: Sequence[Any]) -> set[str]:
+    """The names among ``steps`` (``(name, settled, job id)``, read under the workflow's row)
+    whose ending the steps after them have counted: marked ``settled``, or their job ended as
+    ``advance`` counts it. The jobs are read without a lock: a transaction ending one of them
+    holds its row while it waits for the workflow's row, which this one holds; what it has
+    not committed, it will count in the steps after it (new ones included) once it has it."""
+    counting = {"succeeded", "dead", "cancelled"} if on_dead == "run" else {"succeeded"}
+    statuses = dict(
+        conn.execute(
+            select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_([row[2] for row in steps])),
+            execution_options=dialect.table_options,
+        ).all()
+    )
+    return {
+        str(name) for name, settled, job_id in steps if settled or statuses.get(job_id) in counting
+    }
+
+
 def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int, int]]) -> None:
     """Requeued dead jobs ``(old id, new id)``: each new job takes the old one's place in its
-    workflow step (a job outside any workflow matches no step row)."""
+    workflow step (a job outside any workflow matches no step row). Under
+    ``on_dead="run"`` the old job's ending was counted in the steps after it: the step is
+    marked ``settled``, so its new job's ending does not count again."""
     if moves:
+        run = (
+            select(batches.c.workflow_on_dead)
+            .where(batches.c.id == _steps.c.workflow_id)
+            .scalar_subquery()
+        ) == "run"
         conn.execute(
-            update(_steps).where(_steps.c.job_id == _bind("old_id")).values(job_id=_bind("new_id")),
+            update(_steps)
+            .where(_steps.c.job_id == _bind("old_id"))
+            .values(job_id=_bind("new_id"), settled=case((run, True), else_=_steps.c.settled)),
             [{"old_id": old, "new_id": new} for old, new in moves],
             execution_options=dialect.table_options,
         )
@@ -207,21 +236,11 @@ def advance(
 def _release_after(
     conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
 ) -> None:
+    """Count the endings of steps ``job_ids`` in their downstream steps and release those with
+    nothing left to wait for: three statements for any number of steps (one read, the lower
+    counts, the release). A step's ending is counted once: its
+    job ends once, and a step requeued after a counted ending is ``settled``."""
     options = dialect.table_options
-    settled: list[int] = []
-    for chunk in _chunks(sorted(job_ids)):
-        settled.extend(  # not counted yet (a requeued step under on_dead="run" was)
-            conn.execute(
-                dialect.lock_row(
-                    select(_steps.c.job_id).where(
-                        _steps.c.job_id.in_(chunk), _steps.c.settled.is_(False)
-                    )
-                ),
-                execution_options=options,
-            ).scalars()
-        )
-    if not settled:
-        return
     upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
     graph = _edges.join(
         upstream,
@@ -232,24 +251,23 @@ def _release_after(
         & (downstream.c.name == _edges.c.downstream),
     )
     after: Counter[int] = Counter()
-    for chunk in _chunks(settled):
-        conn.execute(
-            update(_steps).where(_steps.c.job_id.in_(chunk)).values(settled=True),
+    waiting: dict[int, int] = {}
+    for chunk in _chunks(sorted(job_ids)):
+        # Locked: read after the workflow's row, the count is the one the last writer left.
+        # A ``settled`` upstream was counted by the job it had before a requeue.
+        for job_id, waiting_on in conn.execute(
+            dialect.lock_row(
+                select(downstream.c.job_id, downstream.c.waiting_on)
+                .select_from(graph)
+                .where(upstream.c.job_id.in_(chunk), upstream.c.settled.is_(False))
+            ),
             execution_options=options,
-        )
-        after.update(
-            int(job_id)
-            for job_id in conn.execute(
-                dialect.lock_row(
-                    select(downstream.c.job_id)
-                    .select_from(graph)
-                    .where(upstream.c.job_id.in_(chunk))
-                ),
-                execution_options=options,
-            ).scalars()
-        )
+        ):
+            after[int(job_id)] += 1
+            waiting[int(job_id)] = int(waiting_on)
     if not after:
         return
+    ready = sorted(job_id for job_id, count in after.items() if waiting[job_id] - count <= 0)
     by_decrement: dict[int, list[int]] = {}
     for job_id, count in after.items():
         by_decrement.setdefault(count, []).append(job_id)
@@ -261,14 +279,6 @@ def _release_after(
                 .values(waiting_on=_steps.c.waiting_on - count),
                 execution_options=options,
             )
-    ready: list[int] = []
-    for chunk in _chunks(sorted(after)):
-        ready.extend(
-            conn.execute(
-                select(_steps.c.job_id).where(_steps.c.job_id.in_(chunk), _steps.c.waiting_on <= 0),
-                execution_options=options,
-            ).scalars()
-        )
     current = dialect.now(now)
     wake = dialect.wake_columns()
     for chunk in _chunks(ready):

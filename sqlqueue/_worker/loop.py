@@ -379,6 +379,10 @@ class Worker:
             # A finished job may make others claimable at once (its group's next job, a freed
             # rate-limit token): its queue's pool claims in this round, resting or not.
             self._slots.wake(outcome.job.queue for outcome in batch)
+            if any(outcome.job.batch_id is not None for outcome in batch):
+                # This round may release workflow steps or enqueue a batch's callback, in any
+                # queue: every pool claims in it, and its claims see them (same transaction).
+                self._slots.wake()
             stuck = self._slots.take_stuck(asyncio.get_running_loop().time())
             if stuck:  # held behind slow jobs: let another worker have them
                 await self._release(stuck, shutdown=False)
@@ -612,6 +616,12 @@ class Worker:
         self._forget_start(outcome.job.id, outcome.job.attempt)
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
+        if outcome.recorded and outcome.job.batch_id is not None:
+            # Its handler's transaction ended it, and may have released workflow steps or
+            # enqueued a batch's callback: the next round claims for every pool, none waits for
+            # its poll (no wake-up reaches a worker on SQLite or MariaDB, or without LISTEN).
+            self._slots.wake()
+            self._wake.set()
         self._observers.written(outcome, landed)
 
     # -- maintenance duties -------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""What one worker round costs workflows and batches, and how soon it runs what it released:
+the endings of any number of batches and workflows settle in a constant number of statements
+(no statement per batch or per workflow), a round mixing batches that finish, with and without
+a callback, with batches and workflows that go on counts each one right, and a released step
+starts at once, without waiting for a poll: in the round that released it, in another
+queue's pool, or after a step that completed in its handler's transaction. Every backend."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue import JobRequest, Workflow
+from sqlqueue._schema import batches, jobs
+from sqlqueue._store.rows import Failure
+from tests._support import wait_until
+from tests._support.statements import statements
+from tests.conftest import Backend
+
+
+def _queue(backend: Backend) -> sqlqueue.Queue:
+    queue = backend.queue()
+    queue.task("step", max_attempts=1)(lambda label: label)
+    queue.task("done", max_attempts=1)(lambda: None)
+    return queue
+
+
+def _step(label: str) -> JobRequest:
+    return JobRequest(job_type="step", payload={"label": label})
+
+
+def _chains(queue: sqlqueue.Queue, count: int) -> list[sqlqueue.WorkflowHandle]:
+    handles = []
+    with queue.engine.begin() as conn:
+        for _ in range(count):
+            wf = Workflow()
+            wf.add("first", _step("first"))
+            wf.add("second", _step("second"), after=["first"])
+            handles.append(queue.enqueue_workflow(conn, wf))
+    return handles
+
+
+def _claim_all(queue: sqlqueue.Queue, worker: str = "w1") -> list[Any]:
+    return queue.store.claim(
+        queues=["default"], job_types=None, limit=1000, worker_id=worker, lease_seconds=60
+    )
+
+
+def _status(queue: sqlqueue.Queue, job_id: int) -> str:
+    with queue.engine.connect() as conn:
+        return str(conn.execute(sa.select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one())
+
+
+def _statements_to_settle(queue: sqlqueue.Queue, chains: int) -> int:
+    """Statements of one round that ends the first step of ``chains`` new two-step chains and
+    one child of as many new batches."""
+    handles = _chains(queue, chains)
+    with queue.engine.begin() as conn:
+        made = [queue.enqueue_batch(conn, [_step("child"), _step("child")]) for _ in range(chains)]
+    wanted = {handle.job_ids["first"] for handle in handles} | {b.job_ids[0] for b in made}
+    ending = [job.fence for job in _claim_all(queue) if job.id in wanted]
+    assert len(ending) == 2 * chains
+    with statements(queue.engine) as sent:
+        landed = queue.store.finish(worker_id="w1", succeeded=ending, failures=[])
+    assert landed == wanted
+    for handle in handles:  # every second step was released by that round
+        assert _status(queue, handle.job_ids["second"]) == "queued"
+    ids = [handle.id for handle in handles] + [batch.id for batch in made]
+    with queue.engine.connect() as conn:
+        counts = conn.execute(
+            sa.select(batches.c.succeeded, batches.c.finished_at.is_(None)).where(
+                batches.c.id.in_(ids)
+            )
+        ).all()
+    assert counts == [(1, True)] * (2 * chains)  # one each, none finished
+    return len(sent.sql)
+
+
+def test_a_round_settles_any_number_of_batches_and_workflows_in_the_same_statements(backend):
+    """No statement per batch or per workflow: ending the first steps of 3 chains and a child
+    of 3 batches sends as many statements as 30 of each (before, each batch cost its own
+    UPDATE, and each that finished another)."""
+    queue = _queue(backend)
+    few = _statements_to_settle(queue, 3)
+    many = _statements_to_settle(queue, 30)
+    assert many == few
+
+
+def test_a_round_of_mixed_endings_counts_each_batch_and_finishes_only_the_complete_ones(backend):
+    """One round ends: both children of a batch with a callback (it finishes and enqueues the
+    callback once), one child of a batch without one (it finishes), two of three children of
+    another (it goes on, with a count the others do not share), a dead child of a batch with
+    ``on_dead`` (that callback), and the first step of a chain (the second is released)."""
+    queue = _queue(backend)
+    done = JobRequest(job_type="done")
+    with queue.engine.begin() as conn:
+        with_callback = queue.enqueue_batch(conn, [_step("a1"), _step("a2")], on_complete=done)
+        alone = queue.enqueue_batch(conn, [_step("b1")])
+        going_on = queue.enqueue_batch(conn, [_step("c1"), _step("c2"), _step("c3")])
+        dying = queue.enqueue_batch(conn, [_step("d1")], on_complete=done, on_dead=done)
+    [chain] = _chains(queue, 1)
+    claimed = {job.payload["label"]: job for job in _claim_all(queue)}
+    dead = claimed["d1"]
+    failure = Failure(
+        job_id=dead.id, attempt=dead.attempt, dead=True, retry_in=0.0, last_error="boom", errors=[]
+    )
+    succeeded = [claimed[label].fence for label in ("a1", "a2", "b1", "c1", "c2", "first")]
+    landed = queue.store.finish(worker_id="w1", succeeded=succeeded, failures=[failure])
+    assert len(landed) == 7
+    with queue.engine.connect() as conn:
+        rows = {
+            row.id: row
+            for row in conn.execute(
+                sa.select(
+                    batches.c.id,
+                    batches.c.succeeded,
+                    batches.c.dead,
+                    batches.c.finished_at,
+                    batches.c.callback_job_id,
+                )
+            )
+        }
+        callbacks = conn.execute(
+            sa.select(jobs.c.id, jobs.c.batch_id).where(jobs.c.job_type == "done")
+        ).all()
+    assert (rows[with_callback.id].succeeded, rows[with_callback.id].dead) == (2, 0)
+    assert rows[with_callback.id].finished_at is not None
+    assert (rows[alone.id].succeeded, rows[alone.id].finished_at is None) == (1, False)
+    assert rows[alone.id].callback_job_id is None
+    assert (rows[going_on.id].succeeded, rows[going_on.id].finished_at) == (2, None)
+    assert (rows[dying.id].dead, rows[dying.id].finished_at is None) == (1, False)
+    assert sorted(batch_id for _, batch_id in callbacks) == sorted([with_callback.id, dying.id])
+    by_batch = {batch_id: job_id for job_id, batch_id in callbacks}
+    assert rows[with_callback.id].callback_job_id == by_batch[with_callback.id]
+    assert rows[dying.id].callback_job_id == by_batch[dying.id]
+    assert (rows[chain.id].succeeded, rows[chain.id].finished_at) == (1, None)
+    assert _status(queue, chain.job_ids["second"]) == "queued"
+
+
+def _run_until_succeeded(queue: sqlqueue.Queue, workflow_id: int, **options: Any) -> None:
+    """Run a worker that polls every 60 s with wake-ups off until the workflow succeeded (at
+    most 30 s): waiting for a poll anywhere would fail the test."""
+    worker = queue.worker(poll_interval=60, listen=False, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            lambda: (status := queue.get_workflow(workflow_id)) is not None and status.succeeded,
+            timeout=30,
+            what=f"workflow {workflow_id} to succeed without waiting for a poll",
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def _chain(queue: sqlqueue.Queue, requests: list[JobRequest]) -> int:
+    wf = Workflow()
+    previous: list[str] = []
+    for n, request in enumerate(requests):
+        previous = [wf.add(f"s{n}", request, after=previous)]
+    with queue.engine.begin() as conn:
+        return queue.enqueue_workflow(conn, wf).id
+
+
+def test_a_chains_next_step_starts_in_the_round_that_released_it_not_after_a_poll(backend):
+    """Each step of a 4-step chain is released by the round that writes its upstream's
+    outcome and claimed by the same round, so the chain ends in a few rounds."""
+    queue = _queue(backend)
+    _run_until_succeeded(queue, _chain(queue, [_step(f"s{n}") for n in range(4)]), concurrency=2)
+
+
+def test_a_step_released_into_another_queue_is_claimed_by_that_queues_pool_at_once(backend):
+    """The step after a ``default`` step is in ``other``, whose pool found nothing at first and
+    rests until its poll: the round that releases the step claims for every pool."""
+    queue = _queue(backend)
+    later = JobRequest(job_type="step", payload={"label": "later"}, queue="other")
+    workflow_id = _chain(queue, [_step("first"), later])
+    _run_until_succeeded(queue, workflow_id, queues={"default": 1, "other": 1})
+
+
+def test_a_step_released_by_its_upstreams_own_transaction_is_claimed_at_once(backend):
+    """Steps that complete in their handler's transaction (``ctx.transaction()``) release the
+    next step there, outside any claim round: the worker claims again at once."""
+    queue = _queue(backend)
+
+    @queue.task("in_transaction", max_attempts=1)
+    def in_transaction(ctx: sqlqueue.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(sa.select(1))
+
+    request = JobRequest(job_type="in_transaction")
+    _run_until_succeeded(queue, _chain(queue, [request] * 3), concurrency=2)
