@@ -344,8 +344,6 @@ class Dialect(Claiming):
 
     def translate_error(self, error: BaseException) -> SqlqueueError | None:
         """The sqlqueue error for a driver error, or ``None`` when it is not the database's."""
-        if isinstance(error, SqlqueueError):
-            return error
         if isinstance(error, sa_exc.DBAPIError):
             if self._is_missing_table(error):
                 return SchemaNotMigrated(
