@@ -14,12 +14,11 @@ from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
-from sqlqueue._store.filters import exactly
 from sqlqueue._store.job_actions import Record, record_actions
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
-__all__ = ["cancel_job", "cancel_jobs"]
+__all__ = ["cancel_job"]
 
 _WAITING = ("queued", "failed", "waiting")
 
@@ -59,35 +58,3 @@ def cancel_job(
         settle(conn, dialect, endings)
     record_actions(conn, dialect, [job_id], record)
     return row_to_job(updated)
-
-
-def cancel_jobs(
-    conn: Connection,
-    dialect: Dialect,
-    *,
-    job_type: str | None,
-    queue: str | None,
-    group_key: str | None,
-) -> int:
-    """Cancel every queued or failed job matching all the given filters; return how many.
-
-    Jobs outside batches go in one plain UPDATE; children of batches in a second one that
-    returns their batches, which count them in this transaction."""
-    current = dialect.now()
-    stmt = (
-        update(jobs)
-        .where(jobs.c.status.in_(_WAITING))
-        .values(status="cancelled", finished_at=current, updated_at=current)
-    )
-    for column, value in (("job_type", job_type), ("queue", queue), ("group_key", group_key)):
-        if value is not None:
-            stmt = stmt.where(*exactly(jobs.c[column], value))
-    count = conn.execute(stmt.where(jobs.c.batch_id.is_(None))).rowcount
-    in_batches = stmt.where(jobs.c.batch_id.is_not(None)).returning(jobs.c.id, jobs.c.batch_id)
-    endings = Endings()
-    for job_id, batch_id in dialect.execute_returning(conn, in_batches).all():
-        endings.ended(batch_id, "cancelled", job_id=job_id)
-        count += 1
-    if endings:
-        settle(conn, dialect, endings)
-    return count

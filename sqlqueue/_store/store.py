@@ -333,13 +333,3 @@ class Store(GateTransactions):
     def cancel(self, job_id: int, record: Record | None = None) -> Job:
         """Cancel one job, or ask its handler to stop (see :mod:`sqlqueue._store.cancel`)."""
         return self._in_write(lambda conn: cancel.cancel_job(conn, self.dialect, job_id, record))
-
-    def cancel_where(
-        self, *, job_type: str | None, queue: str | None, group_key: str | None
-    ) -> int:
-        """Cancel the queued and failed jobs matching every given filter."""
-        return self._in_write(
-            lambda conn: cancel.cancel_jobs(
-                conn, self.dialect, job_type=job_type, queue=queue, group_key=group_key
-            )
-        )

@@ -204,7 +204,7 @@ class Dialect(Claiming):
     def listen(self, engine: Engine, channel: str) -> Iterator[Callable[[float], Iterator[str]]]:
         """A dedicated connection listening on ``channel``; yields ``wait(timeout)``, which
         yields notification payloads as they arrive. Only where ``supports_listen_notify``."""
-        raise UnsupportedDatabase(f"{type(self).__name__} has no LISTEN/NOTIFY")
+        raise NotImplementedError(f"{type(self).__name__} supports LISTEN/NOTIFY: define listen()")
         yield  # pragma: no cover
 
     def wake_columns(self) -> tuple[ColumnElement[Any], ...]:
@@ -241,9 +241,9 @@ class Dialect(Claiming):
         victims) runs it again."""
         return operation()
 
+    @abc.abstractmethod
     def async_url(self, url: URL) -> URL:
         """The URL of the same database through this backend's asyncio driver."""
-        return url
 
     # -- statements --------------------------------------------------------------------------
 
@@ -344,8 +344,6 @@ class Dialect(Claiming):
 
     def translate_error(self, error: BaseException) -> SqlqueueError | None:
         """The sqlqueue error for a driver error, or ``None`` when it is not the database's."""
-        if isinstance(error, SqlqueueError):
-            return error
         if isinstance(error, sa_exc.DBAPIError):
             if self._is_missing_table(error):
                 return SchemaNotMigrated(
@@ -362,8 +360,9 @@ class Dialect(Claiming):
             return DatabaseUnavailable(f"the database connection failed: {error}")
         return None
 
+    @abc.abstractmethod
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
-        return False
+        """Whether the error says a table (or its schema) does not exist: not migrated."""
 
     def _setup_advice(self, error: sa_exc.DBAPIError) -> str | None:
         """A message naming the setting to change, for errors a misconfiguration causes."""
@@ -373,14 +372,15 @@ class Dialect(Claiming):
         """Whether the error means "cannot reach the database now" (worth retrying later)."""
         return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError)
 
+    @abc.abstractmethod
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
-        return f"cannot reach the database: {str(error.orig).strip()}"
+        """What to tell the user when the database cannot be reached, naming it."""
 
     # -- enqueue in bulk (see ``bulk_path``) and pooled connections (added for issue 4) ------
 
     def copy_driver(self, conn: Connection) -> bool:
         """Whether ``conn``'s driver can stream rows with :meth:`copy_rows` (``BulkPath.COPY``)."""
-        return False
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.COPY: define copy_driver()")
 
     def copy_rows(
         self,
@@ -392,28 +392,28 @@ class Dialect(Claiming):
         """Stream ``rows`` (values in ``columns`` order) into ``table`` (in its own schema, or
         this dialect's when it names none) in the caller's transaction; driver errors come out
         as SQLAlchemy's (``BulkPath.COPY``)."""
-        raise UnsupportedDatabase(f"{type(self).__name__} cannot COPY")
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.COPY: define copy_*()")
 
     def copy_allocation(self, staging_table: str) -> Select[Any]:
         """One row: the clock, an array of ``:count`` fresh job ids in ascending order, a
         wake-up sent (at commit) for each queue of ``:queues``, and whether the session's
         ``staging_table`` exists (``BulkPath.COPY``); its other parameters come from
         :meth:`copy_parameters`."""
-        raise UnsupportedDatabase(f"{type(self).__name__} cannot COPY")
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.COPY: define copy_*()")
 
     def copy_parameters(self, conn: Connection) -> dict[str, Any]:
         """The parameters of :meth:`copy_allocation` that depend on this dialect's schema."""
-        return {}
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.COPY: define copy_*()")
 
     def json_array_rows(self, document: ColumnElement[str]) -> Any:
         """A table of the elements of the JSON array ``document``, with columns ``key`` (the
         position) and ``value`` (``BulkPath.JSON_ARRAY``)."""
-        raise UnsupportedDatabase(f"{type(self).__name__} cannot read JSON arrays as rows")
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.JSON_ARRAY: define json_*()")
 
     def json_element(self, array: ColumnElement[Any], index: int, type_: Any) -> ColumnElement[Any]:
         """The ``index``-th element of the JSON array ``array`` as ``type_``
         (``BulkPath.JSON_ARRAY``)."""
-        raise UnsupportedDatabase(f"{type(self).__name__} cannot read JSON arrays as rows")
+        raise NotImplementedError(f"{type(self).__name__} has BulkPath.JSON_ARRAY: define json_*()")
 
     def connection_dropped(self, dbapi_connection: Any) -> bool:
         """Whether an idle pooled connection is known dead without a round trip (the server
