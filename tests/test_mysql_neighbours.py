@@ -91,7 +91,8 @@ def test_a_conflict_key_held_in_one_database_does_not_stall_the_same_key_in_anot
     assert held, "the enqueue took no named lock: this test tests nothing"
     (thread, outcome) = held[0]
     assert not thread.is_alive(), "the other database's enqueue waited for this one's key"
-    assert len(outcome) == 1 and isinstance(outcome[0], int), outcome
+    assert len(outcome) == 1, outcome
+    assert isinstance(outcome[0], int), outcome
     assert isinstance(mine, int)
 
 
@@ -112,7 +113,8 @@ def test_a_migration_of_one_database_does_not_wait_for_another(
         other.join(PROMPTLY)
         assert not other.is_alive(), "the other database's migration waited for our lock"
         assert other_outcome == [None]
-        assert same.is_alive() and same_outcome == [], same_outcome
+        assert same.is_alive(), same_outcome
+        assert same_outcome == []
     same.join(PROMPTLY)
     assert same_outcome == [None]
     assert "sqlqueue_jobs" in sa.inspect(neighbour).get_table_names()

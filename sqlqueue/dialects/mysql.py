@@ -55,9 +55,9 @@ from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import Dialect
 from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON
 from sqlqueue.dialects._mysql_returning import (
-    database_lock_name,
     LOCK_OPTION,
     ConflictInsert,
+    database_lock_name,
     run_returning,
 )
 
@@ -292,10 +292,10 @@ class MySQLDialect(Dialect):
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
         """The start of the oldest other InnoDB transaction of a session using this database
-        that has changed or locked rows, one second early (``trx_started`` has whole seconds, in the server's time zone, so it
-        is measured against ``NOW()`` and moved onto the UTC clock). Sessions of other
-        databases are left out, as on PostgreSQL: their writes cannot land in our tables, and
-        a busy neighbour on the server held the counts back."""
+        that has changed or locked rows, one second early (``trx_started`` has whole seconds,
+        in the server's time zone, so it is measured against ``NOW()`` and moved onto the UTC
+        clock). Sessions of other databases are left out, as on PostgreSQL: their writes
+        cannot land in our tables, and a busy neighbour on the server held the counts back."""
         started: datetime | None = conn.execute(
             select_oldest_write(),
         ).scalar()
