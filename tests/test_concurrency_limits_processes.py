@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import sqlqueue
@@ -20,6 +21,9 @@ from tests.apps.processes import wait_until
 
 APP = "tests.apps.limits_app:queue"
 OPTIONS = ("--concurrency", "8", "--poll-interval", "0.05")
+# Many worker processes at once: under pytest-xdist these modules share one group, so
+# two of them never run at the same time on a 2-core machine (see docs/development.md).
+pytestmark = pytest.mark.xdist_group("many_processes")
 
 
 class Sampler:
