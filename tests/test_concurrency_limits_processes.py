@@ -81,7 +81,10 @@ def test_a_limit_of_three_holds_across_processes_and_a_killed_workers_slot_comes
     create_ledger(backend.engine)
     producer: Any = sqlqueue.Queue(backend.engine)
     producer.task("limits.global", concurrency=sqlqueue.Concurrency(limit=3))(lambda **_: None)
-    started = [workers.start(*OPTIONS, app=APP, lease_seconds=2) for _ in range(4)]
+    # The victim's slot comes back when its lease expires: short, so the test is quick, but
+    # not 2 s, which a live worker's heartbeat missed at a load average of 30 on 2 cores (its
+    # job was run again beside it: 4 at once in the ledger, never more than 3 in the table).
+    started = [workers.start(*OPTIONS, app=APP, lease_seconds=6) for _ in range(4)]
     for worker in started:
         worker.wait_ready()
     total = 30
