@@ -239,6 +239,8 @@ def bench_report(session: nox.Session) -> None:
 def coverage(session: nox.Session) -> None:
     """Line and branch coverage of ``sqlqueue/`` over the suite on SQLite, PostgreSQL and
     MariaDB, worker and CLI subprocesses included (``[tool.coverage]`` in pyproject.toml).
+    The pytest-xdist workers of ``addopts`` are such subprocesses too: coverage's
+    ``patch = ["subprocess"]`` measures them, and ``coverage combine`` joins their files.
 
     Pass pytest arguments after ``--``: ``nox -s coverage -- tests/test_worker.py``. The report
     lists the least covered modules first; ``htmlcov/index.html`` shows the missed lines.

@@ -521,6 +521,7 @@ def test_the_password_is_never_in_a_row_an_error_or_a_log_line(backend, queues, 
 # -- sent once where it can be ------------------------------------------------------------------
 
 
+@pytest.mark.timeout(240)  # two worker processes start one after the other (the module's is 60)
 def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_id(
     backend, server, tmp_path
 ):
@@ -540,14 +541,16 @@ def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_i
         backend.url,
         EMAIL_SMTP_PORT=str(port),
         EMAIL_CRASH_MARKER=str(tmp_path / "crashed"),
-        EMAIL_LEASE_SECONDS="1.5",
+        # Long enough that a live worker's heartbeat never misses it on a loaded machine: the
+        # dead worker's lease is aged below (by an hour), not waited for.
+        EMAIL_LEASE_SECONDS="20",
     )
     command = [
         sys.executable,
         *("-m", "sqlqueue", "worker", "tests.apps.email_app:queue"),
         *("--poll-interval", "0.05", "--burst"),
     ]
-    first = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+    first = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=100)
     assert first.returncode == -signal.SIGKILL, first.stderr.decode()
     assert len(smtp.received) == 1  # the server has it
     assert ledger(backend.engine) == []  # rolled back with the job's success
@@ -557,10 +560,10 @@ def test_a_crash_between_the_send_and_the_commit_resends_with_the_same_message_i
     age_jobs(producer, [job_id], by=timedelta(hours=1))
 
     def rerun() -> bool:
-        subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+        subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=100)
         return job_of(producer, job_id).status == "succeeded"
 
-    wait_until(rerun, timeout=60, interval=0.1, what="a second worker to rerun the job")
+    wait_until(rerun, timeout=150, interval=0.1, what="a second worker to rerun the job")
     job = job_of(producer, job_id)
     assert (job.status, job.attempts) == ("succeeded", 2)
     first_copy, second_copy = smtp.received
@@ -816,7 +819,10 @@ def test_a_pool_sends_many_messages_over_one_connection(backend, queues, server)
 
 def test_a_kept_connection_the_server_closed_is_replaced_without_a_failed_attempt(backend, queues):
     smtp = SMTPServer()
-    with smtp.running(timeout=0.2) as port:  # the server drops connections idle for 0.2 s
+    # The server drops connections idle for 2 s: idle between two jobs, which the test waits
+    # for, but never within one message's commands (at 0.2 s a loaded machine's pause between
+    # MAIL and RCPT was taken for idleness, and the send failed).
+    with smtp.running(timeout=2.0) as port:
         config = SMTP(host="127.0.0.1", port=port, starttls=False, pool_size=1)
         queue, mailer = new_mailer(backend, queues, port, smtp=config)
         with WorkerThread(queue.worker(concurrency=1, poll_interval=0.02)):

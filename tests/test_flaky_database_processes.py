@@ -20,7 +20,9 @@ from sqlqueue._worker.retries import QUICK_CAP_SECONDS
 from tests.apps.flaky_effects import EFFECTS, create_effects
 from tests.apps.processes import wait_until
 
-pytestmark = pytest.mark.timeout(600)
+# Many worker processes at once: under pytest-xdist these modules share one group, so
+# two of them never run at the same time on a 2-core machine (see docs/development.md).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("many_processes")]
 
 JOBS = 300
 #: Generous: healthy, the two workers run these in about a second.

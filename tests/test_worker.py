@@ -168,11 +168,17 @@ def test_a_pool_of_slow_jobs_claims_no_more_than_its_free_slots(backend):
     one stays in the queue, where another worker can take it."""
     queue = backend.queue()
     started: list[int] = []
+    # Every job takes 0.3 s at least; the second then runs until the test has looked (on a
+    # loaded machine the look may come later than 0.3 s after it started).
+    done = [threading.Event() for _ in range(3)]
+    done[0].set()
+    done[2].set()
 
     @queue.task("slow")
     def slow(n: int) -> None:
         started.append(n)
         time.sleep(0.3)
+        done[n].wait(30)
 
     with backend.engine.begin() as conn:
         ids = [slow.enqueue(conn, n=n) for n in range(3)]
@@ -181,6 +187,7 @@ def test_a_pool_of_slow_jobs_claims_no_more_than_its_free_slots(backend):
         wait_until(lambda: len(started) == 2)
         assert queue.get_job(ids[1]).status == "running"
         assert queue.get_job(ids[2]).status == "queued"
+        done[1].set()
         wait_until(lambda: len(started) == 3)
 
 

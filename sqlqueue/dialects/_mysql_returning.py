@@ -37,6 +37,7 @@ from sqlalchemy import (
     Insert,
     Result,
     Select,
+    String,
     Table,
     Update,
     and_,
@@ -290,9 +291,13 @@ def _turn(conn: Conn, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
     transactions racing for a key take turns. Without it, waiters that all saw the holder's
     uncommitted row hold shared locks on it once it commits or rolls back, and then each
     wants it exclusively — InnoDB's classic duplicate-key deadlock, which would roll back the
-    caller's whole transaction (PostgreSQL's ``ON CONFLICT`` has no such failure)."""
-    digest = hashlib.sha1(repr((table.name, values)).encode(), usedforsecurity=False)
-    name = f"sqlqueue:{digest.hexdigest()}"
+    caller's whole transaction (PostgreSQL's ``ON CONFLICT`` has no such failure).
+
+    Named locks are the server's, not a database's: the name includes the session's database
+    (see :func:`database_lock_name`), so two apps on one server never wait for each other's
+    keys."""
+    digest = hashlib.sha1(repr((table.fullname, values)).encode(), usedforsecurity=False)
+    name = database_lock_name(digest.hexdigest())
     got = conn.execute(select(func.get_lock(name, _KEY_LOCK_SECONDS))).scalar()
     if got != 1:
         raise DatabaseUnavailable(
@@ -306,6 +311,14 @@ def _turn(conn: Conn, table: Table, values: tuple[Any, ...]) -> Iterator[None]:
         # releasing it there would raise over the error that lost it.
         if not conn.invalidated:
             conn.execute(select(func.release_lock(name))).scalar()
+
+
+def database_lock_name(key: str) -> ColumnElement[str]:
+    """A ``GET_LOCK`` name for ``key`` in the session's own database, computed by the server:
+    ``sqlqueue:`` and the SHA-1 of ``DATABASE()`` and ``key`` (49 characters, under the
+    64 that MariaDB and MySQL allow). Bound, never formatted into the SQL."""
+    scoped = func.concat(func.coalesce(func.database(), ""), ":", bindparam(None, key, String()))
+    return func.concat("sqlqueue:", func.sha1(scoped), type_=String())
 
 
 def _insert_if_absent(conn: Conn, stmt: ConflictInsert, conflict: _Conflict) -> Rows:

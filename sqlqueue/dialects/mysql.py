@@ -60,6 +60,7 @@ from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON
 from sqlqueue.dialects._mysql_returning import (
     LOCK_OPTION,
     ConflictInsert,
+    database_lock_name,
     run_returning,
 )
 
@@ -80,8 +81,9 @@ _NO_SUCH_TABLE = 1146
 _CLAIMABLE = ("queued", "failed")
 #: Tries of a write transaction that deadlocked or timed out waiting for a lock.
 _TRANSACTION_TRIES = 5
-#: The named lock concurrent ``migrate`` runs take turns on, and how long one waits for it.
-_MIGRATION_LOCK = "sqlqueue:migrate"
+#: The named lock concurrent ``migrate`` runs of one database take turns on (its name includes
+#: the database: see ``database_lock_name``), and how long one waits for it.
+_MIGRATION_LOCK = "migrate"
 _MIGRATION_LOCK_SECONDS = 120
 
 
@@ -168,8 +170,10 @@ class MySQLDialect(Dialect):
     def migration_lock(self, conn: Connection) -> Iterator[None]:
         """A named lock (``GET_LOCK``) around the whole migration: MySQL commits each DDL
         statement at once, so no transaction keeps two first migrations apart. The lock is
-        the session's: released after the block, failed or not (or with the session)."""
-        got = conn.execute(select(func.get_lock(_MIGRATION_LOCK, _MIGRATION_LOCK_SECONDS))).scalar()
+        the session's: released after the block, failed or not (or with the session). Its
+        name is this database's: migrations of other databases on the server go on meanwhile."""
+        name = database_lock_name(_MIGRATION_LOCK)
+        got = conn.execute(select(func.get_lock(name, _MIGRATION_LOCK_SECONDS))).scalar()
         if got != 1:
             raise DatabaseUnavailable(
                 f"another `sqlqueue migrate` held the migration lock for over "
@@ -179,7 +183,7 @@ class MySQLDialect(Dialect):
             yield
         finally:
             with suppress(sa_exc.DBAPIError):  # the session is gone, and its lock with it
-                conn.execute(select(func.release_lock(_MIGRATION_LOCK)))
+                conn.execute(select(func.release_lock(name)))
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the server and run every new connection at READ COMMITTED, in UTC."""
@@ -312,9 +316,11 @@ class MySQLDialect(Dialect):
         return run_returning(conn, stmt, params)
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
-        """The start of the oldest other InnoDB transaction that has changed or locked rows,
-        one second early (``trx_started`` has whole seconds, in the server's time zone, so it
-        is measured against ``NOW()`` and moved onto the UTC clock)."""
+        """The start of the oldest other InnoDB transaction of a session using this database
+        that has changed or locked rows, one second early (``trx_started`` has whole seconds,
+        in the server's time zone, so it is measured against ``NOW()`` and moved onto the UTC
+        clock). Sessions of other databases are left out, as on PostgreSQL: their writes
+        cannot land in our tables, and a busy neighbour on the server held the counts back."""
         started: datetime | None = conn.execute(
             select_oldest_write(),
         ).scalar()
@@ -379,6 +385,7 @@ def select_oldest_write() -> Select[Any]:
         column("trx_rows_locked"),
         schema="information_schema",
     )
+    sessions = table("processlist", column("id"), column("db"), schema="information_schema")
     age = func.timestampdiff(
         literal_column("MICROSECOND"), func.min(trx.c.trx_started), func.now(literal_column("6"))
     )
@@ -392,5 +399,8 @@ def select_oldest_write() -> Select[Any]:
         )
     ).where(
         trx.c.trx_mysql_thread_id != func.connection_id(),
+        trx.c.trx_mysql_thread_id.in_(
+            select(sessions.c.id).where(sessions.c.db == func.database())
+        ),
         (trx.c.trx_rows_modified > 0) | (trx.c.trx_rows_locked > 0),
     )

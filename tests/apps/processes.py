@@ -50,8 +50,10 @@ class WorkerProcess:
         tail = "\n".join(self.log().splitlines()[-40:])
         return f"worker pid {self.pid} (exit {self.popen.poll()}) log tail:\n{tail}"
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until the worker has started serving (or fail if it died)."""
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the worker has started serving (or fail if it died). A start imports
+        sqlqueue and SQLAlchemy, a second or two of CPU: with three xdist workers each
+        starting several at once on two cores, 30 s was seen too short."""
 
         def serving() -> bool:
             if self.popen.poll() is not None:

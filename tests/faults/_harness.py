@@ -290,8 +290,11 @@ class Faults:
         )
 
     def stop_all(self, workers: Sequence[FaultWorker] | None = None) -> None:
-        """SIGTERM every live worker at once; each must exit 0."""
+        """SIGTERM every live worker at once; each must exit 0. A worker still starting (a
+        respawn on a loaded machine) is waited for first: before it serves, SIGTERM's default
+        action kills it (exit -15), which tests nothing of its graceful stop."""
         live = [w for w in (workers or self.workers) if w.alive]
+        self.wait_ready(live)
         for worker in live:
             worker.send(signal.SIGTERM)
         for worker in live:

@@ -21,7 +21,9 @@ import sqlalchemy as sa
 from tests.apps.processes import REPO_ROOT, child_env
 from tests.faults._harness import Faults, history_problems, tally
 
-pytestmark = pytest.mark.timeout(900)
+# Many worker processes at once: under pytest-xdist these modules share one group, so
+# two of them never run at the same time on a 2-core machine (see docs/development.md).
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("many_processes")]
 
 PER_PROCESS = 50
 #: How long the doomed writer holds the write lock before its SIGKILL.
