@@ -94,13 +94,18 @@ def test_a_worker_process_serves_counts_histograms_and_gauges(
         explain=lambda: f"{scrape(port)}\n{worker.describe()}",
     )
 
-    # Within a --metrics-interval the gauges read the stats again: all 9 successes show.
+    # Within a --metrics-interval the gauges read the stats again: all 9 successes and both
+    # dead jobs show (a read taken before the last outcome could still count one as failed).
     def settled() -> Samples | None:
         found = scrape(port)
         succeeded = value(found, "sqlqueue_queue_jobs", queue="default", status="succeeded")
-        return found if succeeded == 9 else None
+        dead = value(found, "sqlqueue_queue_jobs", queue="default", status="dead")
+        failed = value(found, "sqlqueue_queue_jobs", queue="default", status="failed")
+        return found if (succeeded, dead, failed) == (9, 2, 0) else None
 
-    samples = wait_until(settled, timeout=30, what="the queue gauges to show the 9 successes")
+    samples = wait_until(
+        settled, timeout=30, what="the queue gauges to show 9 successes and 2 dead jobs"
+    )
     stats = queue.stats()
     worker.stop()
 

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue.dialects import dialect_for
+from tests._support import wait_until
 from tests.conftest import _mysql_database, _reset_mysql
 
 #: Long enough for the other database's work on a loaded machine, well under the 60 s a
@@ -128,10 +129,15 @@ def test_an_open_write_in_another_database_does_not_hold_back_ours(
         with engine.begin() as conn:
             conn.exec_driver_sql("CREATE TABLE test_rows (id INT PRIMARY KEY)")
 
+    # InnoDB serves information_schema.innodb_trx from a cache that it refreshes only when the
+    # last read is over 0.1 s old (polling faster keeps it stale for ever): each check first
+    # waits, reading every 0.25 s, until the table shows that session's open write, so a stale
+    # read can neither pass the first check nor fail the control.
     with neighbour.connect() as theirs:
         theirs.exec_driver_sql("BEGIN")
         theirs.exec_driver_sql("INSERT INTO test_rows VALUES (1)")
         with home.connect() as conn:
+            wait_until(lambda: _shows_write(conn, of=theirs), what="their write", interval=0.25)
             assert dialect.oldest_open_write(conn) is None
         theirs.rollback()
 
@@ -140,5 +146,17 @@ def test_an_open_write_in_another_database_does_not_hold_back_ours(
         ours.exec_driver_sql("BEGIN")
         ours.exec_driver_sql("INSERT INTO test_rows VALUES (1)")
         with home.connect() as conn:
+            wait_until(lambda: _shows_write(conn, of=ours), what="our write", interval=0.25)
             assert dialect.oldest_open_write(conn) is not None
         ours.rollback()
+
+
+def _shows_write(conn: sa.Connection, *, of: sa.Connection) -> bool:
+    """Whether innodb_trx, as the server shows it now, has the open write of session ``of``."""
+    session = of.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+    shown = conn.exec_driver_sql(
+        "SELECT COUNT(*) FROM information_schema.innodb_trx "
+        "WHERE trx_mysql_thread_id = %s AND trx_rows_modified > 0",
+        (session,),
+    ).scalar_one()
+    return bool(shown)
