@@ -225,6 +225,29 @@ def test_pruning_finished_children_keeps_the_counts_and_then_the_batch_row_goes(
         assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
 
 
+def test_pruning_dead_children_takes_the_batch_row_with_the_last_of_them(backend):
+    """The dead-jobs path of retention (select, then delete by id, reading the errors first)
+    also returns each job's batch: the finished batch's row goes with its last dead child."""
+    queue, seen = _queue(backend)
+    batch = _enqueue_batch(queue, _children(2, fail=True), on_dead=FAILED)
+    drain(queue, queues=["default"])
+    drain(queue, queues=["callbacks"])
+    assert [_counts(batch) for _, batch in seen["failed_batch"]] == [{"dead": 2}]
+    assert count_jobs(queue.engine) == 3  # two dead children and the succeeded callback
+    wait_until(
+        lambda: (
+            queue.prune(older_than=0, statuses=["succeeded"]) >= 0 and count_jobs(queue.engine) == 2
+        )
+    )
+    assert _counts(_status(queue, batch.id)) == {"dead": 2}  # its dead children still hold it
+    wait_until(
+        lambda: queue.prune(older_than=0, statuses=["dead"]) >= 0 and count_jobs(queue.engine) == 0
+    )
+    assert queue.get_batch(batch.id) is None
+    with queue.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(batches)).scalar_one() == 0
+
+
 # -- operators -----------------------------------------------------------------------------------
 
 
