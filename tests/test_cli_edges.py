@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,34 +16,13 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue._schema import SCHEMA_REVISION
 from sqlqueue.dialects import dialect_for
-from tests._support import drain
-from tests.apps.processes import REPO_ROOT
+from tests._support import drain, sqlqueue_command
+from tests._support import run_cli as sqlqueue_cli
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(180)
 
-SCRIPT = Path(sys.executable).parent / "sqlqueue"
 UNREACHABLE_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/sqlqueue"
-
-
-def sqlqueue_cli(
-    *args: str, url: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the ``sqlqueue`` console script with ``url`` in ``SQLQUEUE_DATABASE_URL``."""
-    assert SCRIPT.is_file(), f"the console script is not installed at {SCRIPT}"
-    environment = {k: v for k, v in os.environ.items() if k != "SQLQUEUE_DATABASE_URL"}
-    if url is not None:
-        environment["SQLQUEUE_DATABASE_URL"] = url
-    environment.update(env or {})
-    return subprocess.run(
-        [str(SCRIPT), *args],
-        cwd=REPO_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -87,7 +65,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
             ],
         )
     engine.dispose()
-    environment = {**os.environ, "SQLQUEUE_DATABASE_URL": url, "SCRIPT": str(SCRIPT)}
+    environment = {**os.environ, "SQLQUEUE_DATABASE_URL": url, "SCRIPT": sqlqueue_command()[0]}
     for command in ("stats", "jobs list --limit 3000"):
         piped = subprocess.run(
             ["bash", "-c", f'"$SCRIPT" {command} | head -1; echo "status ${{PIPESTATUS[0]}}"'],
