@@ -10,7 +10,7 @@ of the job table can be removed (since PostgreSQL 14 a snapshot holds back only 
 database's horizon for ordinary tables, which is why each database gets its own). Every
 ``--mvcc-interval`` seconds the benchmark records, per system: claim latency p50/p99 (timed
 in the worker around its claim statement, ``bench.mvcc_worker``; sqlqueue's floor probes, which
-run beside the claims on a connection of their own, are timed apart: their count and longest),
+run beside the claims on a thread of their own, are timed apart: their count and longest),
 jobs claimed/s, the backlog,
 the job table's and its indexes' sizes, and dead tuples (``pg_stat_user_tables``), and it
 runs ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT when the transaction opens and

@@ -70,7 +70,7 @@ def markdown(found: dict[str, Any]) -> str:
         "## Every interval",
         "",
         "Claims are timed around the claim statement; sqlqueue's floor probes (a read beside "
-        "the claims, on a connection of their own) apart: how many ran and the longest.",
+        "the claims, on a thread of their own) apart: how many ran and the longest.",
         "",
         "| system | t s | phase | jobs/s | backlog | claims | p50 ms | p99 ms | max ms | "
         "probes | probe max ms | table MB | indexes MB | dead tuples |",

@@ -11,7 +11,7 @@ late.
 
 What sorts before the floor (a more urgent job enqueued since, a group's next job freed late,
 a job due in the past) is found by a look from the head of the index. A worker looks off its
-claim path: its floor probe (``floor_probe.py``, on a connection of its own, every
+claim path: its floor probe (``floor_probe.py``, on a database thread of its own, every
 :data:`FLOOR_RESET_SECONDS`) finds the first claimable job before each floor and lowers the
 floor to it, so no claim walks the dead versions unless there is a job to fetch behind them.
 A claim itself runs without its floor when no look has started for

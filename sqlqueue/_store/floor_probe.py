@@ -3,7 +3,7 @@
 A claim with a floor (``claim_floor.py``) skips what sorts before it. The probe finds it: for
 each floor, one read from the head of the claim index for the first job a claim without the
 floor would take, up to the floor. While a long transaction holds the horizon that read walks
-every dead version the claims skip, which is why it is here, on a connection of its own beside
+every dead version the claims skip, which is why it is here, on a thread of its own beside
 the claims (``sqlqueue/_worker/floor_probe.py`` runs it every ``FLOOR_RESET_SECONDS``), and
 not in a claim. When it finds a job, the floor goes down to it and the next claim takes it,
 in claim order.

@@ -79,8 +79,11 @@ class Store(GateTransactions):
 
     def probe_claim_floors(self) -> int:
         """Look before every claim floor for a job a claim without it would take, and lower the
-        floors that have one (see ``floor_probe.py``): a read, for a worker's probe thread.
-        How many floors went down."""
+        floors that have one (see ``floor_probe.py``): a read, for a worker's probe thread, on
+        a pooled connection (the database thread's own when it is idle, else one more). How
+        many floors went down (none, and no connection taken, without a floor)."""
+        if not self.claim_floors.floors():
+            return 0
 
         def probe() -> int:
             with self.engine.connect() as conn:

@@ -1,10 +1,10 @@
 """The worker's floor probe: every ``FLOOR_RESET_SECONDS`` it looks before the worker's claim
 floors for a job a claim without them would take (``sqlqueue/_store/floor_probe.py``), on a
-database thread and connection of its own, so a look that walks a long transaction's dead row
+database thread of its own, so a look that walks a long transaction's dead row
 versions delays no claim. When it lowers a floor, the worker's pools claim at once.
 
-Only on a dialect that ``supports_claim_floor`` (PostgreSQL): one more pooled connection per
-worker, used for a read every few seconds.
+Only on a dialect that ``supports_claim_floor`` (PostgreSQL). The read takes a pooled
+connection: the database thread's when that is idle, else one more, which the pool keeps.
 """
 
 from __future__ import annotations
