@@ -166,3 +166,11 @@ def test_a_worker_runs_a_job_that_sorts_before_its_floor_within_a_probe_period(b
     claims = [sql for sql in sent.sql if is_claim(sql)]
     without_floor = [sql for sql in claims if "floor_priority" not in sql]
     assert len(claims) > len(without_floor) == 1  # the first claim only: the probe looked
+
+
+def test_a_probe_with_no_floor_to_look_before_sends_nothing(backend):
+    backend.requires("claim_floor")
+    queue = backend.queue()
+    with statements(queue.engine) as sent:
+        assert queue.store.probe_claim_floors() == 0  # a worker that has not claimed yet
+    assert sent.sql == []
