@@ -56,6 +56,7 @@ class _Timings:
 def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float, *, kind: str) -> int:
     from sqlqueue._store import claim as claim_module
     from sqlqueue._store import floor_probe
+    from sqlqueue._store.claim_floor import ClaimFloors
     from sqlqueue._worker.floor_probe import FloorProbe
     from sqlqueue.cli import main as cli
     from sqlqueue.dialects.postgresql import PostgresDialect
@@ -67,7 +68,14 @@ def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float, *, kind: 
         async def no_probe(self: Any) -> None:
             return None
 
+        def not_probing(self: Any) -> None:
+            return None
+
         FloorProbe.probe_once = no_probe  # type: ignore[method-assign]
+        # No probe is counted either, so a claim runs without its floor every
+        # FLOOR_RESET_SECONDS, not every twice that.
+        ClaimFloors.probe_started = not_probing  # type: ignore[method-assign]
+        ClaimFloors.probe_stopped = not_probing  # type: ignore[method-assign]
 
     original_probe = floor_probe.probe_floors
 
