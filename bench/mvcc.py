@@ -9,13 +9,17 @@ for ``--mvcc-minutes``: its snapshot holds that database's xmin horizon, so no d
 of the job table can be removed (since PostgreSQL 14 a snapshot holds back only its own
 database's horizon for ordinary tables, which is why each database gets its own). Every
 ``--mvcc-interval`` seconds the benchmark records, per system: claim latency p50/p99 (timed
-in the worker around its claim statement, ``bench.mvcc_worker``), jobs claimed/s, the backlog,
+in the worker around its claim statement, ``bench.mvcc_worker``; sqlqueue's floor probes, which
+run beside the claims on a thread of their own, are timed apart: their count and longest),
+jobs claimed/s, the backlog,
 the job table's and its indexes' sizes, and dead tuples (``pg_stat_user_tables``), and it
 runs ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's SELECT when the transaction opens and
 before it ends. Results: a Markdown table, a PNG plot and JSON under ``--mvcc-output``.
 
 Systems: ``sqlqueue``, ``pgqueuer`` and ``raw`` (the raw-SQL ceiling on sqlqueue's schema),
-``sqlqueue-nofloor`` (sqlqueue with its claim floor turned off, as before it), and the raw
+``sqlqueue-nofloor`` (sqlqueue with its claim floor turned off, as before it),
+``sqlqueue-noprobe`` (the floor without the worker's floor probe: a claim without the floor
+every ``FLOOR_RESET_SECONDS``, as before the probe), and the raw
 layouts of ``bench.mvcc_layouts`` as ``raw-<layout>`` (the levers tried).
 """
 
@@ -65,7 +69,12 @@ class MvccOptions:
 
 def systems_of(text: str) -> tuple[str, ...]:
     """``sqlqueue,pgqueuer,raw,raw-floor`` -> the systems, checked."""
-    known = {*DEFAULT_SYSTEMS, "sqlqueue-nofloor", *(f"raw-{name}" for name in LAYOUTS)}
+    known = {
+        *DEFAULT_SYSTEMS,
+        "sqlqueue-nofloor",
+        "sqlqueue-noprobe",
+        *(f"raw-{name}" for name in LAYOUTS),
+    }
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     if not names or set(names) - known:
         raise ValueError(f"expected some of {', '.join(sorted(known))}, got {text!r}")
@@ -263,18 +272,22 @@ def _explain_sqlqueue(system: _System, *, floor: bool) -> str | None:
     return "\n".join(row[0] for row in rows)
 
 
-def _read_timings(system: _System) -> tuple[list[float], int]:
+def _read_timings(system: _System) -> tuple[list[float], int, list[float]]:
+    """The claims' latencies and jobs, and the probes' durations, since the last read."""
     with system.timings.open("r", encoding="utf-8") as source:
         source.seek(system.read_offset)
         text = source.read()
     complete = text[: text.rfind("\n") + 1]
     system.read_offset += len(complete.encode("utf-8"))
-    latencies, jobs = [], 0
+    latencies, jobs, probes = [], 0, []
     for line in complete.splitlines():
-        _, ms, n = line.split()
+        _, ms, n, what = [*line.split(), "claim"][:4]
+        if what == "probe":
+            probes.append(float(ms))
+            continue
         latencies.append(float(ms))
         jobs += int(n)
-    return latencies, jobs
+    return latencies, jobs, probes
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -369,7 +382,7 @@ def run(settings: Settings, options: MvccOptions) -> dict[str, Any]:
                 elapsed = time.monotonic() - last
                 last = time.monotonic()
                 for s in systems:
-                    latencies, jobs = _read_timings(s)
+                    latencies, jobs, probes = _read_timings(s)
                     s.claimed += jobs
                     s.rows.append(
                         {
@@ -381,6 +394,9 @@ def run(settings: Settings, options: MvccOptions) -> dict[str, Any]:
                             "claims": len(latencies),
                             "p50_ms": _percentile(latencies, 50),
                             "p99_ms": _percentile(latencies, 99),
+                            "max_ms": max(latencies, default=None),
+                            "probes": len(probes),
+                            "probe_max_ms": max(probes, default=None),
                             **_sample(s),
                         }
                     )

@@ -69,16 +69,21 @@ def markdown(found: dict[str, Any]) -> str:
         "",
         "## Every interval",
         "",
-        "| system | t s | phase | jobs/s | backlog | claims | p50 ms | p99 ms | table MB | "
-        "indexes MB | dead tuples |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Claims are timed around the claim statement; sqlqueue's floor probes (a read beside "
+        "the claims, on a thread of their own) apart: how many ran and the longest.",
+        "",
+        "| system | t s | phase | jobs/s | backlog | claims | p50 ms | p99 ms | max ms | "
+        "probes | probe max ms | table MB | indexes MB | dead tuples |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, data in found["systems"].items():
         for row in data["rows"]:
             lines.append(
                 f"| {name} | {row['t']} | {row['phase']} | {row['claimed_per_s']:.0f} | "
                 f"{row['backlog']:,} | {row['claims']} | {_fmt(row['p50_ms'], 2)} | "
-                f"{_fmt(row['p99_ms'], 2)} | {row['table_bytes'] / _MB:.1f} | "
+                f"{_fmt(row['p99_ms'], 2)} | {_fmt(row.get('max_ms'), 2)} | "
+                f"{row.get('probes', 0)} | {_fmt(row.get('probe_max_ms'), 2)} | "
+                f"{row['table_bytes'] / _MB:.1f} | "
                 f"{row['index_bytes'] / _MB:.1f} | {row['dead_tuples']:,} |"
             )
     lines += ["", "## EXPLAIN (ANALYZE, BUFFERS) of the claim's SELECT", ""]

@@ -1,13 +1,16 @@
 """A worker for ``python -m bench --only mvcc`` that times each of its claims.
 
 ``python -m bench.mvcc_worker sqlqueue --timings PATH`` runs ``sqlqueue worker bench.app:queue``
-with the claim statement timed (``sqlqueue-nofloor``: with PostgreSQL's claim floor turned off,
-every claim from the head of the index, as before it); ``pgqueuer`` runs
+with the claim statement timed, and its floor probe too (``sqlqueue-nofloor``: with PostgreSQL's
+claim floor turned off, every claim from the head of the index, as before it;
+``sqlqueue-noprobe``: the floor without the probe, so a claim runs without its floor every
+``FLOOR_RESET_SECONDS``, as before the probe); ``pgqueuer`` runs
 ``bench.peer_worker pgqueuer`` with its ``Queries.dequeue`` timed; ``raw --layout NAME`` claims
 and completes with the raw statements of a layout of ``bench.mvcc_layouts``. Each claim appends
-``time.time() milliseconds jobs`` to ``PATH`` (the wall clock at its end, its duration, the jobs
-it returned), which the benchmark reads every interval. The URL comes from
-``SQLQUEUE_DATABASE_URL``, as for the other workers.
+``time.time() milliseconds jobs claim`` to ``PATH`` (the wall clock at its end, its duration, the
+jobs it returned), and each probe ``… floors probe`` (the floors it lowered), which the
+benchmark reads every interval. The URL comes from ``SQLQUEUE_DATABASE_URL``, as for the other
+workers.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from bench.raw_worker import READY, URL_VARIABLE
 
 __all__ = ["KINDS", "main"]
 
-KINDS = ("sqlqueue", "sqlqueue-nofloor", "pgqueuer", "raw")
+KINDS = ("sqlqueue", "sqlqueue-nofloor", "sqlqueue-noprobe", "pgqueuer", "raw")
 
 
 class _Timings:
@@ -42,21 +45,48 @@ class _Timings:
         self._sink = sink
         self._lock = threading.Lock()
 
-    def add(self, started: float, jobs: int) -> None:
+    def add(self, started: float, jobs: int, what: str = "claim") -> None:
         ended = time.perf_counter()
-        line = f"{time.time()!r} {(ended - started) * 1000.0:.3f} {jobs}\n"
+        line = f"{time.time()!r} {(ended - started) * 1000.0:.3f} {jobs} {what}\n"
         with self._lock:
             self._sink.write(line)
             self._sink.flush()
 
 
-def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float, *, floor: bool) -> int:
+def _sqlqueue(timings: _Timings, in_flight: int, poll_interval: float, *, kind: str) -> int:
     from sqlqueue._store import claim as claim_module
+    from sqlqueue._store import floor_probe
+    from sqlqueue._store.claim_floor import ClaimFloors
+    from sqlqueue._worker.floor_probe import FloorProbe
     from sqlqueue.cli import main as cli
     from sqlqueue.dialects.postgresql import PostgresDialect
 
-    if not floor:  # the claim before the floor: every claim from the head of the index
+    if kind == "sqlqueue-nofloor":  # the claim before the floor: every claim from the head
         PostgresDialect.supports_claim_floor = False
+    if kind == "sqlqueue-noprobe":  # the floor before the probe: claims look themselves
+
+        async def no_probe(self: Any) -> None:
+            return None
+
+        def not_probing(self: Any) -> None:
+            return None
+
+        FloorProbe.probe_once = no_probe  # type: ignore[method-assign]
+        # No probe is counted either, so a claim runs without its floor every
+        # FLOOR_RESET_SECONDS, not every twice that.
+        ClaimFloors.probe_started = not_probing  # type: ignore[method-assign]
+        ClaimFloors.probe_stopped = not_probing  # type: ignore[method-assign]
+
+    original_probe = floor_probe.probe_floors
+
+    @functools.wraps(original_probe)
+    def timed_probe(*args: Any, **kwargs: Any) -> int:
+        started = time.perf_counter()
+        lowered = original_probe(*args, **kwargs)
+        timings.add(started, lowered, "probe")
+        return lowered
+
+    floor_probe.probe_floors = timed_probe  # the store calls it through the module
 
     original: Callable[..., list[Any]] = claim_module.claim
 
@@ -164,8 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with args.timings.open("a", encoding="utf-8") as sink:
         timings = _Timings(sink)
         if args.kind.startswith("sqlqueue"):
-            floor = args.kind == "sqlqueue"
-            return _sqlqueue(timings, args.in_flight, args.poll_interval, floor=floor)
+            return _sqlqueue(timings, args.in_flight, args.poll_interval, kind=args.kind)
         if args.kind == "pgqueuer":
             return _pgqueuer(timings, args.in_flight, args.poll_interval)
         return _raw(timings, LAYOUTS[args.layout], args.in_flight, args.poll_interval)

@@ -167,8 +167,8 @@ def _parser() -> argparse.ArgumentParser:
         "--mvcc-systems",
         default=",".join(mvcc.DEFAULT_SYSTEMS),
         help="mvcc: systems side by side (sqlqueue,pgqueuer,raw; sqlqueue-nofloor: without its "
-        "claim floor; raw-fillfactor, raw-floor, raw-timefloor, raw-hot: the raw layouts of "
-        "bench/mvcc_layouts.py)",
+        "claim floor; sqlqueue-noprobe: the floor without its probe; raw-fillfactor, raw-floor, "
+        "raw-timefloor, raw-hot: the raw layouts of bench/mvcc_layouts.py)",
     )
     add(
         "--mvcc-output",

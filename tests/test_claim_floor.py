@@ -1,12 +1,17 @@
 """The claim floor: where a dialect supports it, a worker's claims start past the jobs it claimed
-before, so dead row versions at the head of the claim index are not walked; a claim without
-the floor, at least every ``FLOOR_RESET_SECONDS``, finds what sorts before it."""
+before, so dead row versions at the head of the claim index are not walked; the worker's floor
+probe, every ``FLOOR_RESET_SECONDS`` beside the claims, finds what sorts before it (a claim
+without the floor does when no look covered it for that long, twice that after a probe)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from sqlqueue._store.claim_floor import FLOOR_RESET_SECONDS, ClaimFloors
+from tests._support import WorkerThread, wait_until
+from tests._support.statements import is_claim, statements
 
 
 class _Clock:
@@ -98,3 +103,74 @@ def test_a_burst_worker_runs_a_job_that_sorts_before_its_floor_before_it_exits(b
         queue.enqueue(conn, "slow", {}, priority=5)
     queue.worker(concurrency=1, poll_interval=0.05).run(burst=True)
     assert ran == ["slow", "urgent"]
+
+
+def test_a_probe_finds_a_job_before_the_floor_and_spares_the_claims_their_own_look(backend):
+    backend.requires("claim_floor")
+    queue = backend.queue()
+    clock = _Clock()
+    queue.store.claim_floors = ClaimFloors(clock=clock)
+    first = _enqueue(backend, queue, priority=5)
+    assert _claim(queue) == [first]
+    clock.now += FLOOR_RESET_SECONDS - 1
+    queue.store.claim_floors.probe_started()  # as a worker's probe does
+    assert queue.store.probe_claim_floors() == 0  # nothing before the floor yet
+    urgent = _enqueue(backend, queue, priority=0)
+    later = _enqueue(backend, queue, priority=5)
+    clock.now += 1  # the claim looked FLOOR_RESET_SECONDS ago, the probe 1 s ago
+    assert _claim(queue) == [later]  # still from the floor: no walk on the claim path
+    assert queue.store.probe_claim_floors() == 1  # the floor goes down to the urgent job
+    assert _claim(queue) == [urgent]
+
+
+def test_claims_look_before_the_floor_themselves_when_the_probe_stops(backend):
+    backend.requires("claim_floor")
+    queue = backend.queue()
+    clock = _Clock()
+    queue.store.claim_floors = ClaimFloors(clock=clock)
+    first = _enqueue(backend, queue, priority=5)
+    assert _claim(queue) == [first]
+    queue.store.claim_floors.probe_started()
+    assert queue.store.probe_claim_floors() == 0
+    urgent = _enqueue(backend, queue, priority=0)
+    later = _enqueue(backend, queue, priority=5)
+    clock.now += 2 * FLOOR_RESET_SECONDS - 0.5
+    assert _claim(queue) == [later]
+    clock.now += 0.5  # no probe for 2 * FLOOR_RESET_SECONDS: the claim looks itself
+    assert _claim(queue) == [urgent]
+
+
+def test_a_worker_runs_a_job_that_sorts_before_its_floor_within_a_probe_period(backend):
+    """The documented bound: a job that sorts before a worker's floor waits for the next probe
+    (every FLOOR_RESET_SECONDS, +10 %) and a claim, not for a claim's own look (2x that); and
+    after its first claim no claim of the worker runs without its floor."""
+    backend.requires("claim_floor")
+    queue = backend.queue()
+    ran: dict[str, float] = {}
+
+    @queue.task("job")
+    def job(name: str) -> None:
+        ran[name] = time.monotonic()
+
+    with backend.engine.begin() as conn:
+        queue.enqueue(conn, "job", {"name": "first"}, priority=5)
+    worker = queue.worker(concurrency=1, poll_interval=0.05)
+    with statements(queue.engine) as sent, WorkerThread(worker):
+        wait_until(lambda: "first" in ran, what="the first job to run")
+        with backend.engine.begin() as conn:
+            queue.enqueue(conn, "job", {"name": "urgent"}, priority=0)  # before the floor (5)
+        enqueued = time.monotonic()
+        wait_until(lambda: "urgent" in ran, timeout=30, what="the urgent job to run")
+    waited = ran["urgent"] - enqueued
+    assert waited < FLOOR_RESET_SECONDS * 1.1 + 2.0 < 2 * FLOOR_RESET_SECONDS, waited
+    claims = [sql for sql in sent.sql if is_claim(sql)]
+    without_floor = [sql for sql in claims if "floor_priority" not in sql]
+    assert len(claims) > len(without_floor) == 1  # the first claim only: the probe looked
+
+
+def test_a_probe_with_no_floor_to_look_before_sends_nothing(backend):
+    backend.requires("claim_floor")
+    queue = backend.queue()
+    with statements(queue.engine) as sent:
+        assert queue.store.probe_claim_floors() == 0  # a worker that has not claimed yet
+    assert sent.sql == []

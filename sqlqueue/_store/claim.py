@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from sqlqueue._store.claim_floor import ClaimFloors
+from sqlqueue._store.claim_floor import ClaimFloors, FloorKey
 from sqlqueue._store.rows import ClaimedJob, claims_from_rows
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
@@ -50,7 +50,7 @@ def claim(
         floors = None
     with_floor = floors is not None and dialect.supports_claim_floor and now is None
     queue_key = tuple(queues), None if job_types is None else tuple(job_types)
-    floor_key = (worker_id, *queue_key)
+    floor_key = FloorKey(worker_id=worker_id, queues=queue_key[0], job_types=queue_key[1])
     floor = None
     if with_floor:
         assert floors is not None

@@ -7,29 +7,38 @@ claim took 28 ms instead of 0.1 ms after three minutes at 200 jobs/s, see
 docs/explanation/performance-long-transactions.md). So where the dialect allows
 (``Dialect.supports_claim_floor``), a worker's claim starts at a floor: the (priority, due
 time) of the first job of its last claim, less :data:`FLOOR_SLACK` for enqueues that commit
-late. What sorts
-before the floor (a more urgent job enqueued since, a group's next job freed late, a job due in
-the past) is found by the claim without a floor that the worker runs at least every
-:data:`FLOOR_RESET_SECONDS`; which job may be claimed never changes, only how soon.
+late.
+
+What sorts before the floor (a more urgent job enqueued since, a group's next job freed late,
+a job due in the past) is found by a look from the head of the index. A worker looks off its
+claim path: its floor probe (``floor_probe.py``, on a database thread of its own, every
+:data:`FLOOR_RESET_SECONDS`) finds the first claimable job before each floor and lowers the
+floor to it, so no claim walks the dead versions unless there is a job to fetch behind them.
+A claim itself runs without its floor when no look has started for
+:data:`FLOOR_RESET_SECONDS` (twice that while a probe runs: one that stalls or fails), so a
+bound holds without a probe too. Which job may be claimed never changes, only
+how soon: at most one probe period and two probes' durations later with a probe, and never
+more than ``2 * FLOOR_RESET_SECONDS`` plus a claim.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 from sqlqueue._store.rows import ClaimedJob
 
-__all__ = ["FLOOR_RESET_SECONDS", "FLOOR_SLACK", "ClaimFloor", "ClaimFloors"]
+__all__ = ["FLOOR_RESET_SECONDS", "FLOOR_SLACK", "ClaimFloor", "ClaimFloors", "FloorKey"]
 
-#: The longest a worker claims with a floor before it claims once without one.
+#: How often a worker's probe looks before its floors, and the longest a claim runs with a
+#: floor no look has covered before it runs once without it (twice this once a probe covers it).
 FLOOR_RESET_SECONDS: Final = 5.0
 #: How far before its last claim's first job a floor starts: a job enqueued by a transaction
-#: that commits later than this after its insert waits for the next claim without a floor.
+#: that commits later than this after its insert waits for the next look before the floor.
 FLOOR_SLACK: Final = timedelta(seconds=10)
 
 
@@ -41,10 +50,20 @@ class ClaimFloor:
     due: datetime
 
 
+@dataclass(frozen=True, kw_only=True)
+class FloorKey:
+    """What a floor belongs to: one worker's claims from ``queues`` of ``job_types``."""
+
+    worker_id: str
+    queues: tuple[str, ...]
+    job_types: tuple[str, ...] | None
+
+
 @dataclass(kw_only=True)
 class _State:
     floor: ClaimFloor | None = None
-    unbounded_at: float = float("-inf")
+    #: When the last look before the floor started (a claim without it, or a probe).
+    looked_at: float = float("-inf")
 
 
 class ClaimFloors:
@@ -52,20 +71,28 @@ class ClaimFloors:
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._states: dict[Hashable, _State] = {}
+        self._states: dict[FloorKey, _State] = {}
         self._lock = threading.Lock()
+        #: How many probes look before these floors (workers of this store running one).
+        self._probes = 0
 
-    def floor_for(self, key: Hashable) -> ClaimFloor | None:
+    def now(self) -> float:
+        """This object's clock: when a probe starts, for :meth:`probed`."""
+        return self._clock()
+
+    def floor_for(self, key: FloorKey) -> ClaimFloor | None:
         """The floor the next claim of ``key`` starts at, or None for a claim without one (the
-        first, and one every :data:`FLOOR_RESET_SECONDS`)."""
+        first, and one whenever no look before the floor started for :data:`FLOOR_RESET_SECONDS`,
+        twice that while a probe runs)."""
         with self._lock:
             state = self._states.setdefault(key, _State())
-            if state.floor is None or self._clock() - state.unbounded_at >= FLOOR_RESET_SECONDS:
-                state.unbounded_at = self._clock()
+            bound = FLOOR_RESET_SECONDS * (2 if self._probes else 1)
+            if state.floor is None or self._clock() - state.looked_at >= bound:
+                state.looked_at = self._clock()
                 return None
             return state.floor
 
-    def observe(self, key: Hashable, claimed: Sequence[ClaimedJob], *, bounded: bool) -> None:
+    def observe(self, key: FloorKey, claimed: Sequence[ClaimedJob], *, bounded: bool) -> None:
         """Move the floor to the first of ``claimed`` less :data:`FLOOR_SLACK` (the claim found
         nothing before it that it could take). An empty claim keeps a floor, or clears it when
         it was a claim without one: nothing is claimable."""
@@ -77,6 +104,38 @@ class ClaimFloors:
                 state.floor = ClaimFloor(priority=first.priority, due=due)
             elif not bounded:
                 state.floor = None
+
+    def floors(self) -> list[tuple[FloorKey, ClaimFloor]]:
+        """Every key that has a floor now, with it: what a probe looks before."""
+        with self._lock:
+            return [(key, s.floor) for key, s in self._states.items() if s.floor is not None]
+
+    def probed(self, key: FloorKey, started: float, found: ClaimFloor | None) -> bool:
+        """A probe that started at ``started`` (:meth:`now`) looked before ``key``'s floor and
+        ``found`` the first claimable job there, or nothing: lower the floor to it. Whether the
+        floor went down (the worker then claims at once)."""
+        with self._lock:
+            state = self._states.get(key)
+            if state is None:
+                return False
+            state.looked_at = max(state.looked_at, started)
+            if found is None or state.floor is None:
+                return False
+            if (found.priority, found.due) >= (state.floor.priority, state.floor.due):
+                return False
+            state.floor = found
+            return True
+
+    def probe_started(self) -> None:
+        """A probe looks before these floors every :data:`FLOOR_RESET_SECONDS` from now on:
+        claims look themselves only when no look started for twice that."""
+        with self._lock:
+            self._probes += 1
+
+    def probe_stopped(self) -> None:
+        """A probe of :meth:`probe_started` stopped."""
+        with self._lock:
+            self._probes -= 1
 
     def reset(self) -> None:
         """Forget every floor: the next claims start at the head of the index."""

@@ -17,6 +17,7 @@ from sqlqueue._store import (
     cancel,
     claim,
     deadletter,
+    floor_probe,
     leases,
     outcomes,
     workers,
@@ -75,6 +76,20 @@ class Store(GateTransactions):
             now=now,
         )
         return claimed
+
+    def probe_claim_floors(self) -> int:
+        """Look before every claim floor for a job a claim without it would take, and lower the
+        floors that have one (see ``floor_probe.py``): a read, for a worker's probe thread, on
+        a pooled connection (the database thread's own when it is idle, else one more). How
+        many floors went down (none, and no connection taken, without a floor)."""
+        if not self.claim_floors.floors():
+            return 0
+
+        def probe() -> int:
+            with self.engine.connect() as conn:
+                return floor_probe.probe_floors(conn, self.dialect, self.claim_floors)
+
+        return translated(self.dialect, probe)
 
     def cycle(
         self,

@@ -28,6 +28,7 @@ from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._worker.attempt import Runtime
 from sqlqueue._worker.classify import Outcome
 from sqlqueue._worker.dbthread import DatabaseThread
+from sqlqueue._worker.floor_probe import FloorProbe
 from sqlqueue._worker.heartbeat import Heartbeat
 from sqlqueue._worker.launch import Launcher
 from sqlqueue._worker.listener import Listener
@@ -323,6 +324,10 @@ class Worker:
             ),
         ]
         duties += upkeep.start(self._stop_requested.is_set)
+        probe = None
+        if self.queue.dialect.supports_claim_floor:
+            probe = FloorProbe(self._store, self.worker_id, self._floor_lowered)
+            duties.append(probe.start())
         try:
             await self._claim_loop(burst)
             await self._shut_down()
@@ -333,6 +338,8 @@ class Worker:
             await upkeep.stop()
             await asyncio.to_thread(listener.stop)
             threads.shutdown()
+            if probe is not None:
+                probe.close()
             self._db.close()
             self._loop = None
             self._stop_observers()
@@ -349,6 +356,11 @@ class Worker:
     def listening(self) -> bool:
         """Whether wake-ups (PostgreSQL LISTEN) currently reach this worker."""
         return self._listener is not None and self._listener.connected.is_set()
+
+    def _floor_lowered(self) -> None:
+        """The floor probe found a job before a claim floor: claim now, not at the next poll."""
+        self._slots.wake()
+        self._wake.set()
 
     def _woken_for(self, queue_name: str) -> None:
         if queue_name == PAUSES_CHANGED:

@@ -139,6 +139,20 @@ class Claiming(Clock):
         )
         return exists(due.order_by(None).limit(None))
 
+    def floor_probe_statement(
+        self, *, queues: Sequence[str], job_types: Sequence[str] | None
+    ) -> Select[Any]:
+        """The claim order key ``(priority, next_run_at)`` of the first job a claim without a
+        floor would take (not ``limited``) that sorts before ``(:floor_priority, :floor_due)``,
+        or no row: a worker's floor probe (``_store/floor_probe.py``). A plain read that locks
+        nothing, so a job another worker is claiming right now counts as found."""
+        due = self._due_jobs(
+            queues=queues, job_types=job_types, limit=literal_column("1", Integer()), now=None
+        )
+        return due.with_only_columns(jobs.c.priority, jobs.c.next_run_at).where(
+            tuple_(jobs.c.priority, jobs.c.next_run_at) < tuple_(_FLOOR_PRIORITY, _FLOOR_DUE)
+        )
+
     def _due_jobs(
         self,
         *,
