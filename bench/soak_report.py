@@ -183,10 +183,9 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         f"fail all {found['max_attempts']} attempts and end dead), retried after "
         f"{found['retry_seconds']:g} s; retention {options['retention_seconds']:g} s for "
         f"finished jobs, pruned every {options['prune_interval_seconds']:g} s. Samples every "
-        f"{options['interval_seconds']:g} s, the first {warmup_minutes(options):g} min a "
-        "warm-up (sampled, marked *w*, not judged: the table and its indexes fill to their "
-        "steady size); "
-        f"backends ran at the same time ({', '.join(found['backends'])}), each in its own "
+        f"{options['interval_seconds']:g} s"
+        + _warmup_text(rows, options)
+        + f"backends ran at the same time ({', '.join(found['backends'])}), each in its own "
         f"database. Load average (1/5/15 min) at start {found['load_average_at_start']}, at "
         f"end {found['load_average_at_end']}; {found['cpus']} CPUs. "
         + (f"SQLite file on {found['sqlite_filesystem']}. " if backend == "sqlite" else "")
@@ -194,11 +193,7 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         + f"Jobs enqueued: {found['backends'][backend]['enqueued']:,}; enqueue errors: "
         f"{found['backends'][backend]['enqueue_errors']}.",
         "",
-        "Pickup: from a first attempt's due time (its row's `created_at`, the INSERT's time, a "
-        "little before its COMMIT) to its handler's start, on the database clock (the handlers "
-        "note `time.time()`, moved by the clock offset measured each sample). *row p99*: the "
-        "same to the row's `started_at` (the claim's time, or for a job claimed ahead of a "
-        "free slot the time its start was written), shown for comparison, not judged.",
+        _pickup_text(rows),
         "",
         f"## Checks: the last {compare} samples against the first {compare}",
         "",
@@ -224,6 +219,33 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
             cells[0] = f"{cells[0]} *w*"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _warmup_text(rows: list[dict[str, Any]], options: dict[str, Any]) -> str:
+    minutes = warmup_minutes(options)
+    if any("warmup" in row for row in rows):
+        return (
+            f", the first {minutes:g} min a warm-up (sampled, marked *w*, not judged: the "
+            "table and its indexes fill to their steady size); "
+        )
+    return f" after a {minutes:g} min warm-up (not sampled); "
+
+
+def _pickup_text(rows: list[dict[str, Any]]) -> str:
+    if rows and "row_pickup_p99_ms" in rows[0]:
+        return (
+            "Pickup: from a first attempt's due time (its row's `created_at`, the INSERT's "
+            "time, a little before its COMMIT) to its handler's start, on the database clock "
+            "(the handlers note `time.time()`, moved by the clock offset measured each sample). "
+            "*row p99*: the same to the row's `started_at` (the claim's time, or for a job "
+            "claimed ahead of a free slot the time its start was written), shown for "
+            "comparison, not judged."
+        )
+    return (
+        "Pickup (a run saved before the handlers' starts were recorded): the row's "
+        "`started_at - created_at`, which for a job claimed ahead of a free slot counts its run "
+        "and its outcome's write too."
+    )
 
 
 def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
