@@ -209,6 +209,7 @@ class Gauge:
                 "live_tuples": live,
                 "dead_tuples": dead,
                 "vacuums": vacuums,
+                **self._oldest_writer(conn),
             }
         table, total = conn.execute(
             sa.text(
@@ -228,6 +229,28 @@ class Gauge:
             "file_mb": pages * page_size / _MB,
             "free_mb": free * page_size / _MB,
             "wal_mb": wal.stat().st_size / _MB if wal.exists() else 0.0,
+        }
+
+    def _oldest_writer(self, conn: sa.Connection) -> dict[str, Any]:
+        """The server's oldest open transaction that holds a transaction id, in any database:
+        every snapshot taken anywhere counts it as running, so no database's VACUUM may remove
+        what was deleted after it began (on a shared server, another database's long write
+        transaction bloats this one's table; ``oldest_xact_s`` sees only this database)."""
+        found = conn.execute(
+            sa.text(
+                "SELECT extract(epoch FROM clock_timestamp() - xact_start)::float8, datname, "
+                "       application_name, coalesce(state, '') "
+                "  FROM pg_stat_activity "
+                " WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() "
+                " ORDER BY age(backend_xid) DESC LIMIT 1"
+            )
+        ).first()
+        if found is None:
+            return {"oldest_writer_s": 0.0, "oldest_writer": ""}
+        age, database, name, state = found
+        return {
+            "oldest_writer_s": float(age or 0.0),
+            "oldest_writer": f"{database} {name} ({state})",
         }
 
     def close(self) -> None:

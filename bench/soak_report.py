@@ -141,6 +141,7 @@ _COLUMNS = (
     ("dead_tuples", "dead tuples", 0),
     ("vacuums", "vacuums", 0),
     ("oldest_xact_s", "oldest xact s", 1),
+    ("oldest_writer_s", "oldest writer s", 1),
     ("worker_rss_mb", "RSS MB", 1),
     ("load_1m", "load 1m", 2),
 )
@@ -195,6 +196,7 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         "",
         _pickup_text(rows),
         "",
+        *_writer_text(rows),
         f"## Checks: the last {compare} samples against the first {compare}",
         "",
         "| check | first | last | ratio | rule | verdict |",
@@ -246,6 +248,20 @@ def _pickup_text(rows: list[dict[str, Any]]) -> str:
         "`started_at - created_at`, which for a job claimed ahead of a free slot counts its run "
         "and its outcome's write too."
     )
+
+
+def _writer_text(rows: list[dict[str, Any]]) -> list[str]:
+    """The worst sample's oldest transaction holding an id anywhere on the server."""
+    held = [row for row in rows if row.get("oldest_writer_s")]
+    if not held:
+        return []
+    worst = max(held, key=lambda row: row["oldest_writer_s"])
+    return [
+        f"Oldest open transaction holding an id anywhere on the server (its start holds back "
+        f"VACUUM in every database, this one's too): at most {worst['oldest_writer_s']:,.0f} s, "
+        f"at minute {worst['minute']:g} ({worst['oldest_writer']}).",
+        "",
+    ]
 
 
 def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
