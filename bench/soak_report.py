@@ -291,7 +291,8 @@ def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
         ys = [row.get(key) for row in rows]
         axis.plot(xs, ys, marker=".")
         if warm:
-            axis.axvspan(min(warm), 0.0, color="grey", alpha=0.15, label="warm-up")
+            start = min(warm) - float(options["interval_seconds"]) / 60.0  # its first interval
+            axis.axvspan(start, 0.0, color="grey", alpha=0.15, label="warm-up")
         axis.set_title(title)
         axis.grid(alpha=0.3)
         if key == "pickup_p99_ms":
