@@ -276,8 +276,9 @@ def slow(session: nox.Session) -> None:
 @nox.session
 def soak(session: nox.Session) -> None:
     """30 minutes of a steady mix (enqueue, drain, 5 % failing, retention on) on PostgreSQL and
-    SQLite at once: throughput, pickup p99, table size, dead tuples and worker RSS each minute,
-    checked (the last 5 minutes against the first 5) and written to bench/results/.
+    SQLite at once, after a 5-minute warm-up (sampled, not judged): throughput, pickup p99,
+    table size, dead tuples and worker RSS each minute, checked (the last 5 minutes against the
+    first 5) and written to bench/results/.
 
     Arguments go to ``python -m bench.soak``: ``nox -s soak -- --minutes 5``,
     ``-- --rate 200 --backends postgresql``.

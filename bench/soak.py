@@ -5,11 +5,14 @@ database of its own) gets ``--rate`` jobs/s offered (a transaction of a tenth of
 100 ms) and ``--workers`` real worker processes serving ``bench.soak_app``: 5 % of the jobs
 fail their first attempt and are retried, 1 % fail every attempt and end dead, and retention
 prunes finished jobs ``--retention`` seconds old every ``--prune-interval`` seconds, so the
-table should reach a steady size. After a warm-up (the retention window and two prune passes,
-so the table is at that size), every ``--interval`` seconds for ``--minutes`` it records
-throughput, pickup latency, the job table's size, dead tuples (PostgreSQL) and the workers' RSS
-(``bench.soak_gauges``). At the end it prints a table, writes ``soak-<backend>.md``, ``.png`` and
-``.json`` to ``--output``, and exits 3 if a check of ``bench.soak_report`` failed.
+table should reach a steady size. Every ``--interval`` seconds it records throughput, pickup
+latency, the job table's size, dead tuples (PostgreSQL) and the workers' RSS
+(``bench.soak_gauges``): first for ``--warmup-minutes`` (5), then for ``--minutes`` (30). The
+warm-up's samples are shown and not judged: a soak judges a steady state, and a fresh job table
+is not in one at first (its rows reach the retention bound after the window and two prune
+passes, and PostgreSQL's indexes grow until VACUUM has pages of their own to recycle). At the
+end it prints a table, writes ``soak-<backend>.md``, ``.png`` and ``.json`` to ``--output``, and
+exits 3 if a check of ``bench.soak_report`` (on the measured samples) failed.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import sqlqueue
 from bench import processes, soak_report
 from bench.databases import (
     DEFAULT_POSTGRES_URL,
@@ -38,22 +40,20 @@ from bench.databases import (
     filesystem,
     fresh_database,
     git_commit,
-    postgres_dsn,
 )
 from bench.names import (
-    SOAK_JOB,
     SOAK_MAX_ATTEMPTS,
     SOAK_PRUNE_INTERVAL_VARIABLE,
     SOAK_RETENTION_VARIABLE,
     SOAK_RETRY_SECONDS,
 )
 from bench.soak_gauges import Gauge
+from bench.soak_load import Enqueuer, Vacuumer
 
 __all__ = ["CHECK_FAILED", "SoakOptions", "main", "run"]
 
 #: The exit status when the soak ran but a check failed (1 and 2 are errors and bad usage).
 CHECK_FAILED = 3
-_TICK = 0.1
 _BACKENDS = ("postgresql", "sqlite")
 
 
@@ -67,7 +67,8 @@ class SoakOptions:
     interval_seconds: float = 60.0
     retention_seconds: float = 90.0
     prune_interval_seconds: float = 30.0
-    warmup_seconds: float = 150.0
+    #: Sampled like the measured minutes, shown, and not judged (see the module doc).
+    warmup_minutes: float = 5.0
     compare_samples: int = 5
     #: When the PostgreSQL server runs without autovacuum: the soak's own VACUUM's interval.
     vacuum_interval_seconds: float = 60.0
@@ -76,90 +77,15 @@ class SoakOptions:
     poll_interval: float = 1.0
 
 
-def failures_of(seq: int) -> int:
-    """How many attempts job number ``seq`` fails: 4 in 100 fail once, 1 in 100 every time."""
-    slot = seq % 100
-    if slot < 4:
-        return 1
-    return SOAK_MAX_ATTEMPTS if slot == 4 else 0
-
-
-class _Enqueuer(threading.Thread):
-    """Offers ``rate`` jobs/s to one database, one transaction every ``_TICK`` s."""
-
-    def __init__(self, url: str, rate: int, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self._queue = sqlqueue.Queue(url)
-        self._per_tick = max(1, round(rate * _TICK))
-        self._stop_event = stop
-        self.enqueued = 0
-        self.errors: list[str] = []
-
-    def run(self) -> None:
-        next_at = time.monotonic()
-        try:
-            while not self._stop_event.is_set():
-                requests = [
-                    sqlqueue.JobRequest(
-                        job_type=SOAK_JOB, payload={"fails": failures_of(seq)}, external=True
-                    )
-                    for seq in range(self.enqueued, self.enqueued + self._per_tick)
-                ]
-                try:
-                    with self._queue.engine.begin() as conn:
-                        self._queue.enqueue_many(conn, requests)
-                    self.enqueued += self._per_tick
-                except sqlqueue.DatabaseError as error:  # counted and reported, not fatal
-                    self.errors.append(repr(error))
-                next_at += _TICK
-                pause = next_at - time.monotonic()
-                if pause > 0:
-                    self._stop_event.wait(pause)
-                else:
-                    next_at = time.monotonic()  # behind: do not burst to catch up
-        finally:
-            self._queue.engine.dispose()
-
-
-class _Vacuumer(threading.Thread):
-    """Stands in for autovacuum on a PostgreSQL server that runs without it (test servers
-    often do): ``VACUUM (ANALYZE) sqlqueue_jobs`` every ``interval`` seconds, what autovacuum
-    at its default naptime (60 s) and scale factor does to a table this busy (its dead
-    versions pass 20 % of its live rows within seconds)."""
-
-    def __init__(self, url: str, interval: float, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self._url = url
-        self._interval = interval
-        self._stop_event = stop
-        self.vacuums = 0
-        self.errors: list[str] = []
-
-    @staticmethod
-    def needed(url: str) -> bool:
-        """Whether the server at ``url`` runs without autovacuum."""
-        import psycopg
-
-        with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
-            row = conn.execute("SHOW autovacuum").fetchone()
-        return row is None or row[0] != "on"
-
-    def run(self) -> None:
-        import psycopg
-
-        with psycopg.connect(postgres_dsn(self._url), autocommit=True) as conn:
-            while not self._stop_event.wait(self._interval):
-                try:
-                    conn.execute("VACUUM (ANALYZE) sqlqueue_jobs")
-                    self.vacuums += 1
-                except psycopg.Error as error:  # counted and reported, not fatal
-                    self.errors.append(repr(error))
-
-
 def _worker_command(options: SoakOptions) -> list[str]:
     command = [sys.executable, "-m", "sqlqueue", "--log-level", "INFO", "worker"]
     command += ["bench.soak_app:queue", "--concurrency", str(options.concurrency)]
     return [*command, "--poll-interval", repr(options.poll_interval)]
+
+
+def _record(logs: Path, backend: str, n: int) -> Path:
+    """Where worker ``n`` of ``backend`` appends its handlers' starts (``bench.soak_app``)."""
+    return logs / f"starts-{backend}-{n}.txt"
 
 
 def _check_alive(workers: Sequence[processes.Worker]) -> None:
@@ -202,7 +128,7 @@ def run(options: SoakOptions, target: Target) -> dict[str, Any]:
                     name=f"soak-{backend}-{n}",
                     url=url,
                     logs=logs,
-                    record=None,
+                    record=_record(logs, backend, n),
                 )
                 for n in range(options.workers)
             ]
@@ -211,13 +137,13 @@ def run(options: SoakOptions, target: Target) -> dict[str, Any]:
         everyone = [worker for group in workers.values() for worker in group]
         stack.callback(processes.stop_all, everyone)
         processes.wait_ready(everyone, 120.0)
-        enqueuers = {b: _Enqueuer(url, options.rate, stop) for b, url in urls.items()}
+        enqueuers = {b: Enqueuer(url, options.rate, stop) for b, url in urls.items()}
         for enqueuer in enqueuers.values():
             enqueuer.start()
             stack.callback(enqueuer.join, 30)
         stack.callback(stop.set)
-        if "postgresql" in urls and _Vacuumer.needed(urls["postgresql"]):
-            vacuumer = _Vacuumer(urls["postgresql"], options.vacuum_interval_seconds, stop)
+        if "postgresql" in urls and Vacuumer.needed(urls["postgresql"]):
+            vacuumer = Vacuumer(urls["postgresql"], options.vacuum_interval_seconds, stop)
             vacuumer.start()
             stack.callback(vacuumer.join, 120)
             found["vacuum_stand_in"] = vacuumer
@@ -226,19 +152,29 @@ def run(options: SoakOptions, target: Target) -> dict[str, Any]:
                 f"every {options.vacuum_interval_seconds:g} s stands in for it",
                 flush=True,
             )
-        print(f"warming up for {options.warmup_seconds:g} s", flush=True)
-        _wait(options.warmup_seconds, everyone)
-        gauges = {b: Gauge(b, url, admin_url=target.postgres_url) for b, url in urls.items()}
+        gauges = {
+            b: Gauge(
+                b,
+                url,
+                admin_url=target.postgres_url,
+                records=[_record(logs, b, n) for n in range(options.workers)],
+            )
+            for b, url in urls.items()
+        }
         for gauge in gauges.values():
             stack.callback(gauge.close)
         rows: dict[str, list[dict[str, Any]]] = {backend: [] for backend in urls}
-        samples = max(1, round(options.minutes * 60.0 / options.interval_seconds))
+        warmup = round(options.warmup_minutes * 60.0 / options.interval_seconds)
+        samples = warmup + max(1, round(options.minutes * 60.0 / options.interval_seconds))
+        print(f"warming up for {options.warmup_minutes:g} min (sampled, not judged)", flush=True)
         started = time.monotonic()
         for n in range(1, samples + 1):
             _wait(started + n * options.interval_seconds - time.monotonic(), everyone)
             for backend, gauge in gauges.items():
                 row = gauge.sample([worker.pid for worker in workers[backend]])
-                row["minute"] = n * options.interval_seconds / 60.0
+                # Minutes since the warm-up ended: the warm-up's samples have minute <= 0.
+                row["minute"] = (n - warmup) * options.interval_seconds / 60.0
+                row["warmup"] = n <= warmup
                 row["load_1m"] = os.getloadavg()[0]
                 rows[backend].append(row)
             print(_progress(rows), flush=True)
@@ -318,7 +254,13 @@ def _parser() -> argparse.ArgumentParser:
         "counted from finished rows",
     )
     add("--prune-interval", type=float, default=defaults.prune_interval_seconds, help="(30 s)")
-    add("--warmup", type=float, help="seconds before the first sample (retention + 2 prunes)")
+    add(
+        "--warmup-minutes",
+        type=float,
+        default=defaults.warmup_minutes,
+        help="minutes sampled before the measured ones and not judged (5): the job table's "
+        "indexes fill to their steady size",
+    )
     add(
         "--vacuum-interval",
         type=float,
@@ -359,9 +301,8 @@ def _options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SoakO
         )
     if args.compare < 1:
         parser.error(f"--compare must be >= 1, got {args.compare!r}")
-    warmup = args.warmup
-    if warmup is None:
-        warmup = args.retention + 2 * args.prune_interval
+    if args.warmup_minutes < 0:
+        parser.error(f"--warmup-minutes must be >= 0, got {args.warmup_minutes!r}")
     return SoakOptions(
         backends=backends,
         minutes=args.minutes,
@@ -369,7 +310,7 @@ def _options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SoakO
         interval_seconds=args.interval,
         retention_seconds=args.retention,
         prune_interval_seconds=args.prune_interval,
-        warmup_seconds=warmup,
+        warmup_minutes=args.warmup_minutes,
         compare_samples=args.compare,
         vacuum_interval_seconds=args.vacuum_interval,
         workers=args.workers,

@@ -1,12 +1,13 @@
 """The soak's verdict and how it is shown: the checks, a Markdown note, a PNG plot, a table.
 
-The checks compare the mean of the last ``compare`` samples with the mean of the first
-``compare`` (5 minutes at the default interval): throughput must stay within 15 % either way;
-the costs (pickup p99, table + index size, dead tuples, worker RSS) must not grow by more than
-15 % (one that fell is no sign of wear). And the job table's rows must stay under the bound its
-retention sets: every job the offered rate brings in is kept at most the retention window plus
-two prune intervals (one waiting for the next pass, one for the pass itself), plus ten
-seconds of backlog.
+The checks judge the measured samples only (a sample taken during the warm-up has ``"warmup":
+true``; shown, not judged), and compare the mean of the last ``compare`` of them with the mean
+of the first ``compare`` (5 minutes at the default interval): throughput must stay within 15 %
+either way; the costs (pickup p99, table + index size, dead tuples, worker RSS) must not grow by
+more than 15 % (one that fell is no sign of wear). And the job table's rows must stay under the
+bound its retention sets: every job the offered rate brings in is kept at most the retention
+window plus two prune intervals (one waiting for the next pass, one for the pass itself), plus
+ten seconds of backlog.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Check", "checks", "markdown", "plot", "row_bound", "table"]
+__all__ = [
+    "Check",
+    "checks",
+    "markdown",
+    "measured",
+    "plot",
+    "row_bound",
+    "table",
+    "warmup_minutes",
+]
 
 TOLERANCE = 0.15
 #: (key, label, two-sided): the figures every check compares, first window against last.
@@ -52,8 +62,23 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples taken after the warm-up (a run saved before warm-ups were sampled has
+    only those)."""
+    return [row for row in rows if not row.get("warmup", False)]
+
+
+def warmup_minutes(options: dict[str, Any]) -> float:
+    """The run's warm-up (older runs saved it in seconds)."""
+    if "warmup_minutes" in options:
+        return float(options["warmup_minutes"])
+    return float(options.get("warmup_seconds", 0.0)) / 60.0
+
+
 def checks(rows: list[dict[str, Any]], options: dict[str, Any]) -> list[Check]:
-    """Every figure's first window against its last, and the row bound."""
+    """Every figure's first window against its last, and the row bound, over the measured
+    samples."""
+    rows = measured(rows)
     compare = min(options["compare_samples"], len(rows) // 2)
     found: list[Check] = []
     for key, label, two_sided in FIGURES:
@@ -103,6 +128,7 @@ _COLUMNS = (
     ("jobs_per_s", "jobs/s", 1),
     ("pickup_p50_ms", "pickup p50 ms", 1),
     ("pickup_p99_ms", "pickup p99 ms", 1),
+    ("row_pickup_p99_ms", "row p99 ms", 1),
     ("rows", "rows", 0),
     ("unfinished", "unfinished", 0),
     ("size_mb", "table+idx MB", 2),
@@ -115,6 +141,7 @@ _COLUMNS = (
     ("dead_tuples", "dead tuples", 0),
     ("vacuums", "vacuums", 0),
     ("oldest_xact_s", "oldest xact s", 1),
+    ("oldest_writer_s", "oldest writer s", 1),
     ("worker_rss_mb", "RSS MB", 1),
     ("load_1m", "load 1m", 2),
 )
@@ -146,7 +173,7 @@ def table(backend: str, rows: list[dict[str, Any]], found: list[Check]) -> str:
 def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
     """The note for ``bench/results/soak-<backend>.md``: setup, checks, every sample."""
     options, rows = found["options"], found["backends"][backend]["rows"]
-    compare = min(options["compare_samples"], len(rows) // 2)
+    compare = min(options["compare_samples"], len(measured(rows)) // 2)
     lines = [
         f"# Soak on {backend}: {options['minutes']:g} min at {options['rate']} jobs/s offered",
         "",
@@ -157,8 +184,9 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         f"fail all {found['max_attempts']} attempts and end dead), retried after "
         f"{found['retry_seconds']:g} s; retention {options['retention_seconds']:g} s for "
         f"finished jobs, pruned every {options['prune_interval_seconds']:g} s. Samples every "
-        f"{options['interval_seconds']:g} s after a {options['warmup_seconds']:g} s warm-up; "
-        f"backends ran at the same time ({', '.join(found['backends'])}), each in its own "
+        f"{options['interval_seconds']:g} s"
+        + _warmup_text(rows, options)
+        + f"backends ran at the same time ({', '.join(found['backends'])}), each in its own "
         f"database. Load average (1/5/15 min) at start {found['load_average_at_start']}, at "
         f"end {found['load_average_at_end']}; {found['cpus']} CPUs. "
         + (f"SQLite file on {found['sqlite_filesystem']}. " if backend == "sqlite" else "")
@@ -166,6 +194,9 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
         + f"Jobs enqueued: {found['backends'][backend]['enqueued']:,}; enqueue errors: "
         f"{found['backends'][backend]['enqueue_errors']}.",
         "",
+        _pickup_text(rows),
+        "",
+        *_writer_text(rows),
         f"## Checks: the last {compare} samples against the first {compare}",
         "",
         "| check | first | last | ratio | rule | verdict |",
@@ -186,8 +217,51 @@ def markdown(backend: str, found: dict[str, Any], verdict: list[Check]) -> str:
     ]
     for row in rows:
         cells = [_fmt(row.get(key), digits) for key, _, digits in columns]
+        if row.get("warmup", False):
+            cells[0] = f"{cells[0]} *w*"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _warmup_text(rows: list[dict[str, Any]], options: dict[str, Any]) -> str:
+    minutes = warmup_minutes(options)
+    if any("warmup" in row for row in rows):
+        return (
+            f", the first {minutes:g} min a warm-up (sampled, marked *w*, not judged: the "
+            "table and its indexes fill to their steady size); "
+        )
+    return f" after a {minutes:g} min warm-up (not sampled); "
+
+
+def _pickup_text(rows: list[dict[str, Any]]) -> str:
+    if rows and "row_pickup_p99_ms" in rows[0]:
+        return (
+            "Pickup: from a first attempt's due time (its row's `created_at`, the INSERT's "
+            "time, a little before its COMMIT) to its handler's start, on the database clock "
+            "(the handlers note `time.time()`, moved by the clock offset measured each sample). "
+            "*row p99*: the same to the row's `started_at` (the claim's time, or for a job "
+            "claimed ahead of a free slot the time its start was written), shown for "
+            "comparison, not judged."
+        )
+    return (
+        "Pickup (a run saved before the handlers' starts were recorded): the row's "
+        "`started_at - created_at`, which for a job claimed ahead of a free slot counts its run "
+        "and its outcome's write too."
+    )
+
+
+def _writer_text(rows: list[dict[str, Any]]) -> list[str]:
+    """The worst sample's oldest transaction holding an id anywhere on the server."""
+    held = [row for row in rows if row.get("oldest_writer_s")]
+    if not held:
+        return []
+    worst = max(held, key=lambda row: row["oldest_writer_s"])
+    return [
+        f"Oldest open transaction holding an id anywhere on the server (its start holds back "
+        f"VACUUM in every database, this one's too): at most {worst['oldest_writer_s']:,.0f} s, "
+        f"at minute {worst['minute']:g} ({worst['oldest_writer']}).",
+        "",
+    ]
 
 
 def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
@@ -212,9 +286,13 @@ def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
     ]
     figure, axes = plt.subplots(2, 3, figsize=(14, 7), sharex=True)
     xs = [row["minute"] for row in rows]
+    warm = [row["minute"] for row in rows if row.get("warmup", False)]
     for axis, (key, title) in zip(axes.flat, panels, strict=True):
         ys = [row.get(key) for row in rows]
         axis.plot(xs, ys, marker=".")
+        if warm:
+            start = min(warm) - float(options["interval_seconds"]) / 60.0  # its first interval
+            axis.axvspan(start, 0.0, color="grey", alpha=0.15, label="warm-up")
         axis.set_title(title)
         axis.grid(alpha=0.3)
         if key == "pickup_p99_ms":
@@ -228,7 +306,7 @@ def plot(backend: str, found: dict[str, Any], path: Path) -> bool:
             axis.set_ylim(0, bound * 1.1)
             axis.legend(fontsize=8)
     for axis in axes[1]:
-        axis.set_xlabel("minutes")
+        axis.set_xlabel("minutes (warm-up shaded, not judged)")
     figure.suptitle(
         f"Soak on {backend}: {options['rate']} jobs/s offered, 5 % failing, retention "
         f"{options['retention_seconds']:g} s"

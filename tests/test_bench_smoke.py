@@ -252,7 +252,8 @@ def test_the_soak_runs_briefly_on_sqlite_and_judges_its_samples(tmp_path: Path) 
         [
             *(sys.executable, "-m", "bench.soak", "--backends", "sqlite", "--minutes", "0.1"),
             *("--interval", "2", "--retention", "3", "--prune-interval", "1", "--rate", "20"),
-            *("--workers", "1", "--poll-interval", "0.2", "--compare", "1", "--warmup", "2"),
+            *("--workers", "1", "--poll-interval", "0.2", "--compare", "1"),
+            *("--warmup-minutes", str(4 / 60)),
             *("--sqlite-dir", str(tmp_path), "--output", str(tmp_path / "results")),
         ],
         cwd=ROOT,
@@ -265,7 +266,13 @@ def test_the_soak_runs_briefly_on_sqlite_and_judges_its_samples(tmp_path: Path) 
     assert "soak [sqlite]" in done.stdout
     saved = json.loads((tmp_path / "results" / "soak-sqlite.json").read_text())
     rows = saved["backends"]["sqlite"]["rows"]
-    assert len(rows) == 3
+    # Two warm-up samples (2 s each), shown and not judged, then the three measured ones.
+    assert [row["warmup"] for row in rows] == [True, True, False, False, False]
+    assert [row["minute"] for row in rows] == [-1 / 30, 0.0, 1 / 30, 2 / 30, 3 / 30]
+    # Pickups come from the handlers' own start records, each matched with its job's row.
+    assert sum(row["pickups"] for row in rows) > 0
+    assert all(row["pickups_unmatched"] == 0 for row in rows)
+    assert all(abs(row["clock_offset_ms"]) < 1000 for row in rows)  # one machine, one clock
     # A busy machine may stall the workers for a 2 s sample, not for the whole run.
     assert any(row["jobs_per_s"] > 0 for row in rows)
     assert all(row["worker_rss_mb"] > 0 for row in rows)
