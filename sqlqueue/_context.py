@@ -105,7 +105,9 @@ class JobContext:
         self._worker_id = worker_id
         self._on_progress = on_progress
         self._cancelled = threading.Event()
-        self._started = time.monotonic()
+        #: The monotonic time that ``started_at`` was read at: the claim's, when known (a job
+        #: claimed ahead may wait in this worker before its handler starts).
+        self._started = job.claimed_clock if job.claimed_clock is not None else time.monotonic()
         self._progress: dict[str, Any] | None = None
         self._sync_tx: Connection | None = None
         self._async_tx: AsyncConnection | None = None
@@ -168,7 +170,8 @@ class JobContext:
         return self._cancelled.is_set()
 
     def now(self) -> datetime:
-        """The database clock's time now, as seen from this attempt's start (no round trip)."""
+        """The database clock's time now (no round trip): the claim's ``started_at`` plus the
+        time this process has counted since the claim's rows came back."""
         return self._job.started_at + timedelta(seconds=time.monotonic() - self._started)
 
     # -- batches ------------------------------------------------------------------------------

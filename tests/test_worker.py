@@ -6,13 +6,14 @@ import asyncio
 import logging
 import threading
 import time
+from datetime import datetime
 
 import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._schema import jobs
 from sqlqueue._worker import slots
-from tests._support import WorkerThread, drain, wait_until
+from tests._support import WorkerThread, db_now, drain, wait_until
 
 
 def test_sync_handlers_run_in_threads_and_async_handlers_on_the_loop(backend):
@@ -161,6 +162,41 @@ def test_a_pool_of_quick_jobs_holds_one_job_ahead_and_releases_it_at_shutdown(ba
     for job_id in (stuck, held):
         job = queue.get_job(job_id)
         assert (job.status, job.attempts, job.locked_by) == ("queued", 0, None)
+
+
+def test_ctx_now_of_a_job_held_ahead_counts_the_time_it_was_held(backend, monkeypatch):
+    """``ctx.now()`` reads the database clock without a round trip: the claim's time plus
+    what this process counted since the claim. A job claimed ahead and held behind a slow one
+    for a second and a half still reads the clock right when it starts, not 1.5 s behind."""
+    monkeypatch.setattr(slots, "QUICK_SECONDS", 3600.0)  # every job counts as quick here
+    monkeypatch.setattr(slots, "HOLD_SECONDS", 3600.0)  # and a held job waits as long as needed
+    queue = backend.queue()
+    seen: list[tuple[datetime, datetime]] = []
+    blocked, release = threading.Event(), threading.Event()
+
+    @queue.task("quick")
+    def quick(name: str, ctx: sqlqueue.JobContext) -> None:
+        if name == "held":
+            seen.append((ctx.now(), db_now(backend.engine)))
+
+    @queue.task("blocker")
+    async def blocker() -> None:
+        blocked.set()
+        await asyncio.to_thread(release.wait, 30)
+
+    with backend.engine.begin() as conn:
+        quick.enqueue(conn, name="first")
+        blocker.enqueue(conn)
+        held = quick.enqueue(conn, name="held")
+    with WorkerThread(queue.worker(concurrency=1, poll_interval=0.05, shutdown_timeout=2)):
+        assert blocked.wait(10)
+        wait_until(lambda: queue.get_job(held).attempts == 1)  # claimed ahead, held
+        time.sleep(1.5)  # the held time that ctx.now() must count
+        release.set()
+        wait_until(lambda: queue.get_job(held).status == "succeeded")
+    [(said, clock)] = seen
+    # Read just before the clock: behind it by a round trip, never by the 1.5 s held.
+    assert -0.25 < (clock - said).total_seconds() < 1.25, (said, clock)
 
 
 def test_a_pool_of_slow_jobs_claims_no_more_than_its_free_slots(backend):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,6 +46,11 @@ class ClaimedJob:
     lease_expires_at: datetime
     #: The enqueuer's W3C trace context as JSON text (``None``: it ran in no trace).
     trace_context: str | None = None
+    #: This process's ``time.monotonic()`` when the claim's rows came back, the moment
+    #: ``started_at`` was read at (give or take a round trip): what the database clock reads
+    #: later is ``started_at`` plus the monotonic time since, however long the job was held
+    #: before it started (``None``: not known; count from the handler's start).
+    claimed_clock: float | None = None
 
     @property
     def fence(self) -> tuple[int, int]:
@@ -167,7 +173,7 @@ def _claim_reader(columns: Sequence[JobColumn]) -> Callable[..., list[ClaimedJob
         for column, name in zip(columns, names, strict=True)
     )
     source = f"""\
-def read(rows, moment, document):
+def read(rows, moment, document, clock):
     moments = {{}}
 
     def once(value):
@@ -179,7 +185,7 @@ def read(rows, moment, document):
     claimed = []
     append = claimed.append
     for ({", ".join(names)},) in rows:
-        append(ClaimedJob({fields}))
+        append(ClaimedJob({fields}, claimed_clock=clock))
     return claimed
 """
     namespace: dict[str, Any] = {"ClaimedJob": ClaimedJob, "_EMPTY_LISTS": _EMPTY_LISTS}
@@ -208,5 +214,6 @@ def claims_from_rows(
     one statement clock and jobs enqueued together share ``created_at`` (per value, it was a
     third of the Python time of a 100-job round trip). ``document`` decodes JSON the driver
     returned as text; an empty error history (a first attempt's) is not decoded at all, and a
-    JSON ``null`` written by hand reads as an empty one, as it always did."""
-    return _read_claims(rows, moment, document)
+    JSON ``null`` written by hand reads as an empty one, as it always did. Each job carries
+    the monotonic time its rows came back (:attr:`ClaimedJob.claimed_clock`)."""
+    return _read_claims(rows, moment, document, time.monotonic())
