@@ -32,8 +32,8 @@ from sqlqueue._types import MYSQL_NAMES, Id, JsonDocument, Number, UtcDateTime, 
 
 __all__ = [
     "CLAIM_COLUMNS",
-    "HISTORY_DIALECTS",
     "ENQUEUE_COLUMNS",
+    "HISTORY_DIALECTS",
     "JOB_COLUMNS",
     "ROW_COLUMNS",
     "SCHEMA_REVISION",
