@@ -115,7 +115,7 @@ def test_alembic_sees_no_difference_between_migrations_and_metadata(backend):
             },
         )
         # The finished history's table exists only where the backend keeps one (0020).
-        declared = (
+        declared: Any = (
             [metadata, history_metadata] if backend.capable("history_partitions") else metadata
         )
         assert compare_metadata(context, declared) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, column, select, table
@@ -22,6 +23,7 @@ from sqlqueue._store import (
     deadletter,
     due,
     expiry,
+    history,
     job_actions,
     maintenance,
     readmodel,
@@ -132,7 +134,9 @@ class Admin:
     def jobs(self, job_filter: JobFilter, *, limit: int, before_id: int | None) -> list[Job]:
         """See :func:`readmodel.find_jobs`."""
         return self._read(
-            lambda conn: readmodel.find_jobs(conn, job_filter, limit=limit, before_id=before_id)
+            lambda conn: readmodel.find_jobs(
+                conn, self.dialect, job_filter, limit=limit, before_id=before_id
+            )
         )
 
     def paused_queues(self) -> list[str]:
@@ -201,6 +205,32 @@ class Admin:
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
             ),
             relaxed=True,
+        )
+
+    def move_to_history(self, *, after: float, keep: float | None, limit: int) -> int:
+        """See :func:`history.move_batch`: one batch of one day, one transaction."""
+        return self._write(
+            lambda conn: history.move_batch(conn, self.dialect, after=after, keep=keep, limit=limit)
+        )
+
+    def drop_history_days(self, *, older_than: float) -> int:
+        """Drop the days of the history that ended more than ``older_than`` seconds ago: each
+        detached on its own (see :func:`history.detach_day`), then all dropped in one
+        transaction with their counts, tags and actions; return how many jobs went."""
+        days = self._read(
+            lambda conn: history.droppable_days(conn, self.dialect, older_than=older_than)
+        )
+        detached = []
+        for day in days:
+            partition = translated(
+                self.dialect, partial(history.detach_day, self.engine, self.dialect, day)
+            )
+            if partition is not None:
+                detached.append(partition)
+        if not detached:
+            return 0
+        return self._with_mark(
+            lambda conn: sum(history.drop_day(conn, self.dialect, p).jobs for p in detached)
         )
 
     def prune_unique_keys(self, *, after: str, limit: int) -> tuple[int, str | None]:
@@ -315,7 +345,7 @@ class Admin:
 
     def count_jobs(self, job_filter: JobFilter) -> int:
         """How many jobs match ``job_filter``."""
-        return self._read(lambda conn: readmodel.count_jobs(conn, job_filter))
+        return self._read(lambda conn: readmodel.count_jobs(conn, self.dialect, job_filter))
 
     def batches(self, *, limit: int, before_id: int | None) -> list[BatchStatus]:
         """See :func:`batches.read_batches`."""

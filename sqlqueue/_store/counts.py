@@ -49,6 +49,7 @@ __all__ = [
     "prune_counted",
     "read_finished_counts",
     "reset_counts",
+    "subtract_counted",
 ]
 
 #: The statuses a job never leaves (its row changes no more but for dead-letter bookkeeping).
@@ -277,6 +278,13 @@ def prune_counted(conn: Connection, dialect: Dialect, deleted: Iterable[Any]) ->
     for status, queue, job_type, before_mark in deleted:
         if status in FINISHED and before_mark:
             counted[(status, queue, job_type)] += 1
+    subtract_counted(conn, counted)
+
+
+def subtract_counted(conn: Connection, counted: Counter[Key]) -> None:
+    """Take ``counted`` jobs (by status, queue and type, all counted by the rollup) off it: one
+    UPDATE run for every key in one round trip (what a prune batch or a dropped day of the
+    history deleted, under :func:`lock_for_prune`'s lock)."""
     if counted:
         conn.execute(
             _SUBTRACT,
