@@ -116,8 +116,12 @@ def move_batch(
     moved = delete(jobs).where(jobs.c.id.in_(chosen.scalar_subquery())).returning(*jobs.c)
     rows = moved.cte("moved")
     names = [column.name for column in jobs_history.c]
-    statement = insert(jobs_history).from_select(names, select(*(rows.c[n] for n in names)))
-    return int(conn.execute(statement).rowcount)
+    statement = (
+        insert(jobs_history)
+        .from_select(names, select(*(rows.c[n] for n in names)))
+        .returning(jobs_history.c.id)
+    )
+    return len(conn.execute(statement).all())  # (a rowcount of a DML CTE reads -1)
 
 
 def droppable_days(conn: Connection, dialect: Dialect, *, older_than: float) -> list[date]:
