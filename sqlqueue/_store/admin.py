@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, column, select, table
@@ -214,23 +213,9 @@ class Admin:
         )
 
     def drop_history_days(self, *, older_than: float) -> int:
-        """Drop the days of the history that ended more than ``older_than`` seconds ago: each
-        detached on its own (see :func:`history.detach_day`), then all dropped in one
-        transaction with their counts, tags and actions; return how many jobs went."""
-        days = self._read(
-            lambda conn: history.droppable_days(conn, self.dialect, older_than=older_than)
-        )
-        detached = []
-        for day in days:
-            partition = translated(
-                self.dialect, partial(history.detach_day, self.engine, self.dialect, day)
-            )
-            if partition is not None:
-                detached.append(partition)
-        if not detached:
-            return 0
+        """See :func:`history.drop_days`: one transaction, under the counts' mark."""
         return self._with_mark(
-            lambda conn: sum(history.drop_day(conn, self.dialect, p).jobs for p in detached)
+            lambda conn: history.drop_days(conn, self.dialect, older_than=older_than)
         )
 
     def prune_unique_keys(self, *, after: str, limit: int) -> tuple[int, str | None]:

@@ -23,28 +23,21 @@ day's partition first (``CREATE TABLE`` then ``ATTACH PARTITION``: claims never 
 history, so nothing they do waits on it). Reads that may meet a finished job read both tables
 (:mod:`sqlqueue._store.readable`).
 
-**Retention.** A day whose end is older than the succeeded retention is detached
-(``CONCURRENTLY``: readers of the other days never wait) and then, in one transaction, its jobs
-come off the counts' rollup, their tags and operators' actions are deleted, and its table is
-dropped: a crash in between leaves a detached table that the next pass finishes, and never
-subtracts twice. A succeeded job is so kept for its retention and at most a day more.
+**Retention.** The days whose end is older than the succeeded retention go in one
+transaction: their jobs come off the counts' rollup, their tags and operators' actions are
+deleted, and their tables are dropped (the drop detaches them; only readers of the history wait
+for its short exclusive lock on the parent, never a claim). It commits whole or not at all, so
+nothing is subtracted twice. A succeeded job is so kept for its retention and at most a day
+more.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from sqlalchemy import (
-    BigInteger,
-    Column,
     Connection,
-    DateTime,
-    Engine,
-    MetaData,
-    String,
-    Table,
     delete,
     func,
     insert,
@@ -57,9 +50,9 @@ from sqlqueue._schema import count_marks, job_actions, job_tags, jobs, jobs_hist
 from sqlqueue._store import counts
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect
-from sqlqueue.dialects._history import HistoryPartition, history_partitions_of
+from sqlqueue.dialects._history import history_partitions_of
 
-__all__ = ["DroppedDay", "drop_day", "droppable_days", "movable", "move_batch"]
+__all__ = ["drop_days", "movable", "move_batch"]
 
 #: The one status that moves (see the module's docstring).
 MOVED_STATUS = "succeeded"
@@ -88,28 +81,29 @@ def movable(dialect: Dialect, *, after: float, keep: float | None) -> list[Colum
 def move_batch(
     conn: Connection, dialect: Dialect, *, after: float, keep: float | None, limit: int
 ) -> int:
-    """Move up to ``limit`` of the oldest movable jobs, all of one UTC day, into the history
-    (creating that day's partition first); return how many moved (0: none is movable)."""
+    """Move up to ``limit`` of the oldest movable jobs into the history; return how many moved
+    (0: none is movable). The days they finished on get their partitions first (a day without
+    a job gets an empty one, dropped with the others), so the move never meets a missing one."""
     ddl = history_partitions_of(dialect)
     if ddl is None:
         return 0
     where = movable(dialect, after=after, keep=keep)
-    oldest: datetime | None = conn.execute(
-        select(jobs.c.finished_at).where(*where).order_by(jobs.c.finished_at).limit(1)
-    ).scalar_one_or_none()
+    first = select(jobs.c.finished_at).where(*where).order_by(jobs.c.finished_at).limit(limit)
+    span = first.subquery()
+    oldest, newest = conn.execute(
+        select(func.min(span.c.finished_at), func.max(span.c.finished_at))
+    ).one()
     if oldest is None:
         return 0
-    day = oldest.astimezone(UTC).date()
-    if not any(p.day == day and p.attached for p in ddl.history_partitions(conn)):
-        ddl.create_history_partition(conn, day)
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    days = _days(oldest, newest)
+    have = {p.day for p in ddl.history_partitions(conn) if p.attached}
+    for day in days:
+        if day not in have:
+            ddl.create_history_partition(conn, day)
+    end = datetime(days[-1].year, days[-1].month, days[-1].day, tzinfo=UTC) + timedelta(days=1)
     chosen = dialect.skip_locked(
         select(jobs.c.id)
-        .where(
-            *where,
-            jobs.c.finished_at >= literal(start, UtcDateTime()),
-            jobs.c.finished_at < literal(start + timedelta(days=1), UtcDateTime()),
-        )
+        .where(*where, jobs.c.finished_at < literal(end, UtcDateTime()))
         .order_by(jobs.c.finished_at)
         .limit(limit)
     )
@@ -124,81 +118,44 @@ def move_batch(
     return len(conn.execute(statement).all())  # (a rowcount of a DML CTE reads -1)
 
 
-def droppable_days(conn: Connection, dialect: Dialect, *, older_than: float) -> list[date]:
-    """The days whose partitions retention drops now: those that ended more than
-    ``older_than`` seconds ago (database clock), and any detached one left by an interrupted
-    pass."""
+def _days(oldest: datetime, newest: datetime) -> list[date]:
+    """Every UTC day from ``oldest``'s to ``newest``'s."""
+    first, last = oldest.astimezone(UTC).date(), newest.astimezone(UTC).date()
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def drop_days(conn: Connection, dialect: Dialect, *, older_than: float) -> int:
+    """Drop the days of the history that ended more than ``older_than`` seconds ago (database
+    clock), in the caller's transaction; return how many jobs went.
+
+    Five statements however many days: under the counts' mark's lock (as a prune batch), the
+    counted jobs of those days come off the rollup, their tags and actions are deleted (each
+    read through the parent, which prunes to exactly those days: every job that finished
+    before the end of the last of them is in one of them), then one ``DROP TABLE`` drops them
+    all. The exclusive lock it takes on the parent is held from the drop to the commit, and
+    all of it commits, or none (nothing is ever subtracted twice)."""
     ddl = history_partitions_of(dialect)
     if ddl is None:
-        return []
+        return 0
     cutoff: datetime = conn.execute(select(dialect.now_plus(-float(older_than)))).scalar_one()
-    return [
-        partition.day
-        for partition in ddl.history_partitions(conn)
-        if not partition.attached or partition.ends <= cutoff
-    ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class DroppedDay:
-    """What dropping one day did: its jobs, and how many the rollup had counted."""
-
-    day: date
-    jobs: int
-
-
-def detach_day(engine: Engine, dialect: Dialect, day: date) -> HistoryPartition | None:
-    """Detach ``day``'s partition from the parent, outside any transaction (a concurrent
-    detach must be); return it as it is now, or ``None`` if it is gone already."""
-    ddl = history_partitions_of(dialect)
-    if ddl is None:
-        return None
-    with engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        found = [p for p in ddl.history_partitions(conn) if p.day == day]
-        if not found:
-            return None
-        if found[0].attached:
-            ddl.detach_history_partition(conn, found[0])
-        return HistoryPartition(name=found[0].name, day=day, attached=False)
-
-
-def drop_day(conn: Connection, dialect: Dialect, partition: HistoryPartition) -> DroppedDay:
-    """Drop a detached day: take its counted jobs off the rollup, delete its jobs' tags and
-    actions, and drop its table, all in the caller's transaction (under the counts' mark's
-    lock, as a prune batch is)."""
-    ddl = history_partitions_of(dialect)
-    if ddl is None or partition.attached:
-        raise ValueError(f"{partition.name} is not a detached day of the history")
+    expired = [p for p in ddl.history_partitions(conn) if p.attached and p.ends <= cutoff]
+    if not expired:
+        return 0
     mark = counts.lock_for_prune(conn, dialect)
-    day = _day_table(partition.name)
-    counted = (day.c.finished_at < literal(mark, UtcDateTime())).label("counted")
+    before = jobs_history.c.finished_at < literal(max(p.ends for p in expired), UtcDateTime())
+    counted = (jobs_history.c.finished_at < literal(mark, UtcDateTime())).label("counted")
+    key = (jobs_history.c.status, jobs_history.c.queue, jobs_history.c.job_type)
     total = 0
     rollup: Counter[tuple[str, str, str]] = Counter()
     for status, queue, job_type, was_counted, n in conn.execute(
-        select(day.c.status, day.c.queue, day.c.job_type, counted, func.count()).group_by(
-            day.c.status, day.c.queue, day.c.job_type, counted
-        )
+        select(*key, counted, func.count()).where(before).group_by(*key, counted)
     ):
         total += int(n)
         if was_counted:
             rollup[(status, queue, job_type)] += int(n)
     counts.subtract_counted(conn, rollup)
-    conn.execute(delete(job_tags).where(job_tags.c.job_id.in_(select(day.c.id))))
-    conn.execute(delete(job_actions).where(job_actions.c.job_id.in_(select(day.c.id))))
-    ddl.drop_history_table(conn, partition)
-    return DroppedDay(day=partition.day, jobs=total)
-
-
-def _day_table(name: str) -> Table:
-    """The columns a drop reads of a detached day's table (declared without a schema, so the
-    connection's schema translation applies as to every sqlqueue table)."""
-    return Table(
-        name,
-        MetaData(),
-        Column("id", BigInteger),
-        Column("status", String),
-        Column("queue", String),
-        Column("job_type", String),
-        Column("finished_at", DateTime(timezone=True)),
-    )
+    gone = select(jobs_history.c.id).where(before)
+    conn.execute(delete(job_tags).where(job_tags.c.job_id.in_(gone)))
+    conn.execute(delete(job_actions).where(job_actions.c.job_id.in_(gone)))
+    ddl.drop_history_tables(conn, expired)
+    return total

@@ -1,5 +1,5 @@
 """PostgreSQL's day partitions of the finished history (``sqlqueue_jobs_history``): how they are
-named, found, created, detached and dropped. The store decides when (``_store/history.py``).
+named, found, created and dropped. The store decides when (``_store/history.py``).
 
 A partition holds the jobs that finished on one UTC day, ``[day, day + 1)``, and is named after
 it (``sqlqueue_jobs_history_p20261201``), so its range is read from its name and the catalog is
@@ -21,11 +21,9 @@ __all__ = ["HistoryPartition", "HistoryPartitions", "history_partitions_of"]
 PARENT = "sqlqueue_jobs_history"
 PREFIX = PARENT + "_p"
 
-#: sqlqueue's partitions in the tables' schema: each one's name, whether it is attached, and
-#: whether a concurrent detach of it was interrupted (it must be finalized).
+#: sqlqueue's partitions in the tables' schema: each one's name, and whether it is attached.
 _FIND = text(
-    "SELECT c.relname, i.inhrelid IS NOT NULL AS attached, "
-    "coalesce(i.inhdetachpending, false) AS pending "
+    "SELECT c.relname, i.inhrelid IS NOT NULL AS attached "
     "FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace "
     "LEFT JOIN pg_inherits i ON i.inhrelid = c.oid "
@@ -41,7 +39,6 @@ class HistoryPartition:
     name: str
     day: date
     attached: bool
-    detach_pending: bool = False
 
     @property
     def ends(self) -> datetime:
@@ -65,20 +62,16 @@ class HistoryPartitions:
         return quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
 
     def history_partitions(self, conn: Connection) -> list[HistoryPartition]:
-        """sqlqueue's day partitions, oldest first: attached ones, and tables detached from the
-        parent whose drop has not run yet (a pass interrupted between the two)."""
+        """sqlqueue's day partitions, oldest first (and any of their tables detached by hand,
+        ``attached`` false: retention leaves those alone)."""
         rows = conn.execute(_FIND, {"schema": self.schema, "pattern": PREFIX + "%"}).all()
         found = []
-        for name, attached, pending in rows:
+        for name, attached in rows:
             digits = str(name).removeprefix(PREFIX)
             if len(digits) != 8 or not digits.isdigit():
                 continue
             day = datetime.strptime(digits, "%Y%m%d").replace(tzinfo=UTC).date()
-            found.append(
-                HistoryPartition(
-                    name=str(name), day=day, attached=bool(attached), detach_pending=bool(pending)
-                )
-            )
+            found.append(HistoryPartition(name=str(name), day=day, attached=bool(attached)))
         return found
 
     def create_history_partition(self, conn: Connection, day: date) -> None:
@@ -96,21 +89,16 @@ class HistoryPartitions:
             )
         )
 
-    def detach_history_partition(self, conn: Connection, partition: HistoryPartition) -> None:
-        """Detach ``partition`` from the parent without blocking readers of the other days
-        (``CONCURRENTLY``, PostgreSQL ≥ 14; ``conn`` must be in autocommit), or finish a detach
-        that was interrupted (``FINALIZE``). Older servers detach in a plain statement."""
-        name = self._qualified(conn, partition.name)
-        parent = self._qualified(conn, PARENT)
-        if (conn.dialect.server_version_info or (0,)) < (14,):
-            how = ""
-        else:
-            how = " FINALIZE" if partition.detach_pending else " CONCURRENTLY"
-        conn.execute(text(f"ALTER TABLE {parent} DETACH PARTITION {name}{how}"))
-
-    def drop_history_table(self, conn: Connection, partition: HistoryPartition) -> None:
-        """Drop a detached partition's table (in the caller's transaction)."""
-        conn.execute(text(f"DROP TABLE {self._qualified(conn, partition.name)}"))
+    def drop_history_tables(self, conn: Connection, partitions: list[HistoryPartition]) -> None:
+        """Drop partitions' tables in one statement, in the caller's transaction. An attached
+        one is detached by the drop itself, which takes ACCESS EXCLUSIVE on the parent until
+        the commit: only readers of the history wait, never a claim, an enqueue or a
+        completion (none of them reads it). ``DETACH … CONCURRENTLY`` first would wait for
+        every older transaction twice per partition, and a statement per day costs the first
+        prune of a year of history seconds (measured: bench/prune_history.py)."""
+        if partitions:
+            names = ", ".join(self._qualified(conn, p.name) for p in partitions)
+            conn.execute(text(f"DROP TABLE {names}"))
 
 
 def history_partitions_of(dialect: object) -> HistoryPartitions | None:
