@@ -260,3 +260,19 @@ def test_a_downgrade_moves_the_history_back(backend: Backend) -> None:
     sqlqueue.migrate(backend.engine)
     assert _moved(backend) == set()
     assert _move_all(queue) == len(ids)
+
+
+def test_a_prune_batch_keeps_the_actions_of_moved_jobs_among_its_ids(backend: Backend) -> None:
+    backend.requires("history_partitions")
+    queue = local_queue(backend)
+    first, moving, last = enqueue(queue, "mail_job", 3)
+    queue.reschedule(moving, queue.database_now(), by="ops", reason="sooner")
+    queue.cancel(first)
+    queue.cancel(last)
+    _finished_old(queue, [first, moving, last])
+    assert _move_all(queue) == 1
+
+    # The cancelled jobs around it go in one batch, whose orphan sweep covers ids first..last.
+    assert queue.prune(older_than=86400, statuses=("cancelled",)) == 2
+
+    assert [action.action for action in queue.job_actions(moving)] == ["reschedule"]
