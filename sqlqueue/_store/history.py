@@ -49,8 +49,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlqueue._schema import count_marks, job_actions, job_tags, jobs, jobs_history
 from sqlqueue._store import counts
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects import Dialect
-from sqlqueue.dialects._history import history_partitions_of
+from sqlqueue.dialects import Dialect, history_partitions_of
 
 __all__ = ["drop_days", "movable", "move_batch"]
 
