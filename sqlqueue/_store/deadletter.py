@@ -26,7 +26,7 @@ from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.counts import lock_for_handling
 from sqlqueue._store.error_counts import forget_handled
 from sqlqueue._store.filters import JobFilter, unhandled_dead
-from sqlqueue._store.readable import moved_row, readable
+from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import copy_tags, read_tags
 from sqlqueue._store.workflows import replace_steps
@@ -42,9 +42,10 @@ __all__ = [
 
 
 def read_job(conn: Connection, dialect: Dialect, job_id: int) -> Job | None:
-    """The job with ``job_id``, or ``None`` (in the history too, where there is one)."""
-    query = readable(select(jobs).where(jobs.c.id == job_id), dialect)
-    row = conn.execute(query).mappings().first()
+    """The job with ``job_id``, or ``None``: the hot table first (one key lookup), then the
+    history where there is one (an index lookup in each day's partition)."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+    row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
         return None
     return replace(row_to_job(row), tags=read_tags(conn, [job_id]).get(job_id, ()))
