@@ -1,8 +1,10 @@
 """``python -m bench.prune_history``: the partitioned history of PostgreSQL — what moving a big
 history out of the hot table costs a worker, and how long the first prune of it then takes.
 
-Fills a fresh database as ``bench.prune`` does (``--rows`` finished jobs over the last year, 2 %
-cancelled, and ``--queued`` due jobs), folds the counts, and starts the same worker process
+Fills a fresh database as ``bench.prune`` does (``--rows`` finished jobs, 2 % cancelled, and
+``--queued`` due jobs), spreads the history over the last ``--days`` days (7, what a week's
+retention keeps: seven partitions; ``--days 0`` keeps the fill's year, 366 partitions), folds
+the counts, and starts the same worker process
 (claim 10, "run" them ``--work-ms``, complete them in the next claim's transaction). Three
 phases, each timed and each with the worker's round trips measured during it:
 
@@ -23,10 +25,34 @@ import argparse
 import multiprocessing
 import time
 
+import sqlalchemy as sa
+
 import sqlqueue
 from bench.databases import DEFAULT_POSTGRES_URL, Target, fresh_database
 from bench.operations import Sizes, fill
 from bench.prune import _phase, _show, _work
+
+
+#: The history's finishing times moved into the last ``days`` days (at least two hours ago).
+_SQUEEZE = sa.text(
+    "UPDATE sqlqueue_jobs SET finished_at = statement_timestamp() - interval '2 hours' "
+    "- (id % :days) * interval '1 day' - (id % 3593) * interval '1 second' "
+    "WHERE finished_at IS NOT NULL"
+)
+
+
+def _squeeze(engine: sa.Engine, days: int) -> float:
+    """Spread the filled history over the last ``days`` days instead of a year (what a
+    retention of about that long keeps); return the seconds it took."""
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(_SQUEEZE, {"days": days})
+        conn.execute(sa.text("DELETE FROM sqlqueue_count_marks"))
+        conn.execute(sa.text("DELETE FROM sqlqueue_finished_counts"))
+        conn.execute(sa.text("DELETE FROM sqlqueue_error_counts"))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM ANALYZE sqlqueue_jobs")
+    return time.perf_counter() - started
 
 
 def measure(target: Target, args: argparse.Namespace) -> None:
@@ -34,9 +60,12 @@ def measure(target: Target, args: argparse.Namespace) -> None:
     with fresh_database("postgresql", target) as url:
         queue = sqlqueue.Queue(url)
         took = fill(queue.engine, "postgresql", Sizes(args.rows, 0, args.queued))
+        if args.days:
+            took += _squeeze(queue.engine, args.days)
         queue.admin.fold_all_counts()
+        spread = f"over {args.days} days" if args.days else "over a year"
         print(
-            f"\n== postgresql: {args.rows:,} finished + {args.queued:,} queued "
+            f"\n== postgresql: {args.rows:,} finished {spread} + {args.queued:,} queued "
             f"(filled in {took:.0f} s)"
         )
         context = multiprocessing.get_context("spawn")
@@ -98,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=3.0, help="seconds between (3)")
     parser.add_argument("--work-ms", type=float, default=10.0, help="ms per claim's jobs (10)")
     parser.add_argument("--move-batch", type=int, default=1000, help="jobs per move (1,000)")
+    parser.add_argument(
+        "--days",
+        type=int,
+        default=7,
+        help="spread the history over the last DAYS days, one partition each (7; 0: a year)",
+    )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     args = parser.parse_args(argv)
     measure(Target(postgres_url=args.postgres_url), args)
