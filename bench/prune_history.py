@@ -32,7 +32,6 @@ from bench.databases import DEFAULT_POSTGRES_URL, Target, fresh_database
 from bench.operations import Sizes, fill
 from bench.prune import _phase, _show, _work
 
-
 #: The history's finishing times moved into the last ``days`` days (at least two hours ago).
 _SQUEEZE = sa.text(
     "UPDATE sqlqueue_jobs SET finished_at = statement_timestamp() - interval '2 hours' "
