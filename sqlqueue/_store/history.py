@@ -18,9 +18,9 @@ nothing can act on it any more and nothing looks it up in the hot table:
 
 A move is one statement, ``WITH moved AS (DELETE … RETURNING *) INSERT INTO history SELECT *
 FROM moved``, so a job is always in exactly one of the two tables, and it takes rows with
-``SKIP LOCKED``, so it never waits on a worker. It moves one day at a time and creates that
-day's partition first (``CREATE TABLE`` then ``ATTACH PARTITION``: claims never read the
-history, so nothing they do waits on it). Reads that may meet a finished job read both tables
+``SKIP LOCKED``, so it never waits on a worker. The partitions of the days a batch's jobs
+finished on are created first (``CREATE TABLE`` then ``ATTACH PARTITION``, which takes SHARE
+UPDATE EXCLUSIVE on the parent: claims never read the history, so nothing they do waits). Reads that may meet a finished job read both tables
 (:mod:`sqlqueue._store.readable`).
 
 **Retention.** The days whose end is older than the succeeded retention go in one
