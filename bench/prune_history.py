@@ -5,13 +5,15 @@ Fills a fresh database as ``bench.prune`` does (``--rows`` finished jobs, 2 % ca
 ``--queued`` due jobs), spreads the history over the last ``--days`` days (7, what a week's
 retention keeps: seven partitions; ``--days 0`` keeps the fill's year, 366 partitions), folds
 the counts, and starts the same worker process
-(claim 10, "run" them ``--work-ms``, complete them in the next claim's transaction). Three
+(claim 10, "run" them ``--work-ms``, complete them in the next claim's transaction). Four
 phases, each timed and each with the worker's round trips measured during it:
 
 1. ``alone``: nothing else runs, for ``--baseline`` seconds;
-2. ``moving``: the retention duty's mover (``Admin.move_to_history``, ``--move-batch`` jobs a
+2. ``batched``: the same-run baseline, today's batched prune (``Queue.prune``) of the oldest
+   day of the history while it is still in the hot table;
+3. ``moving``: the retention duty's mover (``Admin.move_to_history``, ``--move-batch`` jobs a
    transaction) moves every succeeded job into the history: its rate in jobs/s;
-3. ``dropping``: ``Admin.drop_history_days(older_than=3600)`` drops every day of the history
+4. ``dropping``: ``Admin.drop_history_days(older_than=3600)`` drops every day of the history
    that ended more than an hour ago (each detached concurrently, then all dropped in one
    transaction with their counts): the first prune of the history. ``Queue.prune`` then
    deletes what stayed in the hot table (the cancelled jobs) in batches, timed apart.
@@ -80,6 +82,14 @@ def measure(target: Target, args: argparse.Namespace) -> None:
             marks = [time.time()]
             time.sleep(args.baseline)
             marks.append(time.time())
+            # The same-run baseline: today's batched prune of the oldest day, in the hot table.
+            oldest_day = (max(args.days, 2) - 1) * 86400 + 3600
+            started = time.perf_counter()
+            batched = queue.prune(older_than=oldest_day, statuses=("succeeded",))
+            batched_took = time.perf_counter() - started
+            marks.append(time.time())
+            time.sleep(args.settle)
+            marks.append(time.time())
             moved, started = 0, time.perf_counter()
             while count := queue.admin.move_to_history(after=300, keep=None, limit=args.move_batch):
                 moved += count
@@ -99,18 +109,27 @@ def measure(target: Target, args: argparse.Namespace) -> None:
         trips = results.get(timeout=120)
         process.join(30)
         alone = _phase(trips, marks[0], marks[1])
-        moving = _phase(trips, marks[1], marks[2])
-        dropping = _phase(trips, marks[3], marks[4])
+        pruning = _phase(trips, marks[1], marks[2])
+        moving = _phase(trips, marks[3], marks[4])
+        dropping = _phase(trips, marks[5], marks[6])
+        print(
+            f"baseline, batched prune of the oldest day in the hot table: {batched:,} jobs in "
+            f"{batched_took:.2f} s ({batched / max(batched_took, 1e-9):,.0f} jobs/s)"
+        )
         print(
             f"move: {moved:,} jobs in {move_took:.1f} s ({moved / move_took:,.0f} jobs/s, "
             f"batches of {args.move_batch:,})"
         )
-        print(f"drop: {dropped:,} jobs of history in {drop_took:.2f} s")
+        print(
+            f"drop: {dropped:,} jobs of history in {drop_took:.2f} s "
+            f"({dropped / max(drop_took, 1e-9):,.0f} jobs/s)"
+        )
         print(f"rest of the prune (hot table, batched): {rest:,} jobs in {rest_took:.2f} s")
         print(_show("worker alone", alone))
+        print(_show("batched prune", pruning))
         print(_show("during the move", moving))
         print(_show("during the drop", dropping))
-        for name, phase in (("move", moving), ("drop", dropping)):
+        for name, phase in (("batched", pruning), ("move", moving), ("drop", dropping)):
             print(
                 f"ratios {name}/alone: p99 {phase['p99'] / max(alone['p99'], 1e-9):.2f}x, "
                 f"throughput {phase['jobs_per_s'] / max(alone['jobs_per_s'], 1e-9):.2f}x"
