@@ -82,6 +82,12 @@ def upgrade() -> None:
         "sqlqueue_jobs_history", *_columns(), postgresql_partition_by="RANGE (finished_at)"
     )
     op.create_index("ix_sqlqueue_jobs_history_id", "sqlqueue_jobs_history", ["id"])
+    op.create_index(
+        "ix_sqlqueue_jobs_history_finished",
+        "sqlqueue_jobs_history",
+        ["finished_at"],
+        postgresql_using="brin",
+    )
 
 
 def downgrade() -> None:

@@ -20,8 +20,8 @@ A move is one statement, ``WITH moved AS (DELETE … RETURNING *) INSERT INTO hi
 FROM moved``, so a job is always in exactly one of the two tables, and it takes rows with
 ``SKIP LOCKED``, so it never waits on a worker. The partitions of the days a batch's jobs
 finished on are created first (``CREATE TABLE`` then ``ATTACH PARTITION``, which takes SHARE
-UPDATE EXCLUSIVE on the parent: claims never read the history, so nothing they do waits). Reads that may meet a finished job read both tables
-(:mod:`sqlqueue._store.readable`).
+UPDATE EXCLUSIVE on the parent: claims never read the history, so nothing they do waits).
+Reads that may meet a finished job read both tables (:mod:`sqlqueue._store.readable`).
 
 **Retention.** The days whose end is older than the succeeded retention go in one
 transaction: their jobs come off the counts' rollup, their tags and operators' actions are
