@@ -86,7 +86,6 @@ def upgrade() -> None:
         "ix_sqlqueue_jobs_history_finished",
         "sqlqueue_jobs_history",
         ["finished_at"],
-        postgresql_using="brin",
     )
 
 
