@@ -70,7 +70,7 @@ class RetentionDuty:
         loop = asyncio.get_running_loop()
         renewed = loop.time()
         if self._moves and not stopping():
-            with contextlib.suppress(CountsBusy):  # the detached days go next pass
+            with contextlib.suppress(CountsBusy):  # the expired days go at the next pass
                 await db.call(self.drop_days)
         while self._moves and not stopping():
             if loop.time() - renewed > self.retention.interval / 2:
