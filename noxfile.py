@@ -225,6 +225,18 @@ def bench_prune(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_prune_history(session: nox.Session) -> None:
+    """PostgreSQL's history table: moving 1,000,000 succeeded jobs into it, then the first prune
+    (whole days dropped), each beside a worker's round trips.
+
+    Arguments go to ``python -m bench.prune_history``: ``nox -s bench_prune_history -- --rows
+    200000``.
+    """
+    session.install(".[postgres]")
+    session.run("python", "-m", "bench.prune_history", *session.posargs)
+
+
+@nox.session
 def bench_report(session: nox.Session) -> None:
     """The activity report over 1,000,000 events: chunked in a batch vs one job, RSS and time.
 

@@ -468,7 +468,9 @@ class Operations:
         is more than ``older_than`` seconds ago, ``batch_size`` rows per short transaction;
         return how many went. Never queued, running or failed jobs. A finished batch's row goes
         with the last job that refers to it; batch counts never change. Unique keys that no job
-        carries any more go too."""
+        carries any more go too. Where succeeded jobs move into a partitioned history
+        (PostgreSQL), its days that ended more than ``older_than`` seconds ago are dropped
+        whole: the moved jobs of the day that ends later stay until it does."""
         older_than = check_age("older_than", older_than, jobs.c.finished_at, ConfigurationError)
         if batch_size < 1:
             raise ConfigurationError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -476,6 +478,10 @@ class Operations:
         check_prunable(wanted)
         deleted = 0
         for status in wanted:
+            if status == "succeeded":
+                deleted += self._when_counts_free(
+                    lambda: self.admin.drop_history_days(older_than=older_than)
+                )
             while True:
                 started = time.monotonic()
                 count = self._prune_batch(status, older_than, batch_size)
@@ -496,16 +502,21 @@ class Operations:
             self._breathe(started)
 
     def _prune_batch(self, status: str, older_than: float, batch_size: int) -> int:
-        """One prune batch; while a fold or another prune holds the counts, wait a little and
+        """One prune batch (see :meth:`_when_counts_free`)."""
+        return self._when_counts_free(
+            lambda: self.admin.prune_batch(status=status, older_than=older_than, limit=batch_size)
+        )
+
+    @staticmethod
+    def _when_counts_free(prune: Callable[[], int]) -> int:
+        """Run ``prune``; while a fold or another prune holds the counts, wait a little and
         try again (for up to ~10 s, then say so)."""
         for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2):
             try:
-                return self.admin.prune_batch(
-                    status=status, older_than=older_than, limit=batch_size
-                )
+                return prune()
             except CountsBusy:
                 time.sleep(wait)
-        return self.admin.prune_batch(status=status, older_than=older_than, limit=batch_size)
+        return prune()
 
     def pause(self, name: str, *, by: str, reason: str) -> None:
         """Stop every worker claiming from queue ``name`` (within its poll interval; at once

@@ -35,6 +35,11 @@ class Retention:
     Pruning a job frees its idempotency key, and the duty then deletes the lock rows of unique
     keys no job carries any more. A queue without a retention still prunes gone workers' rows
     after a day (and those keys).
+
+    On PostgreSQL the duty also moves succeeded jobs that nothing can act on any more into the
+    history table ``history_after`` seconds after they finished, and drops the history's days
+    once they are older than ``succeeded``: such a job is kept for ``succeeded`` seconds and at
+    most a day more.
     """
 
     succeeded: float | None = None
@@ -43,9 +48,14 @@ class Retention:
     gone_workers: float | None = 86400.0
     interval: float = 60.0
     batch_size: int = 1000
+    #: Where the backend keeps a partitioned history (PostgreSQL), succeeded jobs without a
+    #: key, batch or workflow move into it this many seconds after they finished, and
+    #: retention drops whole days of it (see ``sqlqueue._store.history``); ``None``: nothing
+    #: moves, every finished job is pruned in batches as on the other backends.
+    history_after: float | None = 300.0
 
     def __post_init__(self) -> None:
-        for name in (*PRUNABLE, "gone_workers"):
+        for name in (*PRUNABLE, "gone_workers", "history_after"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigurationError(f"Retention.{name} must be >= 0 seconds, got {value!r}")

@@ -22,6 +22,7 @@ from sqlqueue._store import (
     deadletter,
     due,
     expiry,
+    history,
     job_actions,
     maintenance,
     readmodel,
@@ -132,7 +133,9 @@ class Admin:
     def jobs(self, job_filter: JobFilter, *, limit: int, before_id: int | None) -> list[Job]:
         """See :func:`readmodel.find_jobs`."""
         return self._read(
-            lambda conn: readmodel.find_jobs(conn, job_filter, limit=limit, before_id=before_id)
+            lambda conn: readmodel.find_jobs(
+                conn, self.dialect, job_filter, limit=limit, before_id=before_id
+            )
         )
 
     def paused_queues(self) -> list[str]:
@@ -201,6 +204,18 @@ class Admin:
                 conn, self.dialect, status=status, older_than=older_than, limit=limit, now=now
             ),
             relaxed=True,
+        )
+
+    def move_to_history(self, *, after: float, keep: float | None, limit: int) -> int:
+        """See :func:`history.move_batch`: one batch of one day, one transaction."""
+        return self._write(
+            lambda conn: history.move_batch(conn, self.dialect, after=after, keep=keep, limit=limit)
+        )
+
+    def drop_history_days(self, *, older_than: float) -> int:
+        """See :func:`history.drop_days`: one transaction, under the counts' mark."""
+        return self._with_mark(
+            lambda conn: history.drop_days(conn, self.dialect, older_than=older_than)
         )
 
     def prune_unique_keys(self, *, after: str, limit: int) -> tuple[int, str | None]:
@@ -315,7 +330,7 @@ class Admin:
 
     def count_jobs(self, job_filter: JobFilter) -> int:
         """How many jobs match ``job_filter``."""
-        return self._read(lambda conn: readmodel.count_jobs(conn, job_filter))
+        return self._read(lambda conn: readmodel.count_jobs(conn, self.dialect, job_filter))
 
     def batches(self, *, limit: int, before_id: int | None) -> list[BatchStatus]:
         """See :func:`batches.read_batches`."""

@@ -15,6 +15,7 @@ from sqlqueue._job import Job
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.job_actions import Record, record_actions
+from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
@@ -29,6 +30,7 @@ def cancel_job(
     """Cancel one job (or ask its handler to stop, if it runs); return it as it now is.
     ``record``: who asked and why, written down in the same transaction."""
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+    row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
         raise JobNotFound(f"there is no job {job_id}")
     current = dialect.now()

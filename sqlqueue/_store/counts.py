@@ -33,6 +33,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlqueue._errors import DatabaseError
 from sqlqueue._schema import count_marks, error_counts, finished_counts, jobs
 from sqlqueue._store.error_counts import fold_errors
+from sqlqueue._store.readable import readable
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect
 
@@ -49,6 +50,7 @@ __all__ = [
     "prune_counted",
     "read_finished_counts",
     "reset_counts",
+    "subtract_counted",
 ]
 
 #: The statuses a job never leaves (its row changes no more but for dead-letter bookkeeping).
@@ -94,6 +96,7 @@ def read_finished_counts(conn: Connection, dialect: Dialect) -> list[tuple[str, 
             .where(jobs.c.status.in_(FINISHED), dialect.selective(jobs.c.finished_at >= bound))
             .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
         )
+        live = readable(live, dialect)  # after a reset, moved jobs are counted live too
         same_mark = select(
             literal(_CHECK), literal(""), literal(""), case((_mark() == bound, 1), else_=0)
         )
@@ -203,7 +206,7 @@ def fold_counts(
         until = open_since
     if until <= mark:
         return Fold(folded=0, caught_up=True)
-    first = _first_finish_after(conn, mark)
+    first = _first_finish_after(conn, dialect, mark)
     caught_up = True
     if first is not None and first + timedelta(seconds=window) < until:
         until, caught_up = first + timedelta(seconds=window), False
@@ -218,20 +221,24 @@ def fold_counts(
             )
             .group_by(jobs.c.status, jobs.c.queue, jobs.c.job_type)
         )
-        counts = [((s, q, t), int(n)) for s, q, t, n in conn.execute(span)]
+        counts = [((s, q, t), int(n)) for s, q, t, n in conn.execute(readable(span, dialect))]
         _add(conn, dialect, counts)
         fold_errors(conn, dialect, mark, until)
     conn.execute(count_marks.update().where(count_marks.c.name == MARK).values(folded_until=until))
     return Fold(folded=sum(n for _, n in counts), caught_up=caught_up)
 
 
-def _first_finish_after(conn: Connection, mark: datetime) -> datetime | None:
+def _first_finish_after(conn: Connection, dialect: Dialect, mark: datetime) -> datetime | None:
     """The earliest finishing time at or after ``mark``: one status at a time, so each is one
-    index lookup (with ``status IN (…)`` PostgreSQL read every row after the mark instead)."""
+    index lookup (with ``status IN (…)`` PostgreSQL read every row after the mark instead).
+    Moved jobs count too (they are all before the mark, unless the rollup was reset)."""
     firsts = [
         conn.execute(
-            select(func.min(jobs.c.finished_at)).where(
-                jobs.c.status == status, jobs.c.finished_at >= literal(mark, UtcDateTime())
+            readable(
+                select(func.min(jobs.c.finished_at)).where(
+                    jobs.c.status == status, jobs.c.finished_at >= literal(mark, UtcDateTime())
+                ),
+                dialect,
             )
         ).scalar_one()
         for status in FINISHED
@@ -277,6 +284,13 @@ def prune_counted(conn: Connection, dialect: Dialect, deleted: Iterable[Any]) ->
     for status, queue, job_type, before_mark in deleted:
         if status in FINISHED and before_mark:
             counted[(status, queue, job_type)] += 1
+    subtract_counted(conn, counted)
+
+
+def subtract_counted(conn: Connection, counted: Counter[Key]) -> None:
+    """Take ``counted`` jobs (by status, queue and type, all counted by the rollup) off it: one
+    UPDATE run for every key in one round trip (what a prune batch or a dropped day of the
+    history deleted, under :func:`lock_for_prune`'s lock)."""
     if counted:
         conn.execute(
             _SUBTRACT,

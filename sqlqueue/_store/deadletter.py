@@ -26,6 +26,7 @@ from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.counts import lock_for_handling
 from sqlqueue._store.error_counts import forget_handled
 from sqlqueue._store.filters import JobFilter, unhandled_dead
+from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import copy_tags, read_tags
 from sqlqueue._store.workflows import replace_steps
@@ -40,9 +41,11 @@ __all__ = [
 ]
 
 
-def read_job(conn: Connection, job_id: int) -> Job | None:
-    """The job with ``job_id``, or ``None``."""
+def read_job(conn: Connection, dialect: Dialect, job_id: int) -> Job | None:
+    """The job with ``job_id``, or ``None``: the hot table first (one key lookup), then the
+    history where there is one (an index lookup in each day's partition)."""
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+    row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
         return None
     return replace(row_to_job(row), tags=read_tags(conn, [job_id]).get(job_id, ()))
@@ -65,6 +68,7 @@ def _locked_dead(
 def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: str) -> Any:
     """Dead job ``job_id``, locked, or the error that says why it cannot be ``action``-ed."""
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+    row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
         raise JobNotFound(f"there is no job {job_id}")
     if row["status"] != "dead":

@@ -18,6 +18,7 @@ from sqlqueue._job_action import JobAction
 from sqlqueue._schema import job_actions, jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter
+from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
 from sqlqueue.dialects import Dialect
 
@@ -88,6 +89,7 @@ def read_job_actions(conn: Connection, job_id: int) -> list[JobAction]:
 
 def _locked_job(conn: Connection, dialect: Dialect, job_id: int) -> RowMapping:
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
+    row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
         raise JobNotFound(f"there is no job {job_id}")
     return row

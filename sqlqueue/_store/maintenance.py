@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, select, update
 
 from sqlqueue._schema import batches as batch_rows
-from sqlqueue._schema import duties, job_actions, job_tags, jobs, queues
+from sqlqueue._schema import duties, job_actions, job_tags, jobs, jobs_history, queues
 from sqlqueue._store import batches, counts, error_counts
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect
@@ -73,7 +73,7 @@ def prune_batch(
     counts.prune_counted(conn, dialect, [row[1:5] for row in gone])
     batches.forget_finished(conn, dialect, [row[5] for row in gone])
     ids = [row[0] for row in gone]
-    conn.execute(_DELETE_ORPHAN_ACTIONS, {"low": min(ids), "high": max(ids)})
+    conn.execute(_orphan_actions(dialect), {"low": min(ids), "high": max(ids)})
     conn.execute(delete(job_tags).where(job_tags.c.job_id.in_(ids)))
     return len(gone)
 
@@ -94,6 +94,18 @@ _DELETE_ORPHAN_ACTIONS = delete(job_actions).where(
     job_actions.c.job_id.between(bindparam("low"), bindparam("high")),
     ~select(jobs.c.id).where(jobs.c.id == job_actions.c.job_id).exists(),
 )
+#: The same where jobs move into the history: a job in that id range may live there now, and
+#: its actions stay until its day is dropped.
+_DELETE_ORPHAN_ACTIONS_MOVED = _DELETE_ORPHAN_ACTIONS.where(
+    ~select(jobs_history.c.id).where(jobs_history.c.id == job_actions.c.job_id).exists()
+)
+
+
+def _orphan_actions(dialect: Dialect) -> Any:
+    """The statement that deletes a prune batch's orphaned actions on ``dialect``."""
+    if dialect.supports_history_partitions:
+        return _DELETE_ORPHAN_ACTIONS_MOVED
+    return _DELETE_ORPHAN_ACTIONS
 
 
 def _in_running_workflow() -> Any:

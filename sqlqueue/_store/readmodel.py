@@ -20,6 +20,7 @@ from sqlqueue._schema import ERROR_GROUP_CHARS, jobs, queues
 from sqlqueue._store.counts import read_finished_counts
 from sqlqueue._store.error_counts import read_top_errors
 from sqlqueue._store.filters import JobFilter, unhandled_dead
+from sqlqueue._store.readable import readable
 from sqlqueue._store.rows import row_to_job
 from sqlqueue._store.tags import read_tags
 from sqlqueue.dialects import Dialect
@@ -126,6 +127,7 @@ def read_activity(
     finished = select(
         jobs.c.status, dialect.minutes_between(current, jobs.c.finished_at).label("minute")
     ).where(jobs.c.status.in_(("succeeded", "dead")), jobs.c.finished_at > start)
+    finished = readable(finished, dialect)  # a succeeded job may have moved already
     failing = select(
         jobs.c.status, dialect.minutes_between(current, jobs.c.updated_at).label("minute")
     ).where(jobs.c.status == "failed", jobs.c.updated_at > start)
@@ -140,21 +142,28 @@ def read_activity(
 
 
 def find_jobs(
-    conn: Connection, job_filter: JobFilter, *, limit: int, before_id: int | None
+    conn: Connection,
+    dialect: Dialect,
+    job_filter: JobFilter,
+    *,
+    limit: int,
+    before_id: int | None,
 ) -> list[Job]:
     """Jobs matching ``job_filter``, newest first, at most ``limit``, ids below ``before_id``,
-    each with its tags (one more indexed read for the page, not one per job)."""
+    each with its tags (one more indexed read for the page, not one per job); moved jobs too
+    (:mod:`sqlqueue._store.readable`)."""
     query = select(jobs).where(*job_filter.clauses()).order_by(jobs.c.id.desc()).limit(limit)
     if before_id is not None:
         query = query.where(jobs.c.id < before_id)
+    query = readable(query, dialect)
     found = [row_to_job(row) for row in conn.execute(query).mappings()]
     tags = read_tags(conn, [job.id for job in found]) if found else {}
     return [replace(job, tags=tags[job.id]) if job.id in tags else job for job in found]
 
 
-def count_jobs(conn: Connection, job_filter: JobFilter) -> int:
-    """How many jobs match ``job_filter``."""
-    query = select(func.count()).select_from(jobs).where(*job_filter.clauses())
+def count_jobs(conn: Connection, dialect: Dialect, job_filter: JobFilter) -> int:
+    """How many jobs match ``job_filter`` (moved ones too)."""
+    query = readable(select(func.count()).select_from(jobs).where(*job_filter.clauses()), dialect)
     return int(conn.execute(query).scalar_one())
 
 

@@ -323,7 +323,7 @@ class Store(GateTransactions):
 
         def read() -> Job | None:
             with self.engine.connect() as conn:
-                return deadletter.read_job(conn, job_id)
+                return deadletter.read_job(conn, self.dialect, job_id)
 
         return translated(self.dialect, read)
 

@@ -10,6 +10,7 @@ holds, so even two pruners at once never delete the same row or fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -46,7 +47,12 @@ class RetentionDuty:
         self._holder = holder
         self.deleted = 0
         self.keys_deleted = 0
+        self.moved = 0
         self._keys_after = ""
+        #: Whether this duty moves succeeded jobs into a partitioned history and drops its days.
+        self._moves = (
+            admin.dialect.supports_history_partitions and retention.history_after is not None
+        )
 
     def acquire(self) -> bool:
         """Hold the duty for two intervals more if no other worker does."""
@@ -63,6 +69,16 @@ class RetentionDuty:
             return
         loop = asyncio.get_running_loop()
         renewed = loop.time()
+        if self._moves and not stopping():
+            with contextlib.suppress(CountsBusy):  # the expired days go at the next pass
+                await db.call(self.drop_days)
+        while self._moves and not stopping():
+            if loop.time() - renewed > self.retention.interval / 2:
+                if not await db.call(self.acquire):
+                    return
+                renewed = loop.time()
+            if await db.call(self.move) < self.retention.batch_size:
+                break
         for status, age in self.retention.ages():
             while not stopping():
                 if loop.time() - renewed > self.retention.interval / 2:
@@ -113,6 +129,29 @@ class RetentionDuty:
             log.info("retention: pruned %d unique key(s) no job carries", deleted)
         self._keys_after = last or ""
         return last is not None
+
+    def move(self) -> int:
+        """Move one batch of succeeded jobs into the history; return how many moved."""
+        assert self.retention.history_after is not None
+        moved = self._admin.move_to_history(
+            after=self.retention.history_after,
+            keep=self.retention.succeeded,
+            limit=self.retention.batch_size,
+        )
+        self.moved += moved
+        if moved:
+            log.info("retention: moved %d succeeded job(s) into the history", moved)
+        return moved
+
+    def drop_days(self) -> int:
+        """Drop the history's days past the succeeded retention; return how many jobs went."""
+        if self.retention.succeeded is None:
+            return 0
+        dropped = self._admin.drop_history_days(older_than=self.retention.succeeded)
+        self.deleted += dropped
+        if dropped:
+            log.info("retention: dropped %d succeeded job(s) with their days of history", dropped)
+        return dropped
 
     def prune(self, status: str, age: float) -> int:
         """Delete one batch of ``status`` jobs older than ``age`` seconds; return how many went

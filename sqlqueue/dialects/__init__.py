@@ -6,11 +6,20 @@ from sqlalchemy import URL, Engine, make_url
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._history import HistoryPartitions, history_partitions_of
 from sqlqueue.dialects.mysql import MySQLDialect
 from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
-__all__ = ["BulkPath", "Dialect", "dialect_for", "driver_hint", "with_driver"]
+__all__ = [
+    "BulkPath",
+    "Dialect",
+    "HistoryPartitions",
+    "dialect_for",
+    "driver_hint",
+    "history_partitions_of",
+    "with_driver",
+]
 
 _DIALECTS: dict[str, type[Dialect]] = {
     name: cls for cls in (SQLiteDialect, PostgresDialect, MySQLDialect) for name in cls.names

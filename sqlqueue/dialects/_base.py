@@ -144,6 +144,11 @@ class Dialect(Claiming):
     #: (SQLite leaves no dead versions in its indexes; MariaDB's InnoDB keeps delete-marked
     #: entries until purge, not measured yet: the plain claim).
     supports_claim_floor: ClassVar[bool] = False
+    #: Succeeded jobs move from ``sqlqueue_jobs`` into ``sqlqueue_jobs_history``, partitioned
+    #: by day, and retention drops whole days (``_store/history.py``; the partition DDL is in
+    #: ``dialects/_history.py``). Elsewhere finished jobs stay where they ended and are pruned
+    #: in batches.
+    supports_history_partitions: ClassVar[bool] = False
 
     def __init__(self, schema: str | None = None) -> None:
         if schema is not None:

@@ -42,6 +42,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects._base import BulkPath, Dialect
 from sqlqueue.dialects._claiming import _CLAIM_LIMIT
+from sqlqueue.dialects._history import HistoryPartitions
 
 if TYPE_CHECKING:
     from psycopg import sql
@@ -58,7 +59,7 @@ _PREPARED_STATEMENT_CLASH = frozenset({"26000", "42P05"})
 _MIGRATION_LOCK_KEY = 0x5371_7565_7565
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(HistoryPartitions, Dialect):
     """PostgreSQL ≥ 12 through psycopg 3."""
 
     names: ClassVar[tuple[str, ...]] = ("postgresql",)
@@ -72,6 +73,7 @@ class PostgresDialect(Dialect):
     supports_schemas: ClassVar[bool] = True
     bulk_path: ClassVar[BulkPath] = BulkPath.COPY
     supports_claim_floor: ClassVar[bool] = True
+    supports_history_partitions: ClassVar[bool] = True
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
