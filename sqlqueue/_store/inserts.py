@@ -63,7 +63,7 @@ class _Statements:
     one_now: _OneRow
     #: ``one_now`` for a row whose optional columns (:data:`_OPTIONAL`) are all ``None``, the
     #: most common case of all: they are left out and take their NULL default, so the driver
-    #: binds and SQLite encodes seven values fewer per job.
+    #: binds six values fewer per job (``one_now`` writes the key's NULL as a literal).
     one_bare: _OneRow
     one_keyed_now: _OneRow
     many: Insert  # rows without keys: RETURNING ids in parameter order
