@@ -148,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         "--peers",
         action="store_true",
         help="instead: sqlqueue next to pgqueuer, procrastinate and raw SQL on PostgreSQL "
-        "(pip install -e '.[bench]')",
+        "(pip install -e '.[bench]'); --only narrows it to some of drain,enqueue,bulk,pickup",
     )
     add(
         "--faults",

@@ -12,6 +12,9 @@ each on a fresh database, and which engine goes first rotates between runs:
 - pickup latency into an idle worker.
 
 Ratios are taken per run (engines measured back to back), then their median is shown.
+``--only`` narrows the run to some of its scenarios (``drain``, ``enqueue``, ``bulk``,
+``pickup``): ``python -m bench --peers --only drain --in-flight 100`` is the drain at 100 in
+flight alone.
 bench/README.md ("Peers") says what each engine runs.
 """
 
@@ -102,8 +105,9 @@ def measure(settings: Settings, available: Sequence[str]) -> PeerResults:
     """Every run of every row, for raw, sqlqueue and the ``available`` peers."""
     results = PeerResults()
     engines = [e for e in ENGINES if e not in peers.PEERS or e in available]
+    wanted = set(settings.scenarios)
     for run in range(settings.runs):
-        for in_flight in settings.peer_in_flight:
+        for in_flight in settings.peer_in_flight if "drain" in wanted else ():
             row = f"drain.{in_flight}"
             for engine in _rotated([*engines, "sqlqueue-sync", "sqlqueue-2"], run):
                 processes = 2 if engine == "sqlqueue-2" else 1
@@ -118,25 +122,27 @@ def measure(settings: Settings, available: Sequence[str]) -> PeerResults:
                     f"{result.jobs_per_second:>9,.0f} jobs/s, "
                     f"{result.worker_cpu_ms_per_job:.3f} CPU ms/job",
                 )
-        measures: dict[str, dict[str, Callable[[], float]]] = {
-            "enqueue.one": {
+        measures: dict[str, dict[str, Callable[[], float]]] = {}
+        if "enqueue" in wanted:
+            measures["enqueue.one"] = {
                 "raw": _ours(enqueue.one_by_one_raw, settings, settings.enqueue_jobs),
                 "sqlqueue": _ours(enqueue.one_by_one_sqlqueue, settings, settings.enqueue_jobs),
-            },
-            "enqueue.bulk": {
+            }
+            for peer in available:
+                measures["enqueue.one"][peer] = _peer_call(peers.one_by_one, peer, settings, True)
+        if "bulk" in wanted:
+            measures["enqueue.bulk"] = {
                 "raw": _ours(enqueue.bulk_raw, settings, settings.bulk_jobs),
                 "sqlqueue": _ours(enqueue.bulk_sqlqueue, settings, settings.bulk_jobs),
-            },
-        }
-        for peer in available:
-            measures["enqueue.one"][peer] = _peer_call(peers.one_by_one, peer, settings, True)
-            measures["enqueue.bulk"][peer] = _peer_call(peers.bulk, peer, settings, False)
+            }
+            for peer in available:
+                measures["enqueue.bulk"][peer] = _peer_call(peers.bulk, peer, settings, False)
         for row, by_engine in measures.items():
             for engine in _rotated(engines, run):
                 value = by_engine[engine]()
                 results.add(row, engine, value)
                 _progress(run, settings, row, engine, f"{value:>9,.0f} jobs/s")
-        for engine in _rotated(engines, run):
+        for engine in _rotated(engines, run) if "pickup" in wanted else ():
             if engine in peers.PEERS:
                 latencies = peers.pickup_measure(engine, settings=settings)
             else:
@@ -188,13 +194,26 @@ def _number(value: float | None, digits: str = ".2f") -> str:
 
 
 def _rows(settings: Settings) -> list[tuple[str, str, str]]:
-    rows = [(f"drain.{n}", f"{n} in flight (jobs/s)", "jobs/s") for n in settings.peer_in_flight]
-    rows += [
-        ("enqueue.one", f"enqueue, 1 per transaction ({settings.enqueue_jobs:,}; jobs/s)", "/s"),
-        ("enqueue.bulk", f"enqueue in bulk ({settings.bulk_jobs:,} in one call; jobs/s)", "/s"),
-        ("pickup.p50", "pickup latency p50 (ms)", "ms"),
-        ("pickup.p99", "pickup latency p99 (ms)", "ms"),
-    ]
+    """The rows of the scenarios measured (``--only`` narrows ``--peers`` to some)."""
+    wanted = set(settings.scenarios)
+    rows = []
+    if "drain" in wanted:
+        rows += [
+            (f"drain.{n}", f"{n} in flight (jobs/s)", "jobs/s") for n in settings.peer_in_flight
+        ]
+    if "enqueue" in wanted:
+        rows += [
+            ("enqueue.one", f"enqueue, 1 per transaction ({settings.enqueue_jobs:,}; jobs/s)", "/s")
+        ]
+    if "bulk" in wanted:
+        rows += [
+            ("enqueue.bulk", f"enqueue in bulk ({settings.bulk_jobs:,} in one call; jobs/s)", "/s")
+        ]
+    if "pickup" in wanted:
+        rows += [
+            ("pickup.p50", "pickup latency p50 (ms)", "ms"),
+            ("pickup.p99", "pickup latency p99 (ms)", "ms"),
+        ]
     return rows
 
 
@@ -218,7 +237,7 @@ def table(results: PeerResults, settings: Settings) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     variants = ("sqlqueue", "sqlqueue-sync", "sqlqueue-2")
-    for n in settings.peer_in_flight:
+    for n in settings.peer_in_flight if "drain" in settings.scenarios else ():
         key = f"drain.{n}"
         found = results.values.get(key, {})
         cpu = results.cpu.get(key, {})

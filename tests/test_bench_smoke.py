@@ -95,6 +95,21 @@ def test_peers_run_measures_raw_sqlqueue_and_every_installed_peer(
     assert "| sqlqueue / raw | sqlqueue / pgqueuer |" in done.stdout
 
 
+def test_only_narrows_the_peers_run_to_the_drains(postgres_url: str, tmp_path: Path) -> None:
+    """``--peers --only drain``: the drain rows alone, for a quicker side-by-side of them."""
+    saved = tmp_path / "peers.json"
+    done = _bench(
+        *("--peers", "--quick", "--runs", "1", "--drain-jobs", "200", "--in-flight", "10"),
+        *("--only", "drain", "--postgres-url", postgres_url, "--json", str(saved)),
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert set(json.loads(saved.read_text())["peers"]["values"]) == {"drain.10"}
+    assert "| 10 in flight (jobs/s) |" in done.stdout
+    assert "enqueue, 1 per transaction" not in done.stdout
+    assert "pickup latency" not in done.stdout
+
+
 SMALL = ("--rows", "2000", "--dead", "600", "--queued", "200")
 
 

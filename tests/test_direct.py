@@ -206,3 +206,27 @@ def test_sql_logging_and_schema_translation_send_statements_through_sqlalchemy(b
             log.setLevel(level)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("on", ["connection", "class"])
+def test_a_listener_on_the_connection_or_its_class_sends_statements_through_sqlalchemy(
+    backend: Backend, on: str
+):
+    """Listeners need not be on the engine: one on the open connection itself, or on every
+    ``Connection``, sets another of the flags ``can_run_directly`` reads first."""
+    engine = sa.create_engine(backend.url)
+
+    def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    try:
+        with engine.connect() as conn:
+            assert can_run_directly(conn)
+            target: object = conn if on == "connection" else sa.engine.Connection
+            sa.event.listen(target, "before_cursor_execute", nothing)
+            try:
+                assert not can_run_directly(conn)
+            finally:
+                sa.event.remove(target, "before_cursor_execute", nothing)
+    finally:
+        engine.dispose()

@@ -820,3 +820,39 @@ def test_tracing_is_on_by_default_when_opentelemetry_is_installed(backend: Backe
     queue = backend.queue()
     assert queue.tracing is not None
     assert queue.tracing.tracer_provider is None  # the global one, whenever it is set
+
+
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+def test_without_an_sdk_the_span_step_is_passed_by(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, is_async: bool
+) -> None:
+    """Not recording, the ``trace`` step calls the handler straight (an async attempt then
+    makes no coroutines for it): nothing of the span machinery runs per attempt, and the job
+    still succeeds."""
+    queue = backend.queue(tracer_provider=NoOpTracerProvider())
+    assert queue.tracing is not None
+    started: list[int] = []
+    monkeypatch.setattr(queue.tracing, "start_attempt", lambda job: started.append(job.id))
+    ran: list[str] = []
+
+    if is_async:
+
+        @queue.task("hello")
+        async def hello() -> None:
+            ran.append("async")
+
+    else:
+
+        @queue.task("hello", timeout=30)  # a loop-side step: not the direct route
+        def hello() -> None:
+            ran.append("sync")
+
+    assert "trace" in hello.plan.steps
+    with backend.engine.begin() as conn:
+        job_id = hello.enqueue(conn)
+    drain(queue)
+    assert ran == ["async" if is_async else "sync"]
+    assert started == []
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert job.status == "succeeded"

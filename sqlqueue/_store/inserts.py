@@ -61,6 +61,10 @@ class _Statements:
     #: ``one`` and ``one_keyed`` for a row due now (no ``run_at``, no delay), the common case:
     #: ``next_run_at`` is the clock itself, with nothing to bind or compute for it.
     one_now: _OneRow
+    #: ``one_now`` for a row whose optional columns (:data:`_OPTIONAL`) are all ``None``, the
+    #: most common case of all: they are left out and take their NULL default, so the driver
+    #: binds six values fewer per job (``one_now`` writes the key's NULL as a literal).
+    one_bare: _OneRow
     one_keyed_now: _OneRow
     many: Insert  # rows without keys: RETURNING ids in parameter order
     many_keyed: Insert  # rows with distinct keys: RETURNING id and key of those inserted
@@ -101,6 +105,16 @@ def _written_value(column: JobColumn, dialect: Dialect) -> Any:
 
 #: The column an enqueue computes from ``_run_at`` and ``_delay``: due now, it is the clock.
 _DUE = next(column.name for column in ENQUEUE_COLUMNS if column.fill is Fill.DUE)
+#: The row's columns that are NULL unless a feature sets them (idempotency key, group, trace,
+#: batch, limit, unique key, expiry): nullable, with no default of their own.
+_OPTIONAL = tuple(
+    column.name
+    for column in ENQUEUE_COLUMNS
+    if column.fill is Fill.ROW
+    and jobs.c[column.name].nullable
+    and jobs.c[column.name].default is None
+    and jobs.c[column.name].server_default is None
+)
 
 
 def _build_statements(dialect: Dialect) -> _Statements:
@@ -117,7 +131,11 @@ def _build_statements(dialect: Dialect) -> _Statements:
     # ``coalesce(NULL, clock + 0 s)`` is the clock: the same values, less to bind and evaluate.
     plain_one = plain.values({jobs.c.idempotency_key: null()})
     keyed_now = keyed.values({_DUE: clock})
+    bare = insert(jobs).values(
+        {name: value for name, value in values.items() if name not in _OPTIONAL} | {_DUE: clock}
+    )
     return _Statements(
+        one_bare=_one_row(bare.returning(jobs.c.id, *wake), leaving_out=_OPTIONAL),
         one=_one_row(plain_one.returning(jobs.c.id, *wake)),
         one_keyed=_one_row(keyed.returning(jobs.c.id, *wake)),
         one_now=_one_row(plain_one.values({_DUE: clock}).returning(jobs.c.id, *wake)),
@@ -130,8 +148,10 @@ def _build_statements(dialect: Dialect) -> _Statements:
     )
 
 
-def _one_row(statement: Insert) -> _OneRow:
-    return _OneRow(statement, DirectStatement(statement, JobRow.__required_keys__))
+def _one_row(statement: Insert, leaving_out: tuple[str, ...] = ()) -> _OneRow:
+    """``statement`` and its direct form, which binds the row's keys but ``leaving_out``."""
+    keys = [key for key in JobRow.__required_keys__ if key not in leaving_out]
+    return _OneRow(statement, DirectStatement(statement, keys))
 
 
 def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> list[int]:
@@ -231,7 +251,10 @@ def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
     statements = _statements(dialect)
     key = row["idempotency_key"]
     if row["_run_at"] is None and not row["_delay"]:
-        one = statements.one_now if key is None else statements.one_keyed_now
+        if key is None:
+            one = statements.one_bare if _bare(row) else statements.one_now
+        else:
+            one = statements.one_keyed_now
     else:
         one = statements.one if key is None else statements.one_keyed
     if not dialect.emulates_returning and can_run_directly(conn):
@@ -245,6 +268,18 @@ def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
     if key is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
         raise EnqueueError("the database returned no id for an inserted job")
     return _existing_ids(dialect, conn, [key])[key]
+
+
+def _bare(row: JobRow) -> bool:
+    """Whether every optional column of ``row`` is ``None``."""
+    return (
+        row["group_key"] is None
+        and row["trace_context"] is None
+        and row["batch_id"] is None
+        and row["limit_key"] is None
+        and row["unique_key"] is None
+        and row["expires_at"] is None
+    )
 
 
 def _insert_many(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list[int | None]:
