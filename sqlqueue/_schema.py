@@ -66,7 +66,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0019"
+SCHEMA_REVISION = "0020"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -567,8 +567,9 @@ workflow_steps = Table(
     Column("settled", Boolean, nullable=False),
     **_MYSQL_TABLE,
 )
-# The step of a job: what an ending looks up.
-Index("ix_sqlqueue_workflow_steps_job", workflow_steps.c.job_id)
+# The step of a job: what an ending looks up. Unique (0020): a job is one step at most, and
+# the planner then knows ``job_id IN (…)`` matches a row per value, statistics or not.
+Index("uq_sqlqueue_workflow_steps_job", workflow_steps.c.job_id, unique=True)
 
 # The edges of a workflow's graph, by step name: ``downstream`` runs after ``upstream``.
 workflow_edges = Table(

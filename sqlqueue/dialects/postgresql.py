@@ -72,6 +72,7 @@ class PostgresDialect(Dialect):
     supports_schemas: ClassVar[bool] = True
     bulk_path: ClassVar[BulkPath] = BulkPath.COPY
     supports_claim_floor: ClassVar[bool] = True
+    supports_modifying_ctes: ClassVar[bool] = True
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""
