@@ -25,7 +25,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, case, delete, func, insert, null, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    RowMapping,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    select,
+    update,
+)
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
@@ -33,6 +45,7 @@ from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.batch_callbacks import enqueue_callback, request_document
 from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue._store.workflows import advance, forget_steps
 from sqlqueue.dialects import Dialect
 
@@ -282,40 +295,22 @@ def _settle_alike(
     now: datetime | None,
 ) -> Settled:
     """:func:`settle` where every batch gets the same ``delta`` (a worker's round: one more
-    success each) and ``UPDATE … RETURNING`` is native: one UPDATE locks the rows in id order
+    success each) and ``UPDATE … RETURNING`` is native: one UPDATE (built once, see
+    :func:`_add_to_held`) locks the rows in id order
     (its subquery's ``FOR UPDATE``, so two rounds never wait crosswise), adds ``delta``, finishes
     the batches without a callback that it completes, and returns the rows. Only a callback,
     or steps a workflow cancels, cost more (per batch). SET expressions read the old row here
     (PostgreSQL, SQLite), which the CASE relies on."""
     current = dialect.now(now)
-    values: dict[str, Any] = {
-        column.name: column + added for column, added in zip(_COUNTERS, delta, strict=True) if added
-    }
-    total, succeeded, dead, cancelled = (
-        column + added for column, added in zip(_COUNTERS, delta, strict=True)
-    )
-    complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
-    values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
     batch_ids = [batch_id for batch_id, _ in endings.items()]
-    ordered = dialect.lock_row(
-        select(batches.c.id)
-        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
-        .order_by(batches.c.id)
-    )
-    stmt = (
-        update(batches)
-        .where(
-            batches.c.id.in_(batch_ids),  # by the key, not a scan joined to the subquery
-            batches.c.id.in_(ordered.scalar_subquery()),
-            batches.c.finished_at.is_(None),
-        )
-        .values(**values)
-        .returning(*_HELD, batches.c.finished_at)
-    )
+    added = {f"add_{column.name}": n for column, n in zip(_COUNTERS, delta, strict=True)}
+    params = {"ids": batch_ids, **added}
     options = dialect.table_options
     held = {
         int(row["id"]): row
-        for row in dialect.execute_returning(conn, stmt, execution_options=options).mappings()
+        for row in conn.execute(
+            _add_to_held(dialect, now), params, execution_options=options
+        ).mappings()
     }
     # The workflows that go on (one whose steps have all ended has none waiting: a chain's
     # last step costs no statement).
@@ -348,6 +343,42 @@ def _settle_alike(
             execution_options=options,
         )
     return _settled(enqueued, released)
+
+
+def _add_to_held(dialect: Dialect, now: datetime | None) -> Any:
+    """:func:`_settle_alike`'s UPDATE of batches ``:ids``, adding ``:add_<counter>`` to each
+    counter: built once per backend (building it cost more CPU than running it)."""
+    if now is None:
+        return cached_statement(("settle_alike", type(dialect)), lambda: _build_add(dialect, None))
+    return _build_add(dialect, now)
+
+
+def _build_add(dialect: Dialect, now: datetime | None) -> Any:
+    current = dialect.now(now)
+    ids = bindparam("ids", expanding=True, type_=batches.c.id.type)
+    total, succeeded, dead, cancelled = added = [
+        column + bindparam(f"add_{column.name}", type_=Integer()) for column in _COUNTERS
+    ]
+    values: dict[str, Any] = {
+        column.name: value for column, value in zip(_COUNTERS, added, strict=True)
+    }
+    complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
+    values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
+    ordered = dialect.lock_row(
+        select(batches.c.id)
+        .where(batches.c.id.in_(ids), batches.c.finished_at.is_(None))
+        .order_by(batches.c.id)
+    )
+    return (
+        update(batches)
+        .where(
+            batches.c.id.in_(ids),  # by the key, not a scan joined to the subquery
+            batches.c.id.in_(ordered.scalar_subquery()),
+            batches.c.finished_at.is_(None),
+        )
+        .values(**values)
+        .returning(*_HELD, batches.c.finished_at)
+    )
 
 
 def _lock_batches(
