@@ -112,6 +112,9 @@ class JobContext:
         self._sync_tx: Connection | None = None
         self._async_tx: AsyncConnection | None = None
         self._added_to_batch = 0
+        #: The queues in which this job's completing transaction made jobs claimable (workflow
+        #: steps it released, a batch's callback): the worker wakes their pools.
+        self._made_claimable: frozenset[str] = frozenset()
         self.logger = _JobLogger(logging.getLogger("sqlqueue.job"), job_fields(job, worker_id))
 
     # -- facts --------------------------------------------------------------------------------

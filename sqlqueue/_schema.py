@@ -70,7 +70,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0020"
+SCHEMA_REVISION = "0021"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -571,8 +571,9 @@ workflow_steps = Table(
     Column("settled", Boolean, nullable=False),
     **_MYSQL_TABLE,
 )
-# The step of a job: what an ending looks up.
-Index("ix_sqlqueue_workflow_steps_job", workflow_steps.c.job_id)
+# The step of a job: what an ending looks up. Unique (0021): a job is one step at most, and
+# the planner then knows ``job_id IN (…)`` matches a row per value, statistics or not.
+Index("uq_sqlqueue_workflow_steps_job", workflow_steps.c.job_id, unique=True)
 
 # The edges of a workflow's graph, by step name: ``downstream`` runs after ``upstream``.
 workflow_edges = Table(

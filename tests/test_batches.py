@@ -269,7 +269,7 @@ def test_two_children_ending_in_concurrent_transactions_enqueue_one_callback(bac
             conn, dialect, worker_id="w1", fences=[first.fence], endings=endings
         )
         assert landed == {first.id}
-        assert store_batches.settle(conn, dialect, endings) == []  # 1 of 2: not the last
+        assert store_batches.settle(conn, dialect, endings).callbacks == []  # 1 of 2: not the last
         finishing = threading.Thread(
             target=queue.store.finish,
             kwargs={"worker_id": "w2", "succeeded": [second.fence], "failures": []},

@@ -17,7 +17,7 @@ from sqlqueue import JobRequest, Workflow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.rows import Failure
 from tests._support import wait_until
-from tests._support.statements import statements
+from tests._support.statements import is_claim, statements
 from tests.conftest import Backend
 
 
@@ -195,3 +195,48 @@ def test_a_step_released_by_its_upstreams_own_transaction_is_claimed_at_once(bac
 
     request = JobRequest(job_type="in_transaction")
     _run_until_succeeded(queue, _chain(queue, [request] * 3), concurrency=2)
+
+
+def test_a_round_that_releases_nothing_sends_no_claim_for_a_resting_pool(backend):
+    """Ending the children of a batch that releases nothing (no callback, no workflow) wakes
+    no other pool: the ``other`` pool, resting after it found nothing, claims at the start and
+    in the burst worker's last look only. Before, every round with an outcome of a batch made
+    every pool claim (six children, six more claims of ``other``)."""
+    queue = _queue(backend)
+    with queue.engine.begin() as conn:
+        queue.enqueue_batch(conn, [_step(f"c{n}") for n in range(6)])
+    claims_of_other = []
+
+    def record(conn: Any, cursor: Any, sql: str, parameters: Any, context: Any, many: bool) -> None:
+        values = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        if is_claim(sql) and "other" in list(values):
+            claims_of_other.append(sql)
+
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        worker = queue.worker(queues={"default": 1, "other": 1}, poll_interval=60, listen=False)
+        worker.run(burst=True)
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+    assert queue.stats().by_status["succeeded"] == 6
+    assert len(claims_of_other) <= 2
+
+
+def test_a_round_ending_the_last_steps_of_chains_sends_nothing_for_their_steps(backend):
+    """A workflow whose steps have all ended in the round has none waiting: the round ending
+    the second steps of chains finishes the workflows and reads or writes no step row (it
+    used to look up the steps after them, in vain, every such round)."""
+    queue = _queue(backend)
+    handles = _chains(queue, 3)
+    firsts = [job.fence for job in _claim_all(queue)]
+    queue.store.finish(worker_id="w1", succeeded=firsts, failures=[])
+    seconds = [job.fence for job in _claim_all(queue)]
+    assert {job_id for job_id, _ in seconds} == {h.job_ids["second"] for h in handles}
+    with statements(queue.engine) as sent:
+        queue.store.finish(worker_id="w1", succeeded=seconds, failures=[])
+    assert sent.touching("sqlqueue_workflow_steps") == []
+    for handle in handles:
+        status = queue.get_workflow(handle.id)
+        assert status is not None
+        assert status.succeeded
+        assert status.finished_at is not None

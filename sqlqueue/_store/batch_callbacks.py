@@ -65,10 +65,11 @@ def enqueue_callback(
     dead: int,
     on_complete: Mapping[str, Any] | None,
     on_dead: Mapping[str, Any] | None,
-) -> int | None:
+) -> tuple[int, str] | None:
     """Insert the callback of finishing batch ``batch_id`` (``on_dead`` if a child ended dead
-    and there is one); its id, or ``None`` without a callback."""
+    and there is one); its id and queue, or ``None`` without a callback."""
     request = on_dead if dead and on_dead is not None else on_complete
     if request is None:
         return None
-    return insert_rows(dialect, conn, [_request_row(request, batch_id)])[0]
+    row = _request_row(request, batch_id)
+    return insert_rows(dialect, conn, [row])[0], row["queue"]

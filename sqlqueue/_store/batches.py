@@ -21,10 +21,23 @@ and no batch row outlives its jobs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, case, delete, func, insert, null, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    RowMapping,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    select,
+    update,
+)
 
 from sqlqueue._batch import BatchStatus
 from sqlqueue._job import JobStatus
@@ -32,11 +45,13 @@ from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.batch_callbacks import enqueue_callback, request_document
 from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue._store.workflows import advance, forget_steps
 from sqlqueue.dialects import Dialect
 
 __all__ = [
     "Endings",
+    "Settled",
     "batch_is_open",
     "create_batch",
     "forget_finished",
@@ -101,6 +116,19 @@ class Endings:
         return sorted(self._by_batch.items())
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle` made claimable: the callback jobs it enqueued, and the queues of
+    those and of the workflow steps it released. False when it made nothing claimable, so a
+    worker wakes its pools only when there is something new for them."""
+
+    callbacks: list[int] = field(default_factory=list)
+    queues: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.queues)
+
+
 # -- writing a batch ----------------------------------------------------------------------------
 
 
@@ -162,10 +190,10 @@ def batch_is_open(conn: Connection, dialect: Dialect, batch_id: int) -> bool:
 
 def settle(
     conn: Connection, dialect: Dialect, endings: Endings, now: datetime | None = None
-) -> list[int]:
+) -> Settled:
     """Add ``endings`` to their batches' counters in ``conn``'s transaction; for each batch
-    whose children have now all ended, enqueue its callback and mark it finished. Returns the
-    callback jobs enqueued. Sends nothing when ``endings`` is empty.
+    whose children have now all ended, enqueue its callback and mark it finished. Returns what
+    it made claimable (:class:`Settled`). Sends nothing when ``endings`` is empty.
 
     A constant number of statements for any number of batches: one locking read of every
     batch row (in id order), the workflows' releases (:func:`advance`), and one UPDATE per
@@ -173,20 +201,21 @@ def settle(
     per callback enqueued."""
     items = endings.items()
     if not items:
-        return []
+        return Settled()
     deltas = {batch_id: _delta(counts) for batch_id, counts in items}
     if len(set(deltas.values())) == 1 and not dialect.emulates_returning:
         return _settle_alike(conn, dialect, endings, next(iter(deltas.values())), now)
     held = _lock_batches(conn, dialect, [batch_id for batch_id, _ in items])
-    # Workflows among them: release the steps after those that ended, all at once, while this
-    # transaction holds their rows.
+    # Workflows among them that go on: release the steps after those that ended, all at once,
+    # while this transaction holds their rows. One whose steps have now all ended has none
+    # waiting (a chain's last step): no statement for it.
     steps = {
         batch_id: (str(row["workflow_on_dead"]), endings.jobs(batch_id))
         for batch_id, row in held.items()
-        if row["workflow_on_dead"] is not None
+        if row["workflow_on_dead"] is not None and not _all_ended(row, deltas[batch_id])
     }
-    cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
-    enqueued: list[int] = []
+    cancelled_steps, released = advance(conn, dialect, steps, now) if steps else ({}, [])
+    enqueued: list[tuple[int, str]] = []
     changes: dict[tuple[int, int, int, int], list[int]] = {}
     finished: list[int] = []
     for batch_id, counts in items:
@@ -215,7 +244,7 @@ def settle(
         conn.execute(
             update(batches)
             .where(batches.c.id == batch_id)
-            .values(finished_at=dialect.now(now), callback_job_id=callback),
+            .values(finished_at=dialect.now(now), callback_job_id=callback[0]),
             execution_options=dialect.table_options,
         )
     current = dialect.now(now)
@@ -235,7 +264,22 @@ def settle(
                 update(batches).where(batches.c.id.in_(batch_ids)).values(**values),
                 execution_options=dialect.table_options,
             )
-    return enqueued
+    return _settled(enqueued, released)
+
+
+def _settled(enqueued: list[tuple[int, str]], released: list[tuple[int, str]]) -> Settled:
+    return Settled(
+        callbacks=[job_id for job_id, _ in enqueued],
+        queues=frozenset(queue for _, queue in [*enqueued, *released]),
+    )
+
+
+def _all_ended(row: RowMapping, delta: tuple[int, int, int, int]) -> bool:
+    """Whether the children of held batch ``row`` have all ended once ``delta`` is added."""
+    total, succeeded, dead, cancelled = (
+        int(row[column.name]) + added for column, added in zip(_COUNTERS, delta, strict=True)
+    )
+    return succeeded + dead + cancelled >= total
 
 
 def _delta(counts: Mapping[str, int]) -> tuple[int, int, int, int]:
@@ -249,50 +293,34 @@ def _settle_alike(
     endings: Endings,
     delta: tuple[int, int, int, int],
     now: datetime | None,
-) -> list[int]:
+) -> Settled:
     """:func:`settle` where every batch gets the same ``delta`` (a worker's round: one more
-    success each) and ``UPDATE … RETURNING`` is native: one UPDATE locks the rows in id order
+    success each) and ``UPDATE … RETURNING`` is native: one UPDATE (built once, see
+    :func:`_add_to_held`) locks the rows in id order
     (its subquery's ``FOR UPDATE``, so two rounds never wait crosswise), adds ``delta``, finishes
     the batches without a callback that it completes, and returns the rows. Only a callback,
     or steps a workflow cancels, cost more (per batch). SET expressions read the old row here
     (PostgreSQL, SQLite), which the CASE relies on."""
     current = dialect.now(now)
-    values: dict[str, Any] = {
-        column.name: column + added for column, added in zip(_COUNTERS, delta, strict=True) if added
-    }
-    total, succeeded, dead, cancelled = (
-        column + added for column, added in zip(_COUNTERS, delta, strict=True)
-    )
-    complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
-    values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
     batch_ids = [batch_id for batch_id, _ in endings.items()]
-    ordered = dialect.lock_row(
-        select(batches.c.id)
-        .where(batches.c.id.in_(batch_ids), batches.c.finished_at.is_(None))
-        .order_by(batches.c.id)
-    )
-    stmt = (
-        update(batches)
-        .where(
-            batches.c.id.in_(batch_ids),  # by the key, not a scan joined to the subquery
-            batches.c.id.in_(ordered.scalar_subquery()),
-            batches.c.finished_at.is_(None),
-        )
-        .values(**values)
-        .returning(*_HELD, batches.c.finished_at)
-    )
+    added = {f"add_{column.name}": n for column, n in zip(_COUNTERS, delta, strict=True)}
+    params = {"ids": batch_ids, **added}
     options = dialect.table_options
     held = {
         int(row["id"]): row
-        for row in dialect.execute_returning(conn, stmt, execution_options=options).mappings()
+        for row in conn.execute(
+            _add_to_held(dialect, now), params, execution_options=options
+        ).mappings()
     }
+    # The workflows that go on (one whose steps have all ended has none waiting: a chain's
+    # last step costs no statement).
     steps = {
         batch_id: (str(row["workflow_on_dead"]), endings.jobs(batch_id))
         for batch_id, row in held.items()
-        if row["workflow_on_dead"] is not None
+        if row["workflow_on_dead"] is not None and row["finished_at"] is None
     }
-    cancelled_steps = advance(conn, dialect, steps, now) if steps else {}
-    enqueued: list[int] = []
+    cancelled_steps, released = advance(conn, dialect, steps, now) if steps else ({}, [])
+    enqueued: list[tuple[int, str]] = []
     for batch_id, row in held.items():
         more = cancelled_steps.get(batch_id, 0)
         if row["finished_at"] is not None:
@@ -307,14 +335,50 @@ def _settle_alike(
                 conn, dialect, batch_id, dead=row["dead"], on_complete=row["on_complete"],
                 on_dead=row["on_dead"],
             )  # fmt: skip
-            later.update(finished_at=current, callback_job_id=callback)
+            later.update(finished_at=current, callback_job_id=callback and callback[0])
             if callback is not None:
                 enqueued.append(callback)
         conn.execute(
             update(batches).where(batches.c.id == batch_id).values(**later),
             execution_options=options,
         )
-    return enqueued
+    return _settled(enqueued, released)
+
+
+def _add_to_held(dialect: Dialect, now: datetime | None) -> Any:
+    """:func:`_settle_alike`'s UPDATE of batches ``:ids``, adding ``:add_<counter>`` to each
+    counter: built once per backend (building it cost more CPU than running it)."""
+    if now is None:
+        return cached_statement(("settle_alike", type(dialect)), lambda: _build_add(dialect, None))
+    return _build_add(dialect, now)
+
+
+def _build_add(dialect: Dialect, now: datetime | None) -> Any:
+    current = dialect.now(now)
+    ids = bindparam("ids", expanding=True, type_=batches.c.id.type)
+    total, succeeded, dead, cancelled = added = [
+        column + bindparam(f"add_{column.name}", type_=Integer()) for column in _COUNTERS
+    ]
+    values: dict[str, Any] = {
+        column.name: value for column, value in zip(_COUNTERS, added, strict=True)
+    }
+    complete = (succeeded + dead + cancelled >= total) & batches.c.on_complete.is_(None)
+    values["finished_at"] = case((complete & batches.c.on_dead.is_(None), current), else_=None)
+    ordered = dialect.lock_row(
+        select(batches.c.id)
+        .where(batches.c.id.in_(ids), batches.c.finished_at.is_(None))
+        .order_by(batches.c.id)
+    )
+    return (
+        update(batches)
+        .where(
+            batches.c.id.in_(ids),  # by the key, not a scan joined to the subquery
+            batches.c.id.in_(ordered.scalar_subquery()),
+            batches.c.finished_at.is_(None),
+        )
+        .values(**values)
+        .returning(*_HELD, batches.c.finished_at)
+    )
 
 
 def _lock_batches(
@@ -343,18 +407,19 @@ def _finish(
     on_dead: Mapping[str, Any] | None,
     now: datetime | None = None,
 ) -> int | None:
-    """Enqueue the batch's callback (see :func:`_enqueue_callback`) and mark the batch
+    """Enqueue the batch's callback (see :func:`enqueue_callback`) and mark the batch
     finished; the caller holds the batch's row."""
     callback = enqueue_callback(
         conn, dialect, batch_id, dead=dead, on_complete=on_complete, on_dead=on_dead
     )
+    callback_id = None if callback is None else callback[0]
     conn.execute(
         update(batches)
         .where(batches.c.id == batch_id)
-        .values(finished_at=dialect.now(now), callback_job_id=callback),
+        .values(finished_at=dialect.now(now), callback_job_id=callback_id),
         execution_options=dialect.table_options,
     )
-    return callback
+    return callback_id
 
 
 # -- retention ----------------------------------------------------------------------------------

@@ -149,14 +149,16 @@ def _requeue_rows(
         mark_dead, [{"dead_id": d, "new_id": n} for d, n in zip(dead_ids, new_ids, strict=True)]
     )
     copy_tags(dialect, conn, list(zip(dead_ids, new_ids, strict=True)))
-    # A workflow's step: the new job takes the dead one's place (its success releases the
-    # steps after it, as the dead one's would have).
-    replace_steps(conn, dialect, list(zip(dead_ids, new_ids, strict=True)))
     endings = Endings()
     for row in rows:  # a batch still running waits for the new job instead
         endings.ended(row["batch_id"], "dead", -1)
     if endings:
         settle(conn, dialect, endings)
+    # A workflow's step: the new job takes the dead one's place (its success releases the
+    # steps after it, as the dead one's would have). After settle, which holds the workflows'
+    # rows: a step's row is locked after its workflow's, as a worker round and a step added
+    # by a running step lock them, so none of them waits on another crosswise.
+    replace_steps(conn, dialect, list(zip(dead_ids, new_ids, strict=True)))
     return new_ids
 
 

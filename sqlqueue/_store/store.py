@@ -105,10 +105,14 @@ class Store(GateTransactions):
         started: Sequence[tuple[int, int]] = (),
         limits: ClaimLimits | None = None,
         now: datetime | None = None,
+        standby: Sequence[tuple[Sequence[str], int]] = (),
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
         jobs for each ``(queues, n)`` of ``claims``, all in one transaction (one commit where
-        there were two). Returns the ids whose outcome landed and the jobs of each claim.
+        there were two). Returns the ids whose outcome landed and the jobs of each claim,
+        then of each ``standby`` claim: those claim only if the outcomes made jobs claimable
+        in one of their queues (released workflow steps, a batch's callback), so a pool that
+        rests claims what the round released in that round, and sends nothing otherwise.
 
         Outcomes go first, so a finished job of a group frees its group's next job for the
         claims of the same transaction. A claim whose ``ahead`` entry is true holds its jobs
@@ -152,7 +156,9 @@ class Store(GateTransactions):
             )
 
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
-            landed = self._write_outcomes(conn, worker_id, succeeded, failures, results, now)
+            landed, settled = self._write_outcomes(
+                conn, worker_id, succeeded, failures, results, now
+            )
             if started:
                 outcomes.record_starts(
                     conn, self.dialect, worker_id=worker_id, fences=started, now=now
@@ -160,6 +166,10 @@ class Store(GateTransactions):
             claimed = [
                 claim_(conn, queues, limit, index < len(ahead) and ahead[index])
                 for index, (queues, limit) in enumerate(claims)
+            ]
+            claimed += [
+                claim_(conn, queues, limit, False) if settled.queues.intersection(queues) else []
+                for queues, limit in standby
             ]
             return landed, claimed
 
@@ -173,7 +183,9 @@ class Store(GateTransactions):
         failures: Sequence[Failure],
         results: Mapping[int, Any] | None,
         now: datetime | None,
-    ) -> set[int]:
+    ) -> tuple[set[int], batches.Settled]:
+        """Write the outcomes; return the ids whose lease was still ours, and what their
+        batches' and workflows' settling made claimable."""
         results = results or {}
         with_result = sum(results.get(job_id) is not None for job_id, _ in succeeded)
         plain = len(succeeded) > with_result
@@ -203,9 +215,10 @@ class Store(GateTransactions):
                 conn, self.dialect, worker_id=worker_id, failure=failure, endings=endings, now=now
             ):
                 landed.add(failure.job_id)
+        settled = batches.Settled()
         if endings:  # children of batches ended: count them in this transaction
-            batches.settle(conn, self.dialect, endings, now)
-        return landed
+            settled = batches.settle(conn, self.dialect, endings, now)
+        return landed, settled
 
     def finish(
         self,
@@ -219,7 +232,9 @@ class Store(GateTransactions):
         """Write outcomes in one transaction; return the ids whose lease was still ours."""
 
         return self._in_write(
-            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now),
+            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now)[
+                0
+            ],
             relaxed=True,
         )
 

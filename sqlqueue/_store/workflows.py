@@ -5,11 +5,10 @@ A workflow is a batch (``sqlqueue_batches`` row with ``workflow_on_dead`` set) w
 are its steps, so every path that ends a job already notes the ending in
 :class:`~sqlqueue._store.batches.Endings` and calls :func:`~sqlqueue._store.batches.settle`,
 which holds the workflow's row and calls :func:`advance` here with the steps that ended. Each
-step row counts its upstream steps not yet ended (``waiting_on``): an ending reads the counts
-of its direct downstream steps (one statement for every step of the round), writes their
-lower counts in one statement per distinct decrement (one, in practice), and the steps that
-reach zero go from ``waiting`` to ``queued`` in one more — no statement per sibling, and no
-second read of the counts (the first, locked, knows them). Nothing is written
+step row counts its upstream steps not yet ended (``waiting_on``): the endings of a round
+lower the counts of their direct downstream steps and release those that reach zero in one
+statement on PostgreSQL, two on SQLite, three on MariaDB, for every step of the round and
+none per sibling (see :mod:`sqlqueue._store.workflow_release`). Nothing is written
 to the step that ended: its job's status says it was counted, and ``settled`` marks a step
 whose ending was counted by the job it had before a requeue (under ``on_dead="run"``), so
 its new job's ending never counts twice.
@@ -20,16 +19,25 @@ row they see what the transaction before committed, on MariaDB's snapshots too.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    case,
+    delete,
+    insert,
+    select,
+    update,
+)
 
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
 from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.workflow_release import chunks, release_after
 from sqlqueue.dialects import Dialect
 
 __all__ = [
@@ -40,15 +48,7 @@ __all__ = [
     "replace_steps",
 ]
 
-#: Names or ids per ``IN (…)``: well under every backend's limit of bound values.
-_CHUNK = 2000
-
 _steps, _edges = workflow_steps, workflow_edges
-
-
-def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start : start + _CHUNK]
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def create_steps(
     options = dialect.table_options
     waiting = [job_id for name, job_id in zip(names, job_ids, strict=True) if after[name]]
     current = dialect.now()
-    for chunk in _chunks(waiting):
+    for chunk in chunks(waiting):
         conn.execute(
             update(jobs).where(jobs.c.id.in_(chunk)).values(status="waiting", updated_at=current),
             execution_options=options,
@@ -83,14 +83,14 @@ def create_steps(
         }
         for name, job_id in zip(names, job_ids, strict=True)
     ]
-    for chunk in _chunks(step_rows):
+    for chunk in chunks(step_rows):
         conn.execute(insert(_steps), list(chunk), execution_options=options)
     edge_rows = [
         {"workflow_id": workflow_id, "upstream": upstream, "downstream": name}
         for name in names
         for upstream in after[name]
     ]
-    for chunk in _chunks(edge_rows):
+    for chunk in chunks(edge_rows):
         conn.execute(insert(_edges), list(chunk), execution_options=options)
 
 
@@ -211,93 +211,26 @@ def advance(
     dialect: Dialect,
     ended: Mapping[int, tuple[str, Sequence[tuple[int, str]]]],
     now: datetime | None = None,
-) -> dict[int, int]:
+) -> tuple[dict[int, int], list[tuple[int, str]]]:
     """Apply the endings of workflow steps, ``{workflow id: (on_dead, [(job id, status)])}``,
     whose workflow rows the caller holds: release the downstream steps whose upstreams have all
     ended (one set of statements for every workflow of the round, none per step), and, under
     ``on_dead="cancel"``, cancel every step after a dead or cancelled one. Returns how many
-    steps were cancelled in each workflow (the caller counts them in its row)."""
+    steps were cancelled in each workflow (the caller counts them in its row), and the
+    ``(job id, queue)`` of the steps released."""
     counted = [
         job_id
         for on_dead, steps in ended.values()
         for job_id, status in steps
         if status == "succeeded" or on_dead == "run"
     ]
-    if counted:
-        _release_after(conn, dialect, counted, now)
+    released = release_after(conn, dialect, counted, now) if counted else []
     cancelled: dict[int, int] = {}
     for workflow_id, (on_dead, steps) in ended.items():
         stopped = [job_id for job_id, status in steps if status != "succeeded"]
         if stopped and on_dead == "cancel":
             cancelled[workflow_id] = _cancel_after(conn, dialect, workflow_id, stopped, now)
-    return cancelled
-
-
-def _release_after(
-    conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
-) -> None:
-    """Count the endings of steps ``job_ids`` in their downstream steps and release those with
-    nothing left to wait for: three statements for any number of steps (one read, the lower
-    counts, the release). A step's ending is counted once: its
-    job ends once, and a step requeued after a counted ending is ``settled``."""
-    options = dialect.table_options
-    upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
-    graph = _edges.join(
-        upstream,
-        (upstream.c.workflow_id == _edges.c.workflow_id) & (upstream.c.name == _edges.c.upstream),
-    ).join(
-        downstream,
-        (downstream.c.workflow_id == _edges.c.workflow_id)
-        & (downstream.c.name == _edges.c.downstream),
-    )
-    after: Counter[int] = Counter()
-    waiting: dict[int, int] = {}
-    for chunk in _chunks(sorted(job_ids)):
-        # Locked: read after the workflow's row, the count is the one the last writer left.
-        # A ``settled`` upstream was counted by the job it had before a requeue.
-        for job_id, waiting_on in conn.execute(
-            dialect.lock_row(
-                select(downstream.c.job_id, downstream.c.waiting_on)
-                .select_from(graph)
-                .where(upstream.c.job_id.in_(chunk), upstream.c.settled.is_(False))
-            ),
-            execution_options=options,
-        ):
-            after[int(job_id)] += 1
-            waiting[int(job_id)] = int(waiting_on)
-    if not after:
-        return
-    ready = sorted(job_id for job_id, count in after.items() if waiting[job_id] - count <= 0)
-    by_decrement: dict[int, list[int]] = {}
-    for job_id, count in after.items():
-        by_decrement.setdefault(count, []).append(job_id)
-    for count, group in by_decrement.items():
-        for chunk in _chunks(sorted(group)):
-            conn.execute(
-                update(_steps)
-                .where(_steps.c.job_id.in_(chunk))
-                .values(waiting_on=_steps.c.waiting_on - count),
-                execution_options=options,
-            )
-    current = dialect.now(now)
-    wake = dialect.wake_columns()
-    for chunk in _chunks(ready):
-        stmt = (
-            update(jobs)
-            .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
-            .values(
-                status="queued",
-                # Due now (or when it asked to run, if later): a claim floor sees it at once.
-                next_run_at=case((jobs.c.next_run_at > current, jobs.c.next_run_at), else_=current),
-                updated_at=current,
-            )
-        )
-        if wake:
-            dialect.execute_returning(
-                conn, stmt.returning(jobs.c.id, *wake), execution_options=options
-            ).all()
-        else:
-            conn.execute(stmt, execution_options=options)
+    return cancelled, released
 
 
 def _cancel_after(
@@ -328,7 +261,7 @@ def _cancel_after(
     if not seen:
         return 0
     targets: list[int] = []
-    for chunk in _chunks(sorted(seen)):
+    for chunk in chunks(sorted(seen)):
         targets.extend(
             conn.execute(
                 select(_steps.c.job_id).where(
@@ -343,7 +276,7 @@ def _cancel_after(
         "that it runs after ended dead or cancelled"
     )
     cancelled = 0
-    for chunk in _chunks(targets):
+    for chunk in chunks(targets):
         cancelled += conn.execute(
             update(jobs)
             .where(jobs.c.id.in_(chunk), jobs.c.status == "waiting")
@@ -363,7 +296,7 @@ def forget_steps(conn: Connection, dialect: Dialect, workflow_ids: Sequence[int]
     alive = select(batches.c.id).where(batches.c.id.in_(workflow_ids))
     gone = sorted(set(workflow_ids) - set(conn.execute(alive).scalars()))
     for table in (_steps, _edges):
-        for chunk in _chunks(gone):
+        for chunk in chunks(gone):
             conn.execute(
                 delete(table).where(table.c.workflow_id.in_(chunk)),
                 execution_options=dialect.table_options,

@@ -62,6 +62,7 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
     in a thread (sync) or on this loop (async); see sqlqueue/_worker/pipeline.py."""
     started = time.monotonic()
     admission: _admission.Admission | None = None
+    context: JobContext | None = None
     # The job is current in this attempt's own asyncio task from here on: what the gates and
     # the outcome's classification log carries its fields too (see sqlqueue/_logs.py).
     current_job.set(job)
@@ -101,6 +102,7 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         result=result,
         recorded=recorded,
         landed=landed,
+        claimable=context._made_claimable if recorded and context is not None else frozenset(),
     )
 
 
@@ -192,7 +194,7 @@ def _completion(
         if job.batch_id is not None:
             endings.grew(job.batch_id, context.added_to_batch)
         if endings:
-            batches.settle(conn, dialect, endings)
+            context._made_claimable = batches.settle(conn, dialect, endings).queues
         return True
 
     return complete

@@ -49,6 +49,8 @@ class Outcome:
 
     ``recorded`` means the success was already written in the handler's own transaction
     (``landed`` says whether the lease still held); otherwise the completer writes it.
+    ``claimable``: the queues in which that transaction made jobs claimable (workflow steps
+    it released, a batch's callback).
     """
 
     job: ClaimedJob
@@ -57,6 +59,7 @@ class Outcome:
     result: Any = None
     recorded: bool = False
     landed: bool = False
+    claimable: frozenset[str] = frozenset()
 
     @property
     def succeeded(self) -> bool:

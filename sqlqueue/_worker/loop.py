@@ -391,10 +391,6 @@ class Worker:
             # A finished job may make others claimable at once (its group's next job, a freed
             # rate-limit token): its queue's pool claims in this round, resting or not.
             self._slots.wake(outcome.job.queue for outcome in batch)
-            if any(outcome.job.batch_id is not None for outcome in batch):
-                # This round may release workflow steps or enqueue a batch's callback, in any
-                # queue: every pool claims in it, and its claims see them (same transaction).
-                self._slots.wake()
             stuck = self._slots.take_stuck(asyncio.get_running_loop().time())
             if stuck:  # held behind slow jobs: let another worker have them
                 await self._release(stuck, shutdown=False)
@@ -412,8 +408,11 @@ class Worker:
                 await self._sleep(min(claim_in, record_in))
                 continue
             claims = self._split(wanted)
+            standby = self._standby(batch, wanted)
             try:
-                landed, claimed = await self._db.call(partial(self._cycle, batch, claims, started))
+                landed, claimed = await self._db.call(
+                    partial(self._cycle, batch, claims, started, standby)
+                )
             except DatabaseError as error:
                 completer.put_back(batch)
                 completer.write_alone()
@@ -446,10 +445,13 @@ class Worker:
                 return
             rest_until = asyncio.get_running_loop().time() + self.settings.poll_interval
             got: dict[Pool, int] = {}
-            for (pool, _, ahead), jobs in zip(claims, claimed, strict=True):
+            for (pool, _, ahead), jobs in zip(claims, claimed[: len(claims)], strict=True):
                 got[pool] = got.get(pool, 0) + len(jobs)
                 for job in jobs:
                     self._start_or_hold(job, pool, ahead=ahead)
+            for pool, jobs in zip(standby, claimed[len(claims) :], strict=True):
+                for job in jobs:
+                    self._start_or_hold(job, pool)
             for pool, count in wanted:
                 if got.get(pool, 0) < count:
                     pool.rest_until = rest_until
@@ -520,6 +522,22 @@ class Worker:
                 claims.append((pool, count - now, True))
         return claims
 
+    def _standby(self, batch: Sequence[Outcome], wanted: list[tuple[Pool, int]]) -> list[Pool]:
+        """The pools with free slots that do not claim in this round, when an outcome of it
+        ends a child of a batch or a workflow: the round claims for them only if it releases
+        a step (or enqueues a callback) in one of their queues (see ``Store.cycle``), so a
+        released step starts in that round, in any queue, and otherwise nothing is sent."""
+        if self._stop_requested.is_set() or self._capped:
+            return []
+        if not any(outcome.job.batch_id is not None for outcome in batch):
+            return []
+        claiming = {id(pool) for pool, _ in wanted}
+        return [
+            pool
+            for pool in self._slots.with_free_slots()
+            if id(pool) not in claiming and self._active(pool)
+        ]
+
     def _active(self, pool: Pool) -> tuple[str, ...]:
         """The queues of ``pool`` that are not paused."""
         return self._upkeep.pauses.active(pool.queues) if self._upkeep else pool.queues
@@ -529,6 +547,7 @@ class Worker:
         batch: list[Outcome],
         claims: list[tuple[Pool, int, bool]],
         started: Sequence[tuple[int, int]] = (),
+        standby: Sequence[Pool] = (),
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         succeeded, failures, results = outcome_fields(batch)
         return self._store.cycle(
@@ -542,6 +561,7 @@ class Worker:
             job_types=self._job_types,
             lease_seconds=self.queue.lease_seconds,
             limits=self._claim_limits,
+            standby=[(self._active(pool), pool.free) for pool in standby],
         )
 
     async def _anything_due(self) -> bool:
@@ -628,11 +648,11 @@ class Worker:
         self._forget_start(outcome.job.id, outcome.job.attempt)
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
-        if outcome.recorded and outcome.job.batch_id is not None:
-            # Its handler's transaction ended it, and may have released workflow steps or
-            # enqueued a batch's callback: the next round claims for every pool, none waits for
+        if outcome.claimable:
+            # Its handler's transaction ended it and released workflow steps or enqueued a
+            # batch's callback: the next round claims for their queues' pools, none waits for
             # its poll (no wake-up reaches a worker on SQLite or MariaDB, or without LISTEN).
-            self._slots.wake()
+            self._slots.wake(outcome.claimable)
             self._wake.set()
         self._observers.written(outcome, landed)
 

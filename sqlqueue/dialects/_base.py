@@ -132,6 +132,9 @@ class Dialect(Claiming):
     #: ``RETURNING`` and ``ON CONFLICT`` run as several statements (:meth:`execute_returning`),
     #: so statements using them must not be sent to the driver directly.
     emulates_returning: ClassVar[bool] = False
+    #: ``WITH name AS (UPDATE … RETURNING …) UPDATE …``: one statement can write rows from
+    #: another write's RETURNING (PostgreSQL), saving a round trip.
+    supports_modifying_ctes: ClassVar[bool] = False
     #: The fastest way to write a batch of job rows.
     bulk_path: ClassVar[BulkPath] = BulkPath.INSERT
     #: sqlqueue's tables can live in a named schema of the database, apart from other queues'.

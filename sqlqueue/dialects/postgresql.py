@@ -74,6 +74,7 @@ class PostgresDialect(HistoryPartitions, Dialect):
     bulk_path: ClassVar[BulkPath] = BulkPath.COPY
     supports_claim_floor: ClassVar[bool] = True
     supports_history_partitions: ClassVar[bool] = True
+    supports_modifying_ctes: ClassVar[bool] = True
 
     def clock(self) -> ColumnElement[datetime]:
         """``statement_timestamp()``: stable within a statement, so it can use indexes."""

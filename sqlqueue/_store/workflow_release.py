@@ -1,0 +1,212 @@
+"""Releasing a workflow's steps: the endings of a round's steps lower the counts of the steps
+after them (``waiting_on``), and those with nothing left to wait for go from ``waiting`` to
+``queued``, in the transaction that holds the workflows' rows (see
+:mod:`sqlqueue._store.workflows`, whose :func:`~sqlqueue._store.workflows.advance` calls
+:func:`release_after`). A constant number of statements for any number of steps, built once
+per backend."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, case, func, literal, select, true, update
+
+from sqlqueue._schema import jobs, workflow_edges, workflow_steps
+from sqlqueue._store.statement_cache import cached_statement
+from sqlqueue.dialects import Dialect
+
+__all__ = ["chunks", "release_after"]
+
+#: Names or ids per ``IN (…)``: well under every backend's limit of bound values.
+_CHUNK = 2000
+
+_steps, _edges = workflow_steps, workflow_edges
+
+
+def chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """``values`` in slices of at most ``_CHUNK``, for ``IN (…)`` lists."""
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+def release_after(
+    conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
+) -> list[tuple[int, str]]:
+    """Count the endings of steps ``job_ids`` in their downstream steps and release those with
+    nothing left to wait for; return the ``(job id, queue)`` of the steps released. A step's
+    ending is counted once: its job ends once, and a step requeued after a counted ending is
+    ``settled``.
+
+    Where UPDATE has a native RETURNING, one UPDATE lowers the counts (of every step after
+    those that ended, by how many of its upstreams ended) and returns them, and the steps at
+    zero are released from that: one statement with PostgreSQL's writing CTEs, two on SQLite.
+    The UPDATE locks each step row it lowers and computes from its newest version, so of two
+    transactions ending a step's last two upstreams the second sees the first's count: one
+    reaches zero. The statements are built once (see :func:`_release_statements`)."""
+    if dialect.emulates_returning:
+        return _release_after_locked(conn, dialect, job_ids, now)
+    lowered, release = _release_statements(dialect, now)
+    options = dialect.table_options
+    released: list[tuple[int, str]] = []
+    for chunk in chunks(sorted(job_ids)):
+        if lowered is None:  # one statement: PostgreSQL
+            rows = conn.execute(release, {"ended": list(chunk)}, execution_options=options)
+        else:
+            ready = [
+                int(job_id)
+                for job_id, waiting_on in conn.execute(
+                    lowered, {"ended": list(chunk)}, execution_options=options
+                )
+                if waiting_on <= 0
+            ]
+            if not ready:
+                continue
+            rows = conn.execute(release, {"ready": ready}, execution_options=options)
+        released.extend((int(row[0]), str(row[1])) for row in rows)
+    return released
+
+
+def _release_statements(dialect: Dialect, now: datetime | None) -> tuple[Any, Any]:
+    """``(lower, release)``: the UPDATE lowering the counts of the steps after ``:ended`` and
+    the one releasing ``:ready``; or ``(None, both in one)`` where writing CTEs exist. Built
+    once per backend and wake-up channel (building them cost more CPU than running them);
+    an injected ``now`` builds them afresh."""
+    if now is None:
+        key = ("release_after", type(dialect), dialect.wake_channel)
+        return cached_statement(key, lambda: _build_release(dialect, None))
+    return _build_release(dialect, now)
+
+
+def _build_release(dialect: Dialect, now: datetime | None) -> tuple[Any, Any]:
+    returned = (jobs.c.id, jobs.c.queue, *dialect.wake_columns())
+    ended = bindparam("ended", expanding=True, type_=_steps.c.job_id.type)
+    if not dialect.supports_modifying_ctes:
+        ready = bindparam("ready", expanding=True, type_=jobs.c.id.type)
+        release = _release(dialect, now).where(jobs.c.id.in_(ready))
+        return _lowered(ended, lateral=False), release.returning(*returned)
+    # The jobs are found by id from the lowered steps, and their status compared with one
+    # those return: no condition on the jobs table alone, which the planner could use to walk
+    # every waiting job by the status index (its estimate for a fresh table is a few rows).
+    counts = (
+        _lowered(ended, lateral=True)
+        .returning(literal("waiting").label("status"))
+        .cte("sqlqueue_lowered")
+    )
+    both = _release(dialect, now, status=counts.c.status).where(
+        jobs.c.id == counts.c.job_id, counts.c.waiting_on <= 0
+    )
+    return None, both.returning(*returned)
+
+
+def _lowered(ended: Any, *, lateral: bool) -> Any:
+    """``UPDATE … RETURNING job_id, waiting_on``: the steps after those whose jobs are
+    ``ended`` (and whose ending was not counted before a requeue, ``settled``) wait for as
+    many fewer upstreams.
+
+    Each lookup goes by a unique key, which the planner estimates right without statistics:
+    the step of a job (``job_id`` is unique), then its edges by the primary key's leading
+    columns, then each step after it by its primary key. ``lateral`` (PostgreSQL) reads the
+    edges per step in a LATERAL subquery that ``OFFSET 0`` keeps apart, so they are looked up
+    by key rather than scanned whole and hashed, which a fresh table's low estimate invites."""
+    upstream = _steps.alias("sqlqueue_upstream")
+    match = (_edges.c.workflow_id == upstream.c.workflow_id) & (
+        _edges.c.upstream == upstream.c.name
+    )
+    after: Any
+    if lateral:
+        after = (select(_edges.c.workflow_id, _edges.c.downstream).where(match).offset(0)).lateral(
+            "sqlqueue_after"
+        )
+        graph = upstream.join(after, true())
+    else:
+        after = _edges
+        graph = upstream.join(_edges, match)
+    ended_steps = (
+        select(after.c.workflow_id, after.c.downstream, func.count().label("ended"))
+        .select_from(graph)
+        .where(upstream.c.job_id.in_(ended), upstream.c.settled.is_(False))
+        .group_by(after.c.workflow_id, after.c.downstream)
+        .subquery("sqlqueue_ended")
+    )
+    return (
+        update(_steps)
+        .where(
+            _steps.c.workflow_id == ended_steps.c.workflow_id,
+            _steps.c.name == ended_steps.c.downstream,
+        )
+        .values(waiting_on=_steps.c.waiting_on - ended_steps.c.ended)
+        .returning(_steps.c.job_id, _steps.c.waiting_on)
+    )
+
+
+def _release(dialect: Dialect, now: datetime | None, *, status: Any = "waiting") -> Any:
+    """``UPDATE`` of waiting steps (``status``: an expression worth ``'waiting'``) to
+    ``queued``, due now (or when they asked to run, if later: a claim floor sees them at
+    once); the caller adds which."""
+    current = dialect.now(now)
+    return (
+        update(jobs)
+        .where(jobs.c.status == status)
+        .values(
+            status="queued",
+            next_run_at=case((jobs.c.next_run_at > current, jobs.c.next_run_at), else_=current),
+            updated_at=current,
+        )
+    )
+
+
+def _release_after_locked(
+    conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
+) -> list[tuple[int, str]]:
+    """:func:`release_after` where RETURNING is emulated (MariaDB/MySQL): a locking read of
+    the counts (and the steps' queues), the lower counts, the release: three statements for
+    any number of steps."""
+    options = dialect.table_options
+    upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
+    graph = _edges.join(
+        upstream,
+        (upstream.c.workflow_id == _edges.c.workflow_id) & (upstream.c.name == _edges.c.upstream),
+    ).join(
+        downstream,
+        (downstream.c.workflow_id == _edges.c.workflow_id)
+        & (downstream.c.name == _edges.c.downstream),
+    )
+    after: Counter[int] = Counter()
+    waiting: dict[int, int] = {}
+    queues: dict[int, str] = {}
+    for chunk in chunks(sorted(job_ids)):
+        # Locked: read after the workflow's row, the count is the one the last writer left.
+        for job_id, waiting_on, queue in conn.execute(
+            dialect.lock_row(
+                select(downstream.c.job_id, downstream.c.waiting_on, jobs.c.queue)
+                .select_from(graph.join(jobs, jobs.c.id == downstream.c.job_id))
+                .where(upstream.c.job_id.in_(chunk), upstream.c.settled.is_(False))
+            ),
+            execution_options=options,
+        ):
+            after[int(job_id)] += 1
+            waiting[int(job_id)] = int(waiting_on)
+            queues[int(job_id)] = str(queue)
+    if not after:
+        return []
+    ready = sorted(job_id for job_id, count in after.items() if waiting[job_id] - count <= 0)
+    by_decrement: dict[int, list[int]] = {}
+    for job_id, count in after.items():
+        by_decrement.setdefault(count, []).append(job_id)
+    for count, group in by_decrement.items():
+        for chunk in chunks(sorted(group)):
+            conn.execute(
+                update(_steps)
+                .where(_steps.c.job_id.in_(chunk))
+                .values(waiting_on=_steps.c.waiting_on - count),
+                execution_options=options,
+            )
+    released: list[tuple[int, str]] = []
+    for chunk in chunks(ready):
+        stmt = _release(dialect, now).where(jobs.c.id.in_(chunk))
+        if conn.execute(stmt, execution_options=options).rowcount:
+            released.extend((job_id, queues[job_id]) for job_id in chunk)
+    return released
