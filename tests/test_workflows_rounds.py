@@ -240,3 +240,50 @@ def test_a_round_ending_the_last_steps_of_chains_sends_nothing_for_their_steps(b
         assert status is not None
         assert status.succeeded
         assert status.finished_at is not None
+
+
+def test_a_step_added_by_a_running_step_into_a_resting_pools_queue_starts_at_once(backend):
+    """``ctx.add_to_workflow`` with nothing to wait for queues the new step in its handler's
+    transaction, outside any round and in no ``settle`` result: the ``other`` pool, resting
+    after it found nothing, claims it at once, not after its 60 s poll."""
+    queue = _queue(backend)
+
+    @queue.task("grows", max_attempts=1)
+    def grows(ctx: sqlqueue.JobContext) -> None:
+        extra = JobRequest(job_type="step", payload={"label": "extra"}, queue="other")
+        ctx.add_to_workflow("extra", extra)
+
+    workflow_id = _chain(queue, [JobRequest(job_type="grows")])
+    _run_until_succeeded(queue, workflow_id, queues={"default": 1, "other": 1})
+    status = queue.get_workflow(workflow_id)
+    assert status is not None
+    assert set(status.steps) == {"s0", "extra"}
+
+
+def test_children_added_by_a_running_child_into_a_resting_pools_queue_start_at_once(backend):
+    """``ctx.add_to_batch`` queues the new children in the child's transaction: the ``other``
+    pool, resting after it found nothing, claims them at once, not after its 60 s poll."""
+    queue = _queue(backend)
+
+    @queue.task("fans_out", max_attempts=1)
+    def fans_out(ctx: sqlqueue.JobContext) -> None:
+        ctx.add_to_batch(
+            [JobRequest(job_type="step", payload={"label": "more"}, queue="other")] * 2
+        )
+
+    with queue.engine.begin() as conn:
+        batch = queue.enqueue_batch(conn, [JobRequest(job_type="fans_out")])
+    worker = queue.worker(poll_interval=60, listen=False, queues={"default": 1, "other": 1})
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            lambda: (status := queue.get_batch(batch.id)) is not None and status.finished,
+            timeout=30,
+            what="the batch to finish without waiting for a poll",
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert queue.stats().by_status["succeeded"] == 3

@@ -250,6 +250,7 @@ class Worker:
             on_written=self._on_written,
             on_added=self._wake.set,
             backoff=Backoff(self._db.answers),
+            on_written_alone=self._written_alone,
         )
         self._launcher = Launcher(self._tasks, runtime, completer, ended=self._finished)
         log.info(
@@ -527,9 +528,14 @@ class Worker:
         ends a child of a batch or a workflow: the round claims for them only if it releases
         a step (or enqueues a callback) in one of their queues (see ``Store.cycle``), so a
         released step starts in that round, in any queue, and otherwise nothing is sent."""
-        if self._stop_requested.is_set() or self._capped:
-            return []
         if not any(outcome.job.batch_id is not None for outcome in batch):
+            return []
+        if self._stop_requested.is_set():
+            return []
+        if self._capped:
+            # No claim in this round: the next ones claim for every pool, in case this one
+            # releases a step or enqueues a callback in a resting pool's queue.
+            self._slots.wake()
             return []
         claiming = {id(pool) for pool, _ in wanted}
         return [
@@ -648,13 +654,22 @@ class Worker:
         self._forget_start(outcome.job.id, outcome.job.attempt)
         if self._capped:
             self._wake.set()  # the claim loop may be waiting for leases to drop below its cap
-        if outcome.claimable:
-            # Its handler's transaction ended it and released workflow steps or enqueued a
-            # batch's callback: the next round claims for their queues' pools, none waits for
-            # its poll (no wake-up reaches a worker on SQLite or MariaDB, or without LISTEN).
-            self._slots.wake(outcome.claimable)
+        if outcome.recorded and (outcome.claimable or outcome.job.batch_id is not None):
+            # Its handler's transaction ended it, and may have released workflow steps,
+            # enqueued a batch's callback, or added children or steps (``ctx.add_to_batch``,
+            # ``ctx.add_to_workflow``: queued at once, in any queue, and not in
+            # ``claimable``): the next round claims for every pool, none waits for its poll
+            # (no wake-up reaches a worker on SQLite or MariaDB, or without LISTEN).
+            self._slots.wake()
             self._wake.set()
         self._observers.written(outcome, landed)
+
+    def _written_alone(self, batch: list[Outcome]) -> None:
+        """The completer wrote ``batch`` on its own (a round had failed): what its batches'
+        and workflows' settling made claimable, no round saw, so every pool claims next."""
+        if any(outcome.job.batch_id is not None for outcome in batch):
+            self._slots.wake()
+            self._wake.set()
 
     # -- maintenance duties -------------------------------------------------------------------
 

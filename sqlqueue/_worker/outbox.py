@@ -46,12 +46,16 @@ class Completer:
         on_written: Callable[[Outcome, bool], None],
         on_added: Callable[[], None],
         backoff: Backoff,
+        on_written_alone: Callable[[list[Outcome]], None] = lambda batch: None,
     ) -> None:
         self._store = store
         self._db = db
         self._worker_id = worker_id
         self._on_written = on_written
         self._on_added = on_added
+        #: Told of each batch written in its own transaction, outside the claim loop's rounds
+        #: (whatever that made claimable, no round of the loop saw).
+        self._on_written_alone = on_written_alone
         self._backoff = backoff
         self._pending: list[Outcome] = []
         self._in_flight = 0
@@ -164,6 +168,7 @@ class Completer:
             self._backoff.succeeded()
             self._limit = None if self._limit is None else self._limit * 2
             self.settle(batch, landed)
+            self._on_written_alone(batch)
             self._ready.set()  # the rest, or the hand-back to the claim loop
 
     def _write(self, batch: list[Outcome]) -> set[int]:
