@@ -63,7 +63,7 @@ from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import Dialect, history_partitions_of
 from sqlqueue.dialects._history import LOCK_TIMEOUT_MS, HistoryPartition, HistoryPartitions
 
-__all__ = ["HistoryBusy", "drop_days", "movable", "move_batch"]
+__all__ = ["HistoryBusy", "drop_days", "movable", "movable_until", "move_batch"]
 
 #: The one status that moves (see the module's docstring).
 MOVED_STATUS = "succeeded"
@@ -90,13 +90,19 @@ def _giving_up_lock_waits(conn: Connection, ddl: HistoryPartitions, what: str) -
         ) from error
 
 
-def movable(dialect: Dialect, *, after: float, keep: float | None) -> list[ColumnElement[bool]]:
-    """The jobs the mover may take: succeeded ``after`` seconds ago or more, counted, within
-    retention (``keep`` seconds; ``None``: kept for ever), and bound to no key, batch or
-    workflow."""
-    mark = (
+def _mark() -> ColumnElement[datetime]:
+    return (
         select(count_marks.c.folded_until).where(count_marks.c.name == "finished").scalar_subquery()
     )
+
+
+def movable(
+    dialect: Dialect, *, after: float, keep: float | None, since: datetime | None = None
+) -> list[ColumnElement[bool]]:
+    """The jobs the mover may take: succeeded ``after`` seconds ago or more, counted, within
+    retention (``keep`` seconds; ``None``: kept for ever), not before ``since`` (where a
+    previous full pass reached), and bound to no key, batch or workflow."""
+    mark = _mark()
     where = [
         jobs.c.status == MOVED_STATUS,
         jobs.c.finished_at < dialect.now_plus(-float(after)),
@@ -107,11 +113,27 @@ def movable(dialect: Dialect, *, after: float, keep: float | None) -> list[Colum
     ]
     if keep is not None:
         where.append(jobs.c.finished_at >= dialect.now_plus(-float(keep)))
+    if since is not None:
+        where.append(jobs.c.finished_at >= literal(since, UtcDateTime()))
     return where
 
 
+def movable_until(conn: Connection, dialect: Dialect, *, after: float) -> datetime | None:
+    """The end of what the mover may take now (``after`` seconds ago, or the counts' mark if
+    earlier); ``None`` without a mark. A pass that moved everything movable before it leaves
+    nothing older to move later: such a job's key, batch and status columns never change."""
+    now_less_after, mark = conn.execute(select(dialect.now_plus(-float(after)), _mark())).one()
+    return None if mark is None else min(now_less_after, mark)
+
+
 def move_batch(
-    conn: Connection, dialect: Dialect, *, after: float, keep: float | None, limit: int
+    conn: Connection,
+    dialect: Dialect,
+    *,
+    after: float,
+    keep: float | None,
+    limit: int,
+    since: datetime | None = None,
 ) -> int:
     """Move up to ``limit`` of the oldest movable jobs into the history; return how many moved
     (0: none is movable). The days they finished on get their partitions first (a day without
@@ -120,7 +142,7 @@ def move_batch(
     if ddl is None:
         return 0
     with _giving_up_lock_waits(conn, ddl, "the move into the history"):
-        return _move(conn, dialect, ddl, after=after, keep=keep, limit=limit)
+        return _move(conn, dialect, ddl, after=after, keep=keep, limit=limit, since=since)
 
 
 def _move(
@@ -131,8 +153,9 @@ def _move(
     after: float,
     keep: float | None,
     limit: int,
+    since: datetime | None,
 ) -> int:
-    where = movable(dialect, after=after, keep=keep)
+    where = movable(dialect, after=after, keep=keep, since=since)
     first = select(jobs.c.finished_at).where(*where).order_by(jobs.c.finished_at).limit(limit)
     span = first.subquery()
     oldest, newest = conn.execute(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,10 @@ DUTY_NAME = "retention"
 #: stopped, so a pass costs the same however many keys live jobs hold.
 KEY_BATCHES_PER_PASS = 10
 
+#: How far before where its last full pass reached the mover starts: a job whose completion
+#: committed that much later than its ``finished_at`` still moves.
+MOVE_SLACK = timedelta(seconds=60)
+
 
 class RetentionDuty:
     """The worker's pruning duty: a batch at a time, while it holds the retention lease."""
@@ -50,6 +55,10 @@ class RetentionDuty:
         self.keys_deleted = 0
         self.moved = 0
         self._keys_after = ""
+        #: Where the mover's last full pass reached, less :data:`MOVE_SLACK`: it starts there
+        #: (what finished before is moved or never will be), so unmovable rows (keyed, batch)
+        #: are not read again every pass. ``None``: from the beginning.
+        self._moved_since: datetime | None = None
         #: Whether this duty moves succeeded jobs into a partitioned history and drops its days:
         #: only where succeeded jobs have a retention, else no day would ever be dropped and
         #: the history would gain a table a day for ever.
@@ -76,13 +85,23 @@ class RetentionDuty:
         renewed = loop.time()
         if self._moves and not stopping():
             await self._history_step(db, self.drop_days, "dropping the history's expired days")
+        reach: datetime | None = None
+        if self._moves and not stopping():
+            assert self.retention.history_after is not None
+            reach = await db.call(
+                partial(self._admin.movable_until, after=self.retention.history_after)
+            )
         while self._moves and not stopping():
             if loop.time() - renewed > self.retention.interval / 2:
                 if not await db.call(self.acquire):
                     return
                 renewed = loop.time()
             moved = await self._history_step(db, self.move, "moving jobs into the history")
-            if moved is None or moved < self.retention.batch_size:
+            if moved is None:
+                break
+            if moved < self.retention.batch_size:  # all moved that could, up to ``reach``
+                if reach is not None:
+                    self._moved_since = reach - MOVE_SLACK
                 break
         for status, age in self.retention.ages():
             while not stopping():
@@ -165,6 +184,7 @@ class RetentionDuty:
             after=self.retention.history_after,
             keep=self.retention.succeeded,
             limit=self.retention.batch_size,
+            since=self._moved_since,
         )
         self.moved += moved
         if moved:
