@@ -4,7 +4,7 @@ on, and dropping its days keeps the counts exact and leaves no tag or action beh
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from sqlqueue._errors import JobStateError
 from sqlqueue._migrate import alembic_config
 from sqlqueue._schema import job_actions, job_tags, jobs, jobs_history
 from sqlqueue._worker.retention import RetentionDuty
+from sqlqueue.dialects import history_partitions_of
 from sqlqueue.testing import age_jobs
 from tests._support import count_jobs, drain, enqueue
 from tests.apps.processes import WorkerProcess, child_env, wait_until
@@ -280,3 +281,48 @@ def test_a_prune_batch_keeps_the_actions_of_moved_jobs_among_its_ids(backend: Ba
     assert queue.prune(older_than=86400, statuses=("cancelled",)) == 2
 
     assert [action.action for action in queue.job_actions(moving)] == ["reschedule"]
+
+
+def test_a_downgrade_moves_back_the_jobs_of_a_day_detached_by_hand(backend: Backend) -> None:
+    backend.requires("history_partitions")
+    queue = local_queue(backend)
+    ids = enqueue(queue, "mail_job", 4)
+    _finished_old(queue, ids)
+    _move_all(queue)
+    ddl = history_partitions_of(queue.admin.dialect)
+    assert ddl is not None
+    with backend.engine.begin() as conn:
+        [day] = ddl.history_partitions(conn)
+        conn.execute(sa.text(f"ALTER TABLE sqlqueue_jobs_history DETACH PARTITION {day.name}"))
+
+    with backend.engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0019")
+
+    assert count_jobs(backend.engine, status="succeeded") == len(ids)
+    assert not [t for t in sa.inspect(backend.engine).get_table_names() if "history" in t]
+    sqlqueue.migrate(backend.engine)
+
+
+def test_a_batch_either_side_of_midnight_moves_into_both_days(backend: Backend) -> None:
+    backend.requires("history_partitions")
+    queue = local_queue(backend)
+    before, after = enqueue(queue, "mail_job", 3), enqueue(queue, "mail_job", 2)
+    drain(queue)
+    midnight = datetime.combine(queue.database_now().date() - timedelta(days=1), time(), UTC)
+    with backend.engine.begin() as conn:
+        for group, finished in ((before, midnight - timedelta(seconds=30)), (after, midnight)):
+            conn.execute(sa.update(jobs).where(jobs.c.id.in_(group)).values(finished_at=finished))
+    queue.admin.reset_counts()
+    queue.admin.fold_all_counts(margin=0)
+
+    assert queue.admin.move_to_history(after=300, keep=None, limit=50) == 5
+
+    ddl = history_partitions_of(queue.admin.dialect)
+    assert ddl is not None
+    with backend.engine.connect() as conn:
+        days = [p.day for p in ddl.history_partitions(conn)]
+        where = sa.select(jobs_history.c.id).where
+        late = set(conn.execute(where(jobs_history.c.finished_at >= midnight)).scalars())
+    assert days == [midnight.date() - timedelta(days=1), midnight.date()]
+    assert _moved(backend) == {*before, *after}
+    assert late == set(after)

@@ -4,8 +4,8 @@
 UTC day of ``finished_at``, created by the workers as they move succeeded jobs into it (see
 sqlqueue/_store/history.py); retention drops whole days. Created on PostgreSQL only: SQLite and
 MariaDB keep finished jobs in ``sqlqueue_jobs`` and prune them in batches. The downgrade moves
-every job in the history back into ``sqlqueue_jobs`` before it drops the table, so nothing is
-lost.
+every job in the history back into ``sqlqueue_jobs`` (those of day tables detached by hand too)
+before it drops the tables, so nothing is lost.
 
 Revision ID: 0020
 Revises: 0019
@@ -23,11 +23,12 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
-_BACK = "INSERT INTO sqlqueue_jobs SELECT * FROM sqlqueue_jobs_history"
-#: Tables detached by a retention pass that stopped before dropping them: their jobs were
-#: past retention already, so they go with the history.
-_LEFTOVERS = (
-    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+#: The day tables, attached or not (retention drops its days in one ``DROP TABLE``, so a
+#: detached one was detached by hand, and its jobs are kept as the attached days' are).
+_DAY_TABLES = (
+    "SELECT c.relname, i.inhrelid IS NOT NULL AS attached "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_inherits i ON i.inhrelid = c.oid "
     "WHERE n.nspname = current_schema() AND c.relkind = 'r' "
     "AND c.relname LIKE 'sqlqueue\\_jobs\\_history\\_p%'"
 )
@@ -93,8 +94,12 @@ def downgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    bind.execute(sa.text(_BACK))
-    for (name,) in bind.execute(sa.text(_LEFTOVERS)).all():
-        if name != "sqlqueue_jobs_history":
-            op.drop_table(name)
+    quote = bind.dialect.identifier_preparer.quote
+    columns = ", ".join(quote(column.name) for column in _columns())
+    back = "INSERT INTO sqlqueue_jobs ({columns}) SELECT {columns} FROM {table}"
+    bind.execute(sa.text(back.format(columns=columns, table="sqlqueue_jobs_history")))
+    for name, attached in bind.execute(sa.text(_DAY_TABLES)).all():
+        if not attached:
+            bind.execute(sa.text(back.format(columns=columns, table=quote(name))))
+        op.drop_table(name)
     op.drop_table("sqlqueue_jobs_history")

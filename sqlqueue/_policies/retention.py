@@ -36,10 +36,11 @@ class Retention:
     keys no job carries any more. A queue without a retention still prunes gone workers' rows
     after a day (and those keys).
 
-    On PostgreSQL the duty also moves succeeded jobs that nothing can act on any more into the
-    history table ``history_after`` seconds after they finished, and drops the history's days
-    once they are older than ``succeeded``: such a job is kept for ``succeeded`` seconds and at
-    most a day more.
+    On PostgreSQL, when ``succeeded`` is set, the duty also moves succeeded jobs that nothing
+    can act on any more into the history table ``history_after`` seconds after they finished,
+    and drops the history's days once they are older than ``succeeded``: such a job is kept
+    for ``succeeded`` seconds and at most a day more. With ``succeeded=None`` nothing moves
+    (no day would ever be dropped, and the history would gain a table a day for ever).
     """
 
     succeeded: float | None = None
@@ -50,8 +51,9 @@ class Retention:
     batch_size: int = 1000
     #: Where the backend keeps a partitioned history (PostgreSQL), succeeded jobs without a
     #: key, batch or workflow move into it this many seconds after they finished, and
-    #: retention drops whole days of it (see ``sqlqueue._store.history``); ``None``: nothing
-    #: moves, every finished job is pruned in batches as on the other backends.
+    #: retention drops whole days of it (see ``sqlqueue._store.history``); ``None`` (or
+    #: ``succeeded=None``): nothing moves, every finished job is pruned in batches as on the
+    #: other backends. Keep it ``None`` during a rolling deploy from a release before 0020.
     history_after: float | None = 300.0
 
     def __post_init__(self) -> None:

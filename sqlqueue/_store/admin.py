@@ -206,11 +206,19 @@ class Admin:
             relaxed=True,
         )
 
-    def move_to_history(self, *, after: float, keep: float | None, limit: int) -> int:
-        """See :func:`history.move_batch`: one batch of one day, one transaction."""
+    def move_to_history(
+        self, *, after: float, keep: float | None, limit: int, since: datetime | None = None
+    ) -> int:
+        """See :func:`history.move_batch`: one batch, one transaction."""
         return self._write(
-            lambda conn: history.move_batch(conn, self.dialect, after=after, keep=keep, limit=limit)
+            lambda conn: history.move_batch(
+                conn, self.dialect, after=after, keep=keep, limit=limit, since=since
+            )
         )
+
+    def movable_until(self, *, after: float) -> datetime | None:
+        """See :func:`history.movable_until`."""
+        return self._read(lambda conn: history.movable_until(conn, self.dialect, after=after))
 
     def drop_history_days(self, *, older_than: float) -> int:
         """See :func:`history.drop_days`: one transaction, under the counts' mark."""

@@ -10,15 +10,17 @@ holds, so even two pruners at once never delete the same row or fail.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
+from sqlqueue._errors import DatabaseError, DatabaseUnavailable
 from sqlqueue._policies.retention import Retention
 from sqlqueue._store.admin import Admin
 from sqlqueue._store.counts import CountsBusy
+from sqlqueue._store.history import HistoryBusy
 
 __all__ = ["DUTY_NAME", "RetentionDuty"]
 
@@ -33,6 +35,10 @@ DUTY_NAME = "retention"
 #: Batches of unique keys a pass looks at, at most: the walk resumes where the last pass
 #: stopped, so a pass costs the same however many keys live jobs hold.
 KEY_BATCHES_PER_PASS = 10
+
+#: How far before where its last full pass reached the mover starts: a job whose completion
+#: committed that much later than its ``finished_at`` still moves.
+MOVE_SLACK = timedelta(seconds=60)
 
 
 class RetentionDuty:
@@ -49,9 +55,17 @@ class RetentionDuty:
         self.keys_deleted = 0
         self.moved = 0
         self._keys_after = ""
-        #: Whether this duty moves succeeded jobs into a partitioned history and drops its days.
+        #: Where the mover's last full pass reached, less :data:`MOVE_SLACK`: it starts there
+        #: (what finished before is moved or never will be), so unmovable rows (keyed, batch)
+        #: are not read again every pass. ``None``: from the beginning.
+        self._moved_since: datetime | None = None
+        #: Whether this duty moves succeeded jobs into a partitioned history and drops its days:
+        #: only where succeeded jobs have a retention, else no day would ever be dropped and
+        #: the history would gain a table a day for ever.
         self._moves = (
-            admin.dialect.supports_history_partitions and retention.history_after is not None
+            admin.dialect.supports_history_partitions
+            and retention.history_after is not None
+            and retention.succeeded is not None
         )
 
     def acquire(self) -> bool:
@@ -70,14 +84,24 @@ class RetentionDuty:
         loop = asyncio.get_running_loop()
         renewed = loop.time()
         if self._moves and not stopping():
-            with contextlib.suppress(CountsBusy):  # the expired days go at the next pass
-                await db.call(self.drop_days)
+            await self._history_step(db, self.drop_days, "dropping the history's expired days")
+        reach: datetime | None = None
+        if self._moves and not stopping():
+            assert self.retention.history_after is not None
+            reach = await db.call(
+                partial(self._admin.movable_until, after=self.retention.history_after)
+            )
         while self._moves and not stopping():
             if loop.time() - renewed > self.retention.interval / 2:
                 if not await db.call(self.acquire):
                     return
                 renewed = loop.time()
-            if await db.call(self.move) < self.retention.batch_size:
+            moved = await self._history_step(db, self.move, "moving jobs into the history")
+            if moved is None:
+                break
+            if moved < self.retention.batch_size:  # all moved that could, up to ``reach``
+                if reach is not None:
+                    self._moved_since = reach - MOVE_SLACK
                 break
         for status, age in self.retention.ages():
             while not stopping():
@@ -104,6 +128,29 @@ class RetentionDuty:
                 return
             if self._single_writer:
                 await asyncio.sleep(min(loop.time() - started, 0.2))
+
+    @staticmethod
+    async def _history_step(db: DatabaseThread, step: Callable[[], int], what: str) -> int | None:
+        """Run a move or a drop on ``db``; ``None`` when it did nothing this pass: busy (a fold,
+        a prune or a long reader of the history holds what it needs), or failed, which is
+        logged with what to do. Either way the pass goes on to the batched prunes, gone workers
+        and keys, which need none of the history's rights."""
+        try:
+            return await db.call(step)
+        except (CountsBusy, HistoryBusy) as busy:
+            log.info("retention: %s: not this pass (%s)", what, busy)
+        except DatabaseUnavailable:
+            raise
+        except DatabaseError as error:
+            log.warning(
+                "retention: %s failed, the rest of the pass goes on: %s. The workers' database "
+                "role needs CREATE on sqlqueue's schema and must own sqlqueue_jobs_history (run "
+                "the workers as the role that ran `sqlqueue migrate`, or grant these); or set "
+                "Retention(history_after=None) to prune succeeded jobs in batches instead",
+                what,
+                error,
+            )
+        return None
 
     def release(self) -> None:
         """Give the duty up (a worker that stops), so another worker takes it at its next pass
@@ -137,6 +184,7 @@ class RetentionDuty:
             after=self.retention.history_after,
             keep=self.retention.succeeded,
             limit=self.retention.batch_size,
+            since=self._moved_since,
         )
         self.moved += moved
         if moved:
