@@ -257,7 +257,8 @@ def test_a_bulk_enqueue_stores_every_field_of_each_request(backend):
 
 
 def test_claimed_rows_are_read_into_their_fields_by_the_spec():
-    assert {field.name for field in dataclasses.fields(ClaimedJob)} == {
+    # Every field but the process's own clock reading at the claim comes from a column.
+    assert {field.name for field in dataclasses.fields(ClaimedJob)} - {"claimed_clock"} == {
         column.field for column in CLAIM_COLUMNS
     }
     at = datetime(2026, 1, 2, 3, 4, 5)

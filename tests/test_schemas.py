@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from sqlqueue._schema import SCHEMA_REVISION, VERSION_TABLE, history_metadata, metadata
 from sqlqueue._store.bulk_copy import COPY_MIN_ROWS
 from sqlqueue.dialects import dialect_for
 from sqlqueue.email import SMTP, Content, Mailer
@@ -35,7 +35,10 @@ from tests.smtp_server import SMTPServer
 pytestmark = pytest.mark.timeout(180)
 
 SCHEMA_APP = "tests.apps.schema_app:queue"
-SQLQUEUE_TABLES = {table.name for table in metadata.tables.values()} | {VERSION_TABLE}
+#: Every table of a schema on PostgreSQL (which keeps the finished history's table too).
+SQLQUEUE_TABLES = {
+    table.name for table in (*metadata.tables.values(), *history_metadata.tables.values())
+} | {VERSION_TABLE}
 
 
 def cli(*args: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:

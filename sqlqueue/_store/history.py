@@ -60,8 +60,13 @@ from sqlqueue._errors import DatabaseError
 from sqlqueue._schema import count_marks, job_actions, job_tags, jobs, jobs_history
 from sqlqueue._store import counts
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects import Dialect, history_partitions_of
-from sqlqueue.dialects._history import LOCK_TIMEOUT_MS, HistoryPartition, HistoryPartitions
+from sqlqueue.dialects import (
+    LOCK_TIMEOUT_MS,
+    Dialect,
+    HistoryPartition,
+    HistoryPartitions,
+    history_partitions_of,
+)
 
 __all__ = ["HistoryBusy", "drop_days", "movable", "movable_until", "move_batch"]
 

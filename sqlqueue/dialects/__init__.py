@@ -6,14 +6,21 @@ from sqlalchemy import URL, Engine, make_url
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue.dialects._base import BulkPath, Dialect
-from sqlqueue.dialects._history import HistoryPartitions, history_partitions_of
+from sqlqueue.dialects._history import (
+    LOCK_TIMEOUT_MS,
+    HistoryPartition,
+    HistoryPartitions,
+    history_partitions_of,
+)
 from sqlqueue.dialects.mysql import MySQLDialect
 from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
 __all__ = [
+    "LOCK_TIMEOUT_MS",
     "BulkPath",
     "Dialect",
+    "HistoryPartition",
     "HistoryPartitions",
     "dialect_for",
     "driver_hint",
