@@ -77,8 +77,9 @@ class JobDatabase(Protocol):
     def get_workflow(self, workflow_id: int) -> WorkflowStatus | None:
         """A workflow and its steps (``ctx.workflow``)."""
 
-    def _workflow_row(self, request: JobRequest) -> JobRow:
-        """``request`` checked as a step added by ``ctx.add_to_workflow``, before any SQL."""
+    def _workflow_row(self, name: str, request: JobRequest) -> JobRow:
+        """``request`` checked as step ``name`` added by ``ctx.add_to_workflow``, before any
+        SQL."""
 
 
 class JobContext:

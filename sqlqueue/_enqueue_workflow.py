@@ -15,7 +15,7 @@ from sqlqueue._store.workflows import create_steps
 from sqlqueue._task import JobRequest
 from sqlqueue._workflow import Workflow, WorkflowHandle
 
-__all__ = ["check_workflow", "enqueue_workflow"]
+__all__ = ["check_step", "check_workflow", "enqueue_workflow"]
 
 #: The producer span around a write (``Tracing.send``), when tracing is on.
 Send = Callable[[Sequence[JobRow], Callable[[], list[int]]], list[int]]
@@ -30,16 +30,29 @@ def check_workflow(
         raise WorkflowError(f"expected a sqlqueue.Workflow, got {type(workflow).__name__}")
     names = workflow.order()
     requests = workflow.steps
-    rows: list[JobRow] = []
-    for name in names:
-        if not isinstance(requests[name], JobRequest):
-            kind = type(requests[name]).__name__
-            raise WorkflowError(f"step {name!r} must be a sqlqueue.JobRequest, got {kind}")
-        row = build_row(settings, requests[name])
-        if row["idempotency_key"] is not None:  # an on_enqueue hook gave it one
-            raise WorkflowError(f"step {name!r} has an idempotency_key: steps cannot have one")
-        rows.append(row)
+    rows = [check_step(settings, name, requests[name]) for name in names]
     return names, rows, workflow
+
+
+def check_step(settings: EnqueueSettings, name: str, request: object) -> JobRow:
+    """The checked row of step ``name`` (as any enqueue checks a job), before any SQL;
+    :class:`WorkflowError` for a step that cannot be one: not a request, or one with an
+    idempotency key or a unique key, which enqueue may answer with an existing job that is
+    not this workflow's step (the steps after it would then wait on a stranger)."""
+    if not isinstance(request, JobRequest):
+        kind = type(request).__name__
+        raise WorkflowError(f"step {name!r} must be a sqlqueue.JobRequest, got {kind}")
+    row = build_row(settings, request)
+    if row["idempotency_key"] is not None:  # an on_enqueue hook gave it one
+        raise WorkflowError(f"step {name!r} has an idempotency_key: steps cannot have one")
+    if row["unique_key"] is not None:
+        raise WorkflowError(
+            f"step {name!r} ({row['job_type']}) is unique (sqlqueue.Unique): a unique job cannot "
+            "be a workflow step (an existing job holding its key would stand in for it, and is "
+            "not this workflow's); enqueue it outside the workflow (a step may enqueue it in "
+            "ctx.transaction()), or use a task without unique="
+        )
+    return row
 
 
 def enqueue_workflow(

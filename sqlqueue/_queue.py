@@ -20,7 +20,7 @@ from sqlqueue._enqueue import (
     enqueue_batch,
     write_rows,
 )
-from sqlqueue._enqueue_workflow import check_workflow, enqueue_workflow
+from sqlqueue._enqueue_workflow import check_step, check_workflow, enqueue_workflow
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import Job
 from sqlqueue._jobrow import JobRow
@@ -465,9 +465,14 @@ class Queue(Operations):
         check_integer("workflow_id", workflow_id, batches.c.id, ConfigurationError, low=0)
         return self.store.get_workflow(workflow_id)
 
-    def _workflow_row(self, request: JobRequest) -> JobRow:
-        """``request`` checked as a step added by a running step (``ctx.add_to_workflow``)."""
-        return self._batch_rows([request])[0]
+    def _workflow_row(self, name: str, request: JobRequest) -> JobRow:
+        """``request`` checked as step ``name`` added by a running step
+        (``ctx.add_to_workflow``), with the attempt's trace context, as a workflow's steps are
+        checked (:func:`check_step`)."""
+        row = check_step(self._settings, name, request)
+        if self.tracing is not None:
+            self.tracing.stamp([row])
+        return row
 
     # -- inspection and dead letters ----------------------------------------------------------
 

@@ -49,9 +49,9 @@ def check_added_step(
     upstream = tuple(check_step_name(step) for step in after)
     if len(set(upstream)) != len(upstream) or name in upstream:
         raise WorkflowError(f"step {name!r}: after={upstream!r} repeats a step or names itself")
-    if request.idempotency_key is not None:
+    if getattr(request, "idempotency_key", None) is not None:
         raise WorkflowError(f"step {name!r} has an idempotency_key: steps cannot have one")
-    return workflow_id, upstream, ctx._database._workflow_row(request)
+    return workflow_id, upstream, ctx._database._workflow_row(name, request)
 
 
 def write_added_step(

@@ -120,6 +120,12 @@ class Workflow:
                 f"step {name!r} has an idempotency_key: a workflow's steps cannot have one (an "
                 "existing job with that key is not this workflow's step)"
             )
+        if getattr(request, "unique", None) is not None:
+            raise WorkflowError(
+                f"step {name!r} is unique (unique=sqlqueue.Unique(...)): a unique job cannot be "
+                "a workflow step (an existing job holding its key would stand in for it, and is "
+                "not this workflow's); enqueue it outside the workflow"
+            )
         self._after[name] = _check_after(name, after)
         self._requests[name] = request
         return name

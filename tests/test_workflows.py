@@ -154,11 +154,65 @@ def test_bad_steps_are_refused_as_they_are_added():
         wf.add("c", _step("c"), after="a")
     with pytest.raises(WorkflowError, match="has an idempotency_key"):
         wf.add("d", JobRequest(job_type="step", idempotency_key="k"))
+    with pytest.raises(WorkflowError, match="a unique job cannot be a workflow step"):
+        wf.add("u", JobRequest(job_type="step", unique=sqlqueue.Unique(by=("label",))))
     with pytest.raises(WorkflowError, match="a non-empty str"):
         wf.add("", _step("e"))
     with pytest.raises(WorkflowError, match="on_dead must be one of wait, cancel, run"):
         Workflow(on_dead="retry")  # type: ignore[arg-type]
     assert issubclass(WorkflowError, sqlqueue.EnqueueError)
+
+
+def test_a_step_of_a_unique_task_is_refused_on_every_path_before_any_sql(backend):
+    """Two workflows with a step of a task unique by ``n`` and a plain enqueue of the same key
+    once wrote three jobs with one key: a step is refused (sync, async, added by a running
+    step), and the plain enqueue alone holds the key."""
+    queue, _ = _queue(backend)
+    refused: list[str] = []
+
+    @queue.task("once", unique=sqlqueue.Unique(by=("n",)))
+    def once(n: int) -> None:
+        pass
+
+    @queue.task("adder", max_attempts=1)
+    def adder(ctx: sqlqueue.JobContext) -> None:
+        try:
+            ctx.add_to_workflow("late", JobRequest(job_type="once", payload={"n": 1}))
+        except WorkflowError as error:
+            refused.append(str(error))
+
+    def unique_step() -> Workflow:
+        wf = Workflow()
+        wf.add("a", _step("a"))
+        wf.add("once", JobRequest(job_type="once", payload={"n": 1}), after=["a"])
+        return wf
+
+    for _ in range(2):
+        with _statements(queue.engine) as sent, queue.engine.connect() as conn:
+            with pytest.raises(WorkflowError, match="a unique job cannot be a workflow step"):
+                queue.enqueue_workflow(conn, unique_step())
+            assert sent == []
+
+    async def enqueue_async() -> None:
+        engine = queue.async_engine()
+        try:
+            async with engine.connect() as conn:
+                await queue.enqueue_workflow_async(conn, unique_step())
+        finally:
+            await engine.dispose()
+
+    with pytest.raises(WorkflowError, match="'once' \\(once\\) is unique"):
+        asyncio.run(enqueue_async())
+    with queue.engine.begin() as conn:
+        queue.enqueue(conn, "once", {"n": 1})
+    wf = Workflow()
+    wf.add("adder", JobRequest(job_type="adder"))
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert len(refused) == 1
+    assert "a unique job cannot be a workflow step" in refused[0]
+    assert list(_status(queue, handle.id).steps) == ["adder"]
+    assert count_jobs(queue.engine) == 2  # the plain "once" and the adder
 
 
 def test_a_step_of_an_unknown_type_writes_nothing(backend):

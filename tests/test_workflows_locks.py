@@ -63,7 +63,7 @@ def test_a_requeue_of_a_dead_step_and_a_step_added_after_it_never_deadlock(backe
         errors=[],
     )  # fmt: skip
     assert queue.store.finish(worker_id="w", succeeded=[], failures=[dead]) == {claimed.id}
-    added_row = queue._workflow_row(JobRequest(job_type="step"))
+    added_row = queue._workflow_row("added", JobRequest(job_type="step"))
     with queue.engine.begin() as conn:  # a requeue takes the finished counts' mark first
         counts.create_mark(conn, dialect)
     errors: list[BaseException] = []
