@@ -257,8 +257,10 @@ class JobContext:
 
     def add_to_workflow(self, name: str, request: JobRequest, *, after: Iterable[str] = ()) -> int:
         """Add step ``name`` to this step's workflow, after the steps in ``after`` (this one or
-        any unfinished step); return its job id. Written in :meth:`transaction`: it exists only
-        if this step succeeds, and the workflow cannot finish before it ends."""
+        any unfinished step; one that succeeded counts as done, one that ended dead or
+        cancelled as ``on_dead`` says: under ``"cancel"`` the new step is cancelled at once);
+        return its job id. Written in :meth:`transaction`: it exists only if this step
+        succeeds, and the workflow cannot finish before it ends."""
         workflow_id, upstream, row = step_context.check_added_step(self, name, request, after)
         with self.transaction() as conn:
             return step_context.write_added_step(self, conn, workflow_id, name, row, upstream)

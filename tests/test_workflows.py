@@ -602,6 +602,62 @@ def test_a_running_step_adds_steps_and_the_workflow_waits_for_them(backend):
     assert queue.get_batch(handle.id).total == 4  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("on_dead", ["wait", "cancel", "run"])
+def test_a_step_added_after_an_ended_step_follows_the_policy(backend, on_dead):
+    """Steps added by a running step after a dead step (``x``), a cancelled one (``z``) and one
+    that succeeded (``y``): the succeeded one counts as done at once; the others as the
+    policy says, never a wait that nothing ends (the cancel policy once left them waiting)."""
+    queue, seen = _queue(backend)
+
+    @queue.task("adder", max_attempts=1)
+    def adder(ctx: sqlqueue.JobContext) -> None:
+        for name, upstream in (("x", "a"), ("z", "c"), ("y", "ok")):
+            ctx.add_to_workflow(name, _step(name), after=[upstream])
+
+    wf = Workflow(on_dead=on_dead)  # type: ignore[arg-type]
+    wf.add("a", _step("a", fail=True))
+    wf.add("ok", _step("ok"))
+    wf.add("c", JobRequest(job_type="step", payload={"label": "c"}, queue="later"))
+    wf.add("adder", JobRequest(job_type="adder", queue="last"))
+    handle = _enqueue(queue, wf)
+    queue.cancel(handle.job_ids["c"], by="ops", reason="not needed")
+    drain(queue)  # "a" dies, "ok" succeeds
+    drain(queue, queues=["last"])  # the steps are added after them
+    drain(queue)
+    statuses = _statuses(queue, handle.id)
+    results = dict(seen)
+    status = _status(queue, handle.id)
+    assert statuses["y"] == "succeeded"
+    assert results["y"] == {"ok": "result of ok"}
+    if on_dead == "cancel":
+        assert (statuses["x"], statuses["z"]) == ("cancelled", "cancelled")
+        reason = queue.get_job(status.steps["x"].job_id).last_error  # type: ignore[union-attr]
+        assert reason is not None
+        assert "on_dead='cancel'" in reason
+        assert "'a'" in reason
+        assert "x" not in results
+        assert status.finished
+        assert status.finished_at is not None
+        assert queue.get_batch(handle.id).cancelled == 3  # type: ignore[union-attr]
+    elif on_dead == "run":
+        assert (statuses["x"], statuses["z"]) == ("succeeded", "succeeded")
+        assert (results["x"], results["z"]) == ({}, {})
+        assert status.finished
+        assert status.finished_at is not None
+    else:
+        assert (statuses["x"], statuses["z"]) == ("waiting", "waiting")
+        assert sorted(status.blocked_by) == ["a", "c"]
+        assert not status.finished
+        _fix_payload(queue, handle.job_ids["a"], "a")
+        queue.requeue(handle.job_ids["a"], by="ops", reason="fixed the payload")
+        drain(queue)
+        assert results != dict(seen)
+        assert dict(seen)["x"] == {"a": "result of a"}
+        assert _status(queue, handle.id).blocked_by == ("c",)
+    if on_dead != "wait":
+        assert status.blocked_by == ()
+
+
 def test_add_to_workflow_outside_a_workflow_or_with_a_known_name_says_why(backend):
     queue = backend.queue()
     errors: list[str] = []

@@ -136,12 +136,18 @@ def add_step(
         raise LookupError(f"workflow {workflow_id} has no step {unknown[0]!r}")
     counted = _counted(conn, dialect, str(head[1]), found)
     pending = sum(1 for upstream in after if upstream not in counted)
+    stopped = _stopped(conn, dialect, found, after) if head[1] == "cancel" and after else []
+    grown: dict[str, Any] = {"total": batches.c.total + 1}
+    if stopped:  # ended as soon as written: counted as the cancels of ``advance`` are
+        grown["cancelled"] = batches.c.cancelled + 1
     conn.execute(  # the workflow cannot finish before the new step ends
-        update(batches).where(batches.c.id == workflow_id).values(total=batches.c.total + 1),
+        update(batches).where(batches.c.id == workflow_id).values(**grown),
         execution_options=options,
     )
     job_id = insert_rows(dialect, conn, [{**row, "batch_id": workflow_id}])[0]
-    if pending:
+    if stopped:
+        _cancel_added(conn, dialect, job_id, stopped)
+    elif pending:
         conn.execute(
             update(jobs).where(jobs.c.id == job_id).values(status="waiting"),
             execution_options=options,
@@ -177,6 +183,37 @@ def _counted(conn: Connection, dialect: Dialect, on_dead: str, steps: Sequence[A
     return {
         str(name) for name, settled, job_id in steps if settled or statuses.get(job_id) in counting
     }
+
+
+def _stopped(
+    conn: Connection, dialect: Dialect, steps: Sequence[Any], after: Sequence[str]
+) -> list[str]:
+    """The names in ``after`` whose step's job (``steps``: ``(name, settled, job id)``, read
+    under the workflow's row) ended dead or cancelled: under ``on_dead="cancel"`` a step added
+    after one of them is cancelled at once, as it would have been had it been there before."""
+    jobs_of = {int(job_id): str(name) for name, _, job_id in steps if str(name) in after}
+    ended = conn.execute(
+        select(jobs.c.id).where(
+            jobs.c.id.in_(sorted(jobs_of)), jobs.c.status.in_(("dead", "cancelled"))
+        ),
+        execution_options=dialect.table_options,
+    ).scalars()
+    return sorted(jobs_of[int(job_id)] for job_id in ended)
+
+
+def _cancel_added(conn: Connection, dialect: Dialect, job_id: int, stopped: list[str]) -> None:
+    """Cancel the step just added as job ``job_id`` after the ended steps ``stopped``."""
+    current = dialect.now()
+    reason = (
+        f"cancelled by its workflow (on_dead='cancel'): step {', '.join(map(repr, stopped))} "
+        "that it runs after had ended dead or cancelled when it was added"
+    )
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id)
+        .values(status="cancelled", finished_at=current, updated_at=current, last_error=reason),
+        execution_options=dialect.table_options,
+    )
 
 
 def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int, int]]) -> None:
