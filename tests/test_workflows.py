@@ -614,7 +614,7 @@ def test_a_step_added_after_an_ended_step_follows_the_policy(backend, on_dead):
         for name, upstream in (("x", "a"), ("z", "c"), ("y", "ok")):
             ctx.add_to_workflow(name, _step(name), after=[upstream])
 
-    wf = Workflow(on_dead=on_dead)  # type: ignore[arg-type]
+    wf = Workflow(on_dead=on_dead)
     wf.add("a", _step("a", fail=True))
     wf.add("ok", _step("ok"))
     wf.add("c", JobRequest(job_type="step", payload={"label": "c"}, queue="later"))
