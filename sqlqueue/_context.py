@@ -26,10 +26,11 @@ from sqlalchemy.orm import Session
 
 from sqlqueue import _step_context as step_context
 from sqlqueue._batch import BatchStatus
-from sqlqueue._errors import ConfigurationError, JobStateError
+from sqlqueue._errors import ConfigurationError, JobStateError, PayloadError
 from sqlqueue._job import ErrorRecord
 from sqlqueue._jobrow import JobRow
 from sqlqueue._logs import job_fields
+from sqlqueue._payload import check_result
 from sqlqueue._store import batches
 from sqlqueue._store.rows import ClaimedJob, error_record
 from sqlqueue._store.transactions import translated
@@ -64,6 +65,7 @@ class JobDatabase(Protocol):
     engine: Engine
     dialect: Dialect
     schema: str | None
+    max_result_bytes: int
 
     def async_engine(self) -> Any:
         """The ``AsyncEngine`` for ``async def`` handlers' transactions."""
@@ -110,6 +112,7 @@ class JobContext:
         #: claimed ahead may wait in this worker before its handler starts).
         self._started = job.claimed_clock if job.claimed_clock is not None else time.monotonic()
         self._progress: dict[str, Any] | None = None
+        self._result: Any = None  # what set_result stored, already checked
         self._sync_tx: Connection | None = None
         self._async_tx: AsyncConnection | None = None
         self._added_to_batch = 0
@@ -278,6 +281,22 @@ class JobContext:
             )
         return job_id
 
+    # -- result -------------------------------------------------------------------------------
+
+    def set_result(self, value: Any) -> None:
+        """Store ``value`` as the job's result if this attempt succeeds: for a handler that
+        knows its result before it ends (say, before a long clean-up), or a step whose result
+        the steps after it read (``ctx.upstream_results``). Any JSON value, checked now as a
+        payload is (:class:`PayloadError`, within ``Queue(max_result_bytes=...)``).
+
+        The last of ``set_result`` and the handler's return value wins: a handler that returns
+        ``None`` keeps what it set, one that returns a value replaces it; ``set_result(None)``
+        clears it. Works the same in ``async def`` handlers (it sends nothing)."""
+        try:
+            self._result = check_result(value, max_bytes=self._database.max_result_bytes)
+        except PayloadError as error:
+            raise PayloadError(f"ctx.set_result: {error}") from None
+
     # -- progress -----------------------------------------------------------------------------
 
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
@@ -377,3 +396,14 @@ class JobContext:
     def cancel(self) -> None:
         """Ask the handler to stop (it sees ``cancelled`` turn true)."""
         self._cancelled.set()
+
+    def result_of(self, returned: Any) -> Any:
+        """The result to store for a handler that returned ``returned``: that value, or what
+        it gave :meth:`set_result` when it returned ``None``."""
+        return self._result if returned is None else returned
+
+    def redact_result(self, redact: Callable[[Any], Any]) -> None:
+        """Pass what :meth:`set_result` stored through ``redact`` (the task's secrets are
+        scrubbed from a result before it is stored, wherever it came from)."""
+        if self._result is not None:
+            self._result = redact(self._result)

@@ -258,6 +258,60 @@ def test_the_return_value_is_stored_as_the_result(backend):
     assert "result['when'] is a set" in bad.last_error
 
 
+def test_set_result_stores_a_result_unless_the_handler_returns_another(backend):
+    """``ctx.set_result``: checked at once; stored when the attempt succeeds, in its own
+    transaction too; a non-None return value replaces it; async handlers have it; the steps
+    after a workflow step read it in ``ctx.upstream_results``."""
+    queue = backend.queue(max_result_bytes=200)
+    refused: list[str] = []
+    upstream: list[dict[str, Any]] = []
+
+    @queue.task("early", max_attempts=1)
+    def early(returned: Any, ctx: sqlqueue.JobContext) -> Any:
+        ctx.set_result({"early": True})
+        for bad in ({"when": {1, 2}}, "x" * 500):
+            try:
+                ctx.set_result(bad)
+            except sqlqueue.PayloadError as error:
+                refused.append(str(error))
+        return returned
+
+    @queue.task("in_transaction", max_attempts=1)
+    def in_transaction(ctx: sqlqueue.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(notes.insert().values(job_id=ctx.job_id, text="written"))
+        ctx.set_result("with the writes")
+
+    @queue.task("early_async", max_attempts=1)
+    async def early_async(ctx: sqlqueue.JobContext) -> None:
+        ctx.set_result(["async"])
+
+    @queue.task("after", max_attempts=1)
+    def after(ctx: sqlqueue.JobContext) -> None:
+        upstream.append(dict(ctx.upstream_results))
+
+    notes.create(backend.engine)
+    with backend.engine.begin() as conn:
+        kept = early.enqueue(conn, returned=None)
+        replaced = early.enqueue(conn, returned=7)
+        written = in_transaction.enqueue(conn)
+        awaited = early_async.enqueue(conn)
+    wf = sqlqueue.Workflow()
+    wf.add("first", sqlqueue.JobRequest(job_type="early_async"))
+    wf.add("then", sqlqueue.JobRequest(job_type="after"), after=["first"])
+    queue.enqueue_workflow(backend.engine, wf)
+    drain(queue)
+    assert queue.get_job(kept).result == {"early": True}
+    assert queue.get_job(replaced).result == 7
+    assert queue.get_job(written).result == "with the writes"
+    assert queue.get_job(awaited).result == ["async"]
+    assert _notes(backend.engine) == [(written, "written")]
+    assert upstream == [{"first": ["async"]}]
+    assert len(refused) == 4
+    assert "ctx.set_result: result['when'] is a set" in refused[0]
+    assert "the result is 502 bytes, over the 200-byte cap" in refused[1]
+
+
 def test_progress_is_visible_while_running_and_extends_the_lease(backend):
     queue = backend.queue(lease_seconds=60)
     reported = threading.Event()

@@ -526,7 +526,7 @@ def test_a_secret_that_is_not_json_is_refused_and_the_encrypted_size_counts(
     assert len(queue.jobs()) == 1
 
 
-@pytest.mark.parametrize("route", ["direct", "timeout", "async", "context"])
+@pytest.mark.parametrize("route", ["direct", "timeout", "async", "context", "set_result"])
 def test_every_route_opens_the_secrets_and_redacts_the_result(backend: Backend, route: str) -> None:
     queue = backend.queue(encryption_keys=[KEY_A])
     seen: list[str] = []
@@ -547,6 +547,13 @@ def test_every_route_opens_the_secrets_and_redacts_the_result(backend: Backend, 
         def echo_context(token: str, ctx: sqlqueue.JobContext) -> str:
             seen.append(token)
             return f"echo {token}"
+
+    elif route == "set_result":
+
+        @queue.task("echo", **options)
+        def echo_set_result(token: str, ctx: sqlqueue.JobContext) -> None:
+            seen.append(token)
+            ctx.set_result(f"echo {token}")
 
     else:
 

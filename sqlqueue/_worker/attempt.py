@@ -200,6 +200,12 @@ def _completion(
     return complete
 
 
+def _result_of(returned: Any, context: JobContext | None) -> Any:
+    """The ``result`` step's value: the handler's return value, or what it gave
+    ``ctx.set_result`` when it returned ``None``."""
+    return returned if context is None else context.result_of(returned)
+
+
 def _checked_result(result: Any, runtime: Runtime) -> Any:
     try:
         return check_result(result, max_bytes=runtime.max_result_bytes)
@@ -249,7 +255,7 @@ def _in_thread(
     scope = current_job.set(job)
     try:
         try:
-            value = _checked_result(task.plan.call(job, kwargs), runtime)
+            value = _checked_result(_result_of(task.plan.call(job, kwargs), context), runtime)
         except BaseException:
             if context is not None:
                 context.finish_sync(None)
@@ -275,9 +281,8 @@ async def _on_loop(
     current_job.set(job)
     try:
         call = task.plan.call(job, kwargs)
-        result = _checked_result(
-            await (call if timeout is None else asyncio.wait_for(call, timeout)), runtime
-        )
+        returned = await (call if timeout is None else asyncio.wait_for(call, timeout))
+        result = _checked_result(_result_of(returned, context), runtime)
     except TimeoutError:
         await _abort(context)
         raise _timed_out(task, job) from None

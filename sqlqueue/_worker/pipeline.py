@@ -28,6 +28,7 @@ from sqlqueue._tracing import trace_step
 from sqlqueue._worker.call_metrics import metrics_step, metrics_wanted
 
 if TYPE_CHECKING:
+    from sqlqueue._secrets import Redactor
     from sqlqueue._store.rows import ClaimedJob
     from sqlqueue._task import Task
 
@@ -55,21 +56,28 @@ class Step:
 def _open_secrets(task: Task, call: Call) -> Call:
     """The ``secrets`` step: the task's secret fields decrypted into the handler's arguments
     (:class:`~sqlqueue._secrets.SecretKeyMissing` when no key opens one), and their plaintext
-    scrubbed from its result before that is stored."""
+    scrubbed from its result before that is stored (from what it gave ``ctx.set_result``
+    too)."""
     secrets = task.secrets
     assert secrets is not None  # wanted only by tasks with secret fields
+    context = task.context_parameter
+
+    def scrub(kwargs: dict[str, Any], redactor: Redactor, returned: Any) -> Any:
+        if context is not None and kwargs.get(context) is not None:
+            kwargs[context].redact_result(redactor.value)
+        return redactor.value(returned)
 
     if task.is_async:
 
         async def open_async(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
             opened, redactor = secrets.open(kwargs)
-            return redactor.value(await call(job, opened))
+            return scrub(kwargs, redactor, await call(job, opened))
 
         return open_async
 
     def open_sync(job: ClaimedJob, kwargs: dict[str, Any]) -> Any:
         opened, redactor = secrets.open(kwargs)
-        return redactor.value(call(job, opened))
+        return scrub(kwargs, redactor, call(job, opened))
 
     return open_sync
 
