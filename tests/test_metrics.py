@@ -173,6 +173,23 @@ def test_the_queue_gauges_read_the_stats_once_per_interval(backend: Backend) -> 
     assert queue.stats().queues["parked"].by_status["queued"] == 1
 
 
+def test_waiting_workflow_steps_are_a_queue_gauge(backend: Backend) -> None:
+    queue = backend.queue()
+    queue.task("step")(lambda: None)
+    wf = sqlqueue.Workflow()
+    wf.add("first", sqlqueue.JobRequest(job_type="step"))
+    for name in ("second", "third"):
+        wf.add(name, sqlqueue.JobRequest(job_type="step"), after=["first"])
+    queue.enqueue_workflow(backend.engine, wf)
+    worker = queue.worker(queues=["elsewhere"], metrics_port=0, poll_interval=0.05)
+    with WorkerThread(worker):
+        wait_until(lambda: worker.metrics_port is not None, timeout=30, what="metrics served")
+        assert worker.metrics_port is not None
+        samples = scrape(worker.metrics_port)
+    assert value(samples, "sqlqueue_queue_jobs", queue="default", status="waiting") == 2
+    assert value(samples, "sqlqueue_queue_jobs", queue="default", status="queued") == 1
+
+
 def test_snoozed_and_cancelled_attempts_are_counted(backend: Backend) -> None:
     queue = backend.queue(lease_seconds=1.5)  # a heartbeat (and a cancel check) every 0.5 s
     snoozed: list[int] = []

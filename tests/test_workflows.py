@@ -25,7 +25,7 @@ from sqlqueue import JobRequest, JobStatus, Workflow, WorkflowError
 from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
 from sqlqueue._store import batches as store_batches
 from sqlqueue._store import outcomes
-from tests._support import count_jobs, drain, wait_until
+from tests._support import WorkerThread, count_jobs, drain, wait_until
 from tests._support import run_cli as cli
 from tests.conftest import Backend
 
@@ -464,6 +464,22 @@ def test_on_dead_run_runs_the_steps_after_without_the_dead_ones_result(backend):
     assert waits == {"a": 0, "b": 0, "c": 0, "d": 0}
 
 
+def test_on_dead_run_a_cancelled_upstream_releases_the_steps_after_it(backend):
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead="run")
+    wf.add("a", JobRequest(job_type="step", payload={"label": "a"}, queue="later"))
+    wf.add("b", _step("b"))
+    wf.add("c", _step("c"), after=["a", "b"])
+    handle = _enqueue(queue, wf)
+    queue.cancel(handle.job_ids["a"], by="ops", reason="not needed")
+    drain(queue)
+    assert _statuses(queue, handle.id) == {"a": "cancelled", "b": "succeeded", "c": "succeeded"}
+    assert dict(seen)["c"] == {"b": "result of b"}
+    status = _status(queue, handle.id)
+    assert (status.finished, status.blocked_by) == (True, ())
+    assert status.finished_at is not None
+
+
 def _fix_payload(queue: sqlqueue.Queue, job_id: int, label: str) -> None:
     """What an operator does before requeueing a dead step: fix what made it fail."""
     with queue.engine.begin() as conn:
@@ -508,6 +524,29 @@ def test_cancel_by_filter_applies_the_cancel_policy(backend):
     handle = _enqueue(queue, _diamond(on_dead="cancel"))
     assert queue.cancel_where(job_ids=[handle.job_ids["a"]]) == 1
     assert _statuses(queue, handle.id) == dict.fromkeys("abcd", "cancelled")
+    assert _status(queue, handle.id).finished_at is not None
+
+
+@pytest.mark.parametrize("by", ["job_type", "queue"])
+def test_cancel_by_type_or_queue_applies_the_cancel_policy(backend, by):
+    queue, seen = _queue(backend)
+    queue.task("fetch", max_attempts=1)(lambda: None)
+    wf = Workflow(on_dead="cancel")
+    wf.add("fetch", JobRequest(job_type="fetch", queue="inbound"))
+    wf.add("other", _step("other"))
+    wf.add("parse", _step("parse"), after=["fetch"])
+    wf.add("store", _step("store"), after=["parse", "other"])
+    handle = _enqueue(queue, wf)
+    filters: dict[str, Any] = {"job_type": "fetch"} if by == "job_type" else {"queue": "inbound"}
+    assert queue.cancel_where(**filters, by="ops", reason="feed retired") == 1
+    assert _statuses(queue, handle.id) == {
+        "fetch": "cancelled", "other": "queued", "parse": "cancelled", "store": "cancelled"
+    }  # fmt: skip
+    reason = queue.get_job(handle.job_ids["store"]).last_error  # type: ignore[union-attr]
+    assert reason is not None
+    assert "'fetch'" in reason
+    drain(queue)
+    assert [label for label, _ in seen] == ["other"]
     assert _status(queue, handle.id).finished_at is not None
 
 
@@ -584,6 +623,36 @@ def test_retention_keeps_the_steps_of_an_unfinished_workflow_then_forgets_it_who
             assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one() == 0
 
 
+def test_the_retention_duty_keeps_an_unfinished_workflows_steps(backend):
+    """A worker's Retention (batched prunes; on PostgreSQL the move into the history too)
+    passes over the ended steps of an unfinished workflow while it prunes a plain job beside
+    them; once the workflow finishes, its steps go too."""
+    retention = sqlqueue.Retention(succeeded=0, dead=0, cancelled=0, interval=0.05, history_after=0)
+    queue, _ = _queue(backend, retention=retention)
+    wf = Workflow()
+    wf.add("a", _step("a"))
+    wf.add("b", _step("b", fail=True), after=["a"])
+    wf.add("c", _step("c"), after=["b"])
+    handle = _enqueue(queue, wf)
+    ended = {"a": "succeeded", "b": "dead", "c": "waiting"}
+    with WorkerThread(queue.worker(poll_interval=0.02)):
+        wait_until(lambda: _statuses(queue, handle.id) == ended, what="the steps to end")
+        with queue.engine.begin() as conn:  # pruned by passes that also see the ended steps
+            plain = [
+                queue.enqueue(conn, "step", {"label": "plain", "fail": fail})
+                for fail in (False, True)
+            ]
+        wait_until(
+            lambda: all(queue.get_job(job_id) is None for job_id in plain),
+            what="the duty to prune the plain jobs",
+        )
+        assert _statuses(queue, handle.id) == ended
+        assert queue.get_job(handle.job_ids["a"]).result == "result of a"  # type: ignore[union-attr]
+        queue.cancel(handle.job_ids["c"])
+        wait_until(lambda: count_jobs(queue.engine) == 0, what="the finished workflow pruned")
+    assert queue.get_workflow(handle.id) is None
+
+
 def test_a_running_step_adds_steps_and_the_workflow_waits_for_them(backend):
     queue, seen = _queue(backend)
     wf = Workflow()
@@ -658,6 +727,50 @@ def test_a_step_added_after_an_ended_step_follows_the_policy(backend, on_dead):
         assert status.blocked_by == ()
 
 
+def test_an_async_step_adds_steps_with_add_to_workflow_async(backend):
+    queue, seen = _queue(backend)
+
+    @queue.task("grow_async", max_attempts=1)
+    async def grow_async(ctx: sqlqueue.JobContext) -> str:
+        added = await ctx.add_to_workflow_async("added", _step("added"), after=["g"])
+        assert (await ctx.add_to_workflow_async("free", _step("free"))) > added
+        return "grown"
+
+    wf = Workflow()
+    wf.add("g", JobRequest(job_type="grow_async"))
+    wf.add("tail", _step("tail"), after=["g"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    results = dict(seen)
+    assert results["added"] == {"g": "grown"}
+    assert results["free"] == {}
+    status = _status(queue, handle.id)
+    assert set(status.steps) == {"g", "tail", "added", "free"}
+    assert status.succeeded
+    assert queue.get_batch(handle.id).total == 4  # type: ignore[union-attr]
+
+
+def test_a_step_that_adds_steps_then_fails_leaves_none_of_them(backend):
+    queue, seen = _queue(backend)
+
+    @queue.task("grow_then_fail", max_attempts=1)
+    def grow_then_fail(ctx: sqlqueue.JobContext) -> None:
+        ctx.add_to_workflow("added", _step("added"), after=["g"])
+        ctx.add_to_workflow("free", _step("free"))
+        raise RuntimeError("failed after adding")
+
+    wf = Workflow(on_dead="run")
+    wf.add("g", JobRequest(job_type="grow_then_fail"))
+    wf.add("tail", _step("tail"), after=["g"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    assert _statuses(queue, handle.id) == {"g": "dead", "tail": "succeeded"}
+    assert [label for label, _ in seen] == ["tail"]
+    assert queue.get_batch(handle.id).total == 2  # type: ignore[union-attr]
+    assert count_jobs(queue.engine) == 2
+    assert _status(queue, handle.id).finished_at is not None
+
+
 def test_add_to_workflow_outside_a_workflow_or_with_a_known_name_says_why(backend):
     queue = backend.queue()
     errors: list[str] = []
@@ -717,6 +830,12 @@ def test_workflow_show_lists_the_steps_in_order_and_jobs_show_names_the_workflow
         cli("jobs", "show", str(handle.job_ids["mail"]), "--json", url=backend.url).stdout
     )
     assert job_json["workflow"] == {"id": handle.id, "step": "mail"}
+    waiting = cli("jobs", "list", "--status", "waiting", "--json", url=backend.url)
+    assert waiting.returncode == 0, waiting.stderr
+    assert [job["id"] for job in json.loads(waiting.stdout)] == [handle.job_ids["done"]]
+    listed = cli("jobs", "list", "--status", "waiting", url=backend.url).stdout
+    assert str(handle.job_ids["done"]) in listed
+    assert "waiting" in listed
     missing = cli("workflow", "show", "999999", url=backend.url)
     assert (missing.returncode, missing.stderr.strip()) == (
         1,
