@@ -89,6 +89,59 @@ def test_a_round_settles_any_number_of_batches_and_workflows_in_the_same_stateme
     assert many == few
 
 
+def _statements_to_end(queue: sqlqueue.Queue, wf: Workflow, step: str) -> tuple[int, int]:
+    """Statements (counted by a ``before_cursor_execute`` listener) of the round that ends
+    ``step`` of ``wf``, just enqueued, and how many steps that round released."""
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    [ending] = [job.fence for job in _claim_all(queue) if job.id == handle.job_ids[step]]
+    sent: list[str] = []
+
+    def record(*args: Any) -> None:
+        sent.append(str(args[2]))
+
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        assert queue.store.finish(worker_id="w1", succeeded=[ending], failures=[]) == {
+            handle.job_ids[step]
+        }
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    return len(sent), status.counts[sqlqueue.JobStatus.QUEUED]
+
+
+def _fan_in(n: int) -> Workflow:
+    wf = Workflow()
+    parts = [wf.add(f"p{i}", _step(f"p{i}")) for i in range(n)]
+    wf.add("join", _step("join"), after=parts)
+    return wf
+
+
+def _fan_out(n: int) -> Workflow:
+    wf = Workflow()
+    wf.add("root", _step("root"))
+    for i in range(n):
+        wf.add(f"c{i}", _step(f"c{i}"), after=["root"])
+    return wf
+
+
+def test_ending_a_step_costs_no_statement_per_sibling(backend):
+    """Ending one upstream of a 300-way fan-in (299 siblings still running) and the root of a
+    300-way fan-out (300 steps released) sends as many statements as for 3: the release
+    counts and moves steps in set statements, never one per step after it or beside it."""
+    queue = _queue(backend)
+    few_in, released = _statements_to_end(queue, _fan_in(3), "p0")
+    many_in, released_many = _statements_to_end(queue, _fan_in(300), "p0")
+    assert (released, released_many) == (0, 0)  # claimed, not queued; the join still waits
+    assert many_in == few_in
+    few_out, released = _statements_to_end(queue, _fan_out(3), "root")
+    many_out, released_many = _statements_to_end(queue, _fan_out(300), "root")
+    assert (released, released_many) == (3, 300)
+    assert many_out == few_out
+
+
 def test_a_round_of_mixed_endings_counts_each_batch_and_finishes_only_the_complete_ones(backend):
     """One round ends: both children of a batch with a callback (it finishes and enqueues the
     callback once), one child of a batch without one (it finishes), two of three children of
