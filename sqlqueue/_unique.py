@@ -21,7 +21,8 @@ from sqlqueue._errors import ConfigurationError, EnqueueError
 
 __all__ = ["STATUSES", "Unique", "UniqueCheck", "unique_key"]
 
-#: Every status a job can have: what ``Unique.states`` may name.
+#: What ``Unique.states`` may name: every status a unique job can have. Not ``waiting``: only
+#: a workflow step waits, and a step cannot be unique (see sqlqueue/_enqueue_workflow.py).
 STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
 
 #: How many payload keys ``by`` may name, and how long each name may be.
