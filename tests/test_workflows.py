@@ -829,7 +829,14 @@ def test_workflow_show_lists_the_steps_in_order_and_jobs_show_names_the_workflow
     job_json = json.loads(
         cli("jobs", "show", str(handle.job_ids["mail"]), "--json", url=backend.url).stdout
     )
-    assert job_json["workflow"] == {"id": handle.id, "step": "mail"}
+    assert job_json["workflow"] == {"id": handle.id, "step": "mail", "replaced_by": None}
+    new_id = queue.requeue(handle.job_ids["mail"], by="ops", reason="try again")
+    old_text = cli("jobs", "show", str(handle.job_ids["mail"]), url=backend.url).stdout
+    assert f"workflow:         {handle.id}, step 'mail', replaced there by job {new_id}" in old_text
+    old_json = json.loads(
+        cli("jobs", "show", str(handle.job_ids["mail"]), "--json", url=backend.url).stdout
+    )
+    assert old_json["workflow"] == {"id": handle.id, "step": "mail", "replaced_by": new_id}
     waiting = cli("jobs", "list", "--status", "waiting", "--json", url=backend.url)
     assert waiting.returncode == 0, waiting.stderr
     assert [job["id"] for job in json.loads(waiting.stdout)] == [handle.job_ids["done"]]

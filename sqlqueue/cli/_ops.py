@@ -233,12 +233,18 @@ def _jobs_show(queue: Queue, args: argparse.Namespace) -> int:
     step = workflow_of(queue, job)
     if args.json:
         document = {**job.to_dict(), "worker": None if worker is None else worker.to_dict()}
-        document["workflow"] = None if step is None else {"id": step[0].id, "step": step[1]}
+        document["workflow"] = (
+            None if step is None else {"id": step[0].id, "step": step[1], "replaced_by": step[2]}
+        )
         print(json_text({**document, "actions": [action.to_dict() for action in actions]}))
     else:
         print(job_details(job, worker=worker_text(job, worker), actions=actions))
         if step is not None:
-            print(f"{'workflow:':17} {step[0].id}, step {step[1]!r} (sqlqueue workflow show)")
+            replaced = "" if step[2] is None else f", replaced there by job {step[2]}"
+            print(
+                f"{'workflow:':17} {step[0].id}, step {step[1]!r}{replaced} "
+                "(sqlqueue workflow show)"
+            )
     return 0
 
 

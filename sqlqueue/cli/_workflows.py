@@ -78,14 +78,28 @@ def _jobs(queue: Queue, ids: list[int]) -> list[Job]:
     return found
 
 
-def workflow_of(queue: Queue, job: Job) -> tuple[WorkflowStatus, str] | None:
-    """The workflow job ``job`` is a step of, with the step's name; ``None`` outside one."""
+#: How many requeues :func:`workflow_of` follows from a replaced step's job to its current one.
+MAX_REQUEUES = 100
+
+
+def workflow_of(queue: Queue, job: Job) -> tuple[WorkflowStatus, str, int | None] | None:
+    """The workflow job ``job`` is a step of, the step's name, and the job that took its place
+    there when it was requeued (``None``: it is the step's current job); ``None`` outside a
+    workflow. A requeued dead step's old job is no step's current job any more: its
+    ``requeued_as`` chain leads to the one that is."""
     if job.batch_id is None:
         return None
     status = queue.get_workflow(job.batch_id)
     if status is None:
         return None
-    for name, step in status.steps.items():
-        if step.job_id == job.id:
-            return status, name
+    by_job = {step.job_id: name for name, step in status.steps.items()}
+    current: Job | None = job
+    for _ in range(MAX_REQUEUES + 1):
+        if current is None:
+            return None
+        if current.id in by_job:
+            return status, by_job[current.id], None if current.id == job.id else current.id
+        if current.requeued_as is None:
+            return None
+        current = queue.get_job(current.requeued_as)
     return None
