@@ -13,6 +13,25 @@ callback job and sets ``finished_at``. A finished batch's row is read by no furt
 Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
 :func:`settle` with no endings sends nothing.
 
+Lock order. Every path that ends or changes a child (a worker's round, transactional
+completion, the reaper giving up, expiry, cancel of one job or by filter, requeue and discard
+of a dead one) meets here, and all of them take rows in one order, so no two wait on each
+other crosswise:
+
+1. the counts' mark, for an operator's action on dead jobs (requeue, discard);
+2. the rows of the jobs it ends or changes that are not ``waiting`` — running (a worker's
+   fenced write, the reaper), queued or failed (a claim, expiry, a cancel), dead (a requeue) —
+   in id order where there are several;
+3. the batch and workflow rows, in id order (:func:`settle`, :func:`hold_batches`);
+4. a workflow's step rows, then the rows of its ``waiting`` steps: the release of those whose
+   upstreams have all ended, the ``on_dead="cancel"`` cascade, and an operator's cancel of a
+   waiting step (:mod:`~sqlqueue._store.cancel`, :func:`job_actions.cancel_batch`).
+
+A step leaves ``waiting`` only under its workflow's row, so a transaction holding that row
+knows which of its job rows are in the last class. A transaction holding batch rows waits for
+no job row outside that class: where it must take one (a filtered cancel's queued jobs,
+chosen before it held their batches) it takes it with ``SKIP LOCKED``, never waiting for it.
+
 Retention prunes a finished batch's row with the last job that refers to it (children and
 callback): the counters live on the batch row, so pruning children never changes its counts,
 and no batch row outlives its jobs.
@@ -55,6 +74,7 @@ __all__ = [
     "batch_is_open",
     "create_batch",
     "forget_finished",
+    "hold_batches",
     "insert_children",
     "read_batch",
     "read_batches",
@@ -379,6 +399,15 @@ def _build_add(dialect: Dialect, now: datetime | None) -> Any:
         .values(**values)
         .returning(*_HELD, batches.c.finished_at)
     )
+
+
+def hold_batches(conn: Connection, dialect: Dialect, batch_ids: Iterable[int]) -> None:
+    """Lock the unfinished rows among ``batch_ids`` (in id order) before the rows of waiting
+    steps a transaction changes; its :func:`settle` then finds them held (see the lock order
+    above)."""
+    ids = sorted(set(batch_ids))
+    if ids and dialect.supports_row_locks:
+        _lock_batches(conn, dialect, ids)
 
 
 def _lock_batches(
