@@ -29,8 +29,11 @@ other crosswise:
 
 A step leaves ``waiting`` only under its workflow's row, so a transaction holding that row
 knows which of its job rows are in the last class. A transaction holding batch rows waits for
-no job row outside that class: where it must take one (a filtered cancel's queued jobs,
-chosen before it held their batches) it takes it with ``SKIP LOCKED``, never waiting for it.
+no job row outside that class: where it may meet one (a filtered cancel's steps released
+while it waited for their workflows) it takes it with ``SKIP LOCKED``, never waiting for it.
+One exception: a cancel of one waiting step that its workflow releases while the cancel waits
+for the workflow's row then waits for the step's row, which a worker holds only if it claimed,
+ran and finished the step in that moment (the server would abort one of the two).
 
 Retention prunes a finished batch's row with the last job that refers to it (children and
 callback): the counters live on the batch row, so pruning children never changes its counts,

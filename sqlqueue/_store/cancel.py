@@ -6,7 +6,8 @@ the job ends ``cancelled`` instead of being retried. A child of a batch cancelle
 in its batch in the same transaction.
 
 A workflow step still ``waiting`` is locked after its workflow's row, as the release of it
-locks it (the lock order of :mod:`sqlqueue._store.batches`); any other job's row first.
+locks it (the lock order of :mod:`sqlqueue._store.batches`, with its one exception); any
+other job's row first.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def cancel_batch(
     rows (read before without a lock, taken skipping those held: this transaction then waits
     for no job row, so two filtered cancels over the same workflows never wait crosswise).
     Every row is read without a lock and then locked by its key: a locking scan by the filter
-    would lock waiting steps it passes over (InnoDB keeps the locks of rows it examined)."""
+    would take (on InnoDB) each row it examines, waiting steps too, before it checks them."""
     clauses = job_filter.clauses()
     chosen = [
         (job_id, batch_id, False)

@@ -236,28 +236,18 @@ def advance(
 def _cancel_after(
     conn: Connection, dialect: Dialect, workflow_id: int, job_ids: list[int], now: datetime | None
 ) -> int:
-    """Cancel the waiting steps after ``job_ids`` in ``workflow_id`` (whose row the caller
-    holds), transitively; return how many. The graph is read with locking reads: after the
-    wait for the workflow's row they see the steps added meanwhile, on MariaDB's snapshots
-    too (a transaction's snapshot may predate that wait)."""
     options = dialect.table_options
     origins = list(
         conn.execute(
-            dialect.lock_row(
-                select(_steps.c.name).where(
-                    _steps.c.workflow_id == workflow_id, _steps.c.job_id.in_(job_ids)
-                )
+            select(_steps.c.name).where(
+                _steps.c.workflow_id == workflow_id, _steps.c.job_id.in_(job_ids)
             ),
             execution_options=options,
         ).scalars()
     )
     after: dict[str, list[str]] = {}
     for upstream, downstream in conn.execute(
-        dialect.lock_row(
-            select(_edges.c.upstream, _edges.c.downstream).where(
-                _edges.c.workflow_id == workflow_id
-            )
-        ),
+        select(_edges.c.upstream, _edges.c.downstream).where(_edges.c.workflow_id == workflow_id),
         execution_options=options,
     ):
         after.setdefault(str(upstream), []).append(str(downstream))
@@ -274,10 +264,8 @@ def _cancel_after(
     for chunk in chunks(sorted(seen)):
         targets.extend(
             conn.execute(
-                dialect.lock_row(
-                    select(_steps.c.job_id).where(
-                        _steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk)
-                    )
+                select(_steps.c.job_id).where(
+                    _steps.c.workflow_id == workflow_id, _steps.c.name.in_(chunk)
                 ),
                 execution_options=options,
             ).scalars()
