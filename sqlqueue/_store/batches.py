@@ -66,6 +66,7 @@ from sqlqueue._job import JobStatus
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.batch_callbacks import enqueue_callback, request_document
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue._store.workflows import advance, forget_steps
@@ -143,10 +144,12 @@ class Endings:
 class Settled:
     """What :func:`settle` made claimable: the callback jobs it enqueued, and the queues of
     those and of the workflow steps it released. False when it made nothing claimable, so a
-    worker wakes its pools only when there is something new for them."""
+    worker wakes its pools only when there is something new for them. ``released``: the steps
+    (where they sort in claim order: the worker's claim floors go down to them)."""
 
     callbacks: list[int] = field(default_factory=list)
     queues: frozenset[str] = frozenset()
+    released: tuple[Released, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.queues)
@@ -290,10 +293,11 @@ def settle(
     return _settled(enqueued, released)
 
 
-def _settled(enqueued: list[tuple[int, str]], released: list[tuple[int, str]]) -> Settled:
+def _settled(enqueued: list[tuple[int, str]], released: list[Released]) -> Settled:
     return Settled(
         callbacks=[job_id for job_id, _ in enqueued],
-        queues=frozenset(queue for _, queue in [*enqueued, *released]),
+        queues=frozenset([*(queue for _, queue in enqueued), *(step.queue for step in released)]),
+        released=tuple(released),
     )
 
 
