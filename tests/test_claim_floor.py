@@ -6,10 +6,21 @@ without the floor does when no look covered it for that long, twice that after a
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sqlqueue._store.claim_floor import FLOOR_RESET_SECONDS, ClaimFloors
+import sqlqueue
+from sqlqueue import JobRequest, Workflow
+from sqlqueue._store.claim_floor import (
+    FLOOR_RESET_SECONDS,
+    ClaimFloor,
+    ClaimFloors,
+    FloorKey,
+    Released,
+)
+from sqlqueue._store.rows import ClaimedJob
+from sqlqueue._worker import floor_probe
 from tests._support import WorkerThread, wait_until
 from tests._support.statements import is_claim, statements
 
@@ -174,3 +185,66 @@ def test_a_probe_with_no_floor_to_look_before_sends_nothing(backend):
     with statements(queue.engine) as sent:
         assert queue.store.probe_claim_floors() == 0  # a worker that has not claimed yet
     assert sent.sql == []
+
+
+@pytest.mark.parametrize("completion", ["round", "transaction"])
+def test_a_step_its_worker_releases_before_its_floor_runs_without_waiting_for_a_probe(
+    backend, monkeypatch, completion
+):
+    """A workflow step more urgent than the worker's floor, released by the worker's own
+    completion of its upstream (in the worker's round, or in the handler's transaction),
+    lowers the worker's floor at once: its next claim takes it. Before, it waited for the next
+    probe (up to FLOOR_RESET_SECONDS); here no probe or claim's own look comes in time (the
+    probe runs every 10 minutes and the floors' clock stands still)."""
+    backend.requires("claim_floor")
+    monkeypatch.setattr(floor_probe, "FLOOR_RESET_SECONDS", 600.0)
+    queue = backend.queue()
+    queue.store.claim_floors = ClaimFloors(clock=_Clock())
+    ran: list[str] = []
+
+    @queue.task("job")
+    def job(name: str, ctx: sqlqueue.JobContext) -> None:
+        if completion == "transaction":
+            with ctx.transaction():
+                pass
+        ran.append(name)
+
+    wf = Workflow()
+    wf.add("gate", JobRequest(job_type="job", payload={"name": "gate"}, priority=5))
+    wf.add(
+        "urgent", JobRequest(job_type="job", payload={"name": "urgent"}, priority=0),
+        after=["gate"],
+    )  # fmt: skip
+    with WorkerThread(queue.worker(concurrency=1, poll_interval=0.05)):
+        with backend.engine.begin() as conn:
+            queue.enqueue_workflow(conn, wf)
+        wait_until(lambda: "urgent" in ran, timeout=10, what="the released urgent step to run")
+    assert ran == ["gate", "urgent"]
+
+
+def test_a_release_lowers_only_the_floors_whose_claims_may_take_the_step():
+    """:meth:`ClaimFloors.lower` goes by the step's queue and type, and never raises a floor."""
+    floors = ClaimFloors(clock=_Clock())
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    keys = {
+        "any": FloorKey(worker_id="w", queues=("default",), job_types=None),
+        "mail": FloorKey(worker_id="w", queues=("default",), job_types=("mail",)),
+        "other": FloorKey(worker_id="w", queues=("reports",), job_types=None),
+    }
+    claimed = ClaimedJob(
+        id=1, job_type="mail", queue="default", priority=5, payload={}, attempt=1,
+        max_attempts=3, errors=(), next_run_at=at, created_at=at, batch_id=None,
+        started_at=at, lease_expires_at=at,
+    )  # fmt: skip
+    for key in keys.values():
+        floors.observe(key, [claimed], bounded=False)
+    step = Released(job_id=2, queue="default", job_type="hook", priority=0, due=at)
+    assert floors.lower([step])
+    got = dict(floors.floors())
+    assert got[keys["any"]] == ClaimFloor(priority=0, due=at)
+    assert got[keys["mail"]].priority == 5  # its claims take no "hook" job
+    assert got[keys["other"]].priority == 5  # nor any job of queue "default"
+    later = Released(job_id=3, queue="default", job_type="mail", priority=9, due=at)
+    assert not floors.lower([later])  # sorts after every floor: none goes up
+    assert dict(floors.floors())[keys["any"]] == ClaimFloor(priority=0, due=at)
+    assert dict(floors.floors())[keys["mail"]].due == at - timedelta(seconds=10)

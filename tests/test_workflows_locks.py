@@ -6,14 +6,18 @@ backends with row locks."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue import JobRequest, Workflow
 from sqlqueue._schema import batches
-from sqlqueue._store import counts, deadletter, workflows
+from sqlqueue._store import cancel, counts, deadletter, job_actions, outcomes, workflows
+from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.rows import Failure
 from tests._support import wait_until
 from tests.conftest import Backend
@@ -121,3 +125,148 @@ def test_a_requeue_of_a_dead_step_and_a_step_added_after_it_never_deadlock(backe
         "a": "queued", "b": "waiting", "c": "waiting"
     }  # fmt: skip
     assert isinstance(status, sqlqueue.WorkflowStatus)
+
+
+def _race(
+    queue: sqlqueue.Queue,
+    workflow_id: int,
+    other: Callable[[sa.Connection], Any],
+    ending: Callable[[sa.Connection], Any],
+) -> tuple[list[Any], list[BaseException]]:
+    """Hold workflow ``workflow_id``'s row on one connection (as :func:`batches.settle` takes
+    it first) while ``other`` runs on another; once ``other`` waits for a lock (or is done),
+    run ``ending`` in the holding transaction and commit. Returns what ``other`` returned and
+    every error either side raised."""
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    session: list[int] = []
+
+    def run_other() -> None:
+        try:
+            with queue.engine.connect() as conn, conn.begin():
+                session.append(_session_id(conn))
+                results.append(other(conn))
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run_other, daemon=True)
+    with queue.engine.connect() as conn, conn.begin():
+        conn.execute(
+            sa.select(batches.c.id).where(batches.c.id == workflow_id).with_for_update()
+        ).one()
+        thread.start()
+        try:
+            wait_until(
+                lambda: (
+                    bool(errors or results)
+                    or (bool(session) and _waiting_for_a_lock(queue.engine, session[0]))
+                ),
+                timeout=20,
+                what="the other transaction to wait for a lock",
+            )
+            ending(conn)
+        except BaseException as error:
+            errors.append(error)
+            conn.rollback()
+    thread.join(30)
+    assert not thread.is_alive()
+    return results, errors
+
+
+def _end_first_step(queue: sqlqueue.Queue, status: str) -> Callable[[sa.Connection], Any]:
+    """The first claimable step's ending, as a worker's round writes it: its fenced update,
+    then :func:`batches.settle` (which releases, or cancels, the steps after it)."""
+    [claimed] = queue.store.claim(
+        queues=["default"], job_types=None, limit=5, worker_id="w", lease_seconds=60
+    )
+
+    def end(conn: sa.Connection) -> None:
+        endings = Endings()
+        if status == "succeeded":
+            fence = (claimed.id, claimed.attempt)
+            outcomes.complete(conn, queue.dialect, worker_id="w", fences=[fence], endings=endings)
+        else:
+            dead = Failure(
+                job_id=claimed.id, attempt=claimed.attempt, dead=True, retry_in=0.0,
+                last_error="x", errors=[],
+            )  # fmt: skip
+            assert outcomes.fail(conn, queue.dialect, worker_id="w", failure=dead, endings=endings)
+        settle(conn, queue.dialect, endings)
+
+    return end
+
+
+def _cancel_one(job_id: int, dialect: Any) -> Callable[[sa.Connection], Any]:
+    return lambda conn: cancel.cancel_job(conn, dialect, job_id).status
+
+
+def _cancel_by_filter(job_id: int, dialect: Any) -> Callable[[sa.Connection], Any]:
+    return lambda conn: job_actions.cancel_batch(
+        conn, dialect, JobFilter(job_ids=[job_id]), limit=10, record=None
+    )
+
+
+@pytest.mark.parametrize("cancel_with", [_cancel_one, _cancel_by_filter], ids=["one", "filter"])
+def test_a_cancel_of_a_waiting_step_and_the_release_of_it_never_deadlock(
+    backend: Backend, cancel_with: Callable[[int, Any], Callable[[sa.Connection], Any]]
+):
+    """An operator cancels step ``b`` while its only upstream ``a`` succeeds. The completion
+    holds the workflow's row and then releases ``b`` (its job row); the cancel used to lock
+    ``b``'s row first and then wait for the workflow's row to count the ending: a lock cycle,
+    which PostgreSQL (40P01) and InnoDB (1213) broke by aborting one of them. Now the cancel
+    of a waiting step takes the workflow's row first: it waits there holding nothing, and
+    then cancels ``b``, released meanwhile."""
+    backend.requires("row_locks")
+    queue = backend.queue()
+    queue.task("step", max_attempts=1)(lambda: None)
+    wf = Workflow()
+    wf.add("a", JobRequest(job_type="step"))
+    wf.add("b", JobRequest(job_type="step"), after=["a"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    ending = _end_first_step(queue, "succeeded")
+    _, errors = _race(queue, handle.id, cancel_with(handle.job_ids["b"], queue.dialect), ending)
+    assert errors == []
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    assert {name: str(step.status) for name, step in status.steps.items()} == {
+        "a": "succeeded", "b": "cancelled"
+    }  # fmt: skip
+    assert status.finished
+
+
+@pytest.mark.parametrize("cancel_with", [_cancel_one, _cancel_by_filter], ids=["one", "filter"])
+def test_a_cancel_of_a_waiting_step_and_its_workflow_cancelling_it_never_deadlock(
+    backend: Backend, cancel_with: Callable[[int, Any], Callable[[sa.Connection], Any]]
+):
+    """Under ``on_dead="cancel"`` step ``a`` goes dead while an operator cancels ``c`` (after
+    ``b``, after ``a``). The dead ending holds the workflow's row and cancels ``b`` and ``c``;
+    the operator's cancel used to hold ``c``'s row and wait for the workflow's: a lock cycle.
+    Now it waits for the workflow's row first and finds ``c`` cancelled already (by the
+    workflow: the operator is told it is no longer cancellable)."""
+    backend.requires("row_locks")
+    queue = backend.queue()
+    queue.task("step", max_attempts=1)(lambda: None)
+    wf = Workflow(on_dead="cancel")
+    wf.add("a", JobRequest(job_type="step"))
+    wf.add("b", JobRequest(job_type="step"), after=["a"])
+    wf.add("c", JobRequest(job_type="step"), after=["b"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    ending = _end_first_step(queue, "dead")
+    results, errors = _race(
+        queue, handle.id, cancel_with(handle.job_ids["c"], queue.dialect), ending
+    )
+    assert all(isinstance(error, sqlqueue.JobStateError) for error in errors), errors
+    assert results in ([], [[]])  # the one-job cancel says why; the filter finds nothing to do
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    assert {name: str(step.status) for name, step in status.steps.items()} == {
+        "a": "dead", "b": "cancelled", "c": "cancelled"
+    }  # fmt: skip
+    assert status.finished
+    with queue.engine.connect() as conn:  # the workflow's row counted each once
+        counted = conn.execute(
+            sa.select(batches.c.dead, batches.c.cancelled).where(batches.c.id == handle.id)
+        ).one()
+    assert tuple(counted) == (1, 2)

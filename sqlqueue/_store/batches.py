@@ -13,6 +13,28 @@ callback job and sets ``finished_at``. A finished batch's row is read by no furt
 Jobs without a batch never reach this module: their transitions return ``batch_id`` NULL and
 :func:`settle` with no endings sends nothing.
 
+Lock order. Every path that ends or changes a child (a worker's round, transactional
+completion, the reaper giving up, expiry, cancel of one job or by filter, requeue and discard
+of a dead one) meets here, and all of them take rows in one order, so no two wait on each
+other crosswise:
+
+1. the counts' mark, for an operator's action on dead jobs (requeue, discard);
+2. the rows of the jobs it ends or changes that are not ``waiting`` — running (a worker's
+   fenced write, the reaper), queued or failed (a claim, expiry, a cancel), dead (a requeue) —
+   in id order where there are several;
+3. the batch and workflow rows, in id order (:func:`settle`, :func:`hold_batches`);
+4. a workflow's step rows, then the rows of its ``waiting`` steps: the release of those whose
+   upstreams have all ended, the ``on_dead="cancel"`` cascade, and an operator's cancel of a
+   waiting step (:mod:`~sqlqueue._store.cancel`, :func:`job_actions.cancel_batch`).
+
+A step leaves ``waiting`` only under its workflow's row, so a transaction holding that row
+knows which of its job rows are in the last class. A transaction holding batch rows waits for
+no job row outside that class: where it may meet one (a filtered cancel's steps released
+while it waited for their workflows) it takes it with ``SKIP LOCKED``, never waiting for it.
+One exception: a cancel of one waiting step that its workflow releases while the cancel waits
+for the workflow's row then waits for the step's row, which a worker holds only if it claimed,
+ran and finished the step in that moment (the server would abort one of the two).
+
 Retention prunes a finished batch's row with the last job that refers to it (children and
 callback): the counters live on the batch row, so pruning children never changes its counts,
 and no batch row outlives its jobs.
@@ -44,6 +66,7 @@ from sqlqueue._job import JobStatus
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.batch_callbacks import enqueue_callback, request_document
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue._store.workflows import advance, forget_steps
@@ -55,6 +78,7 @@ __all__ = [
     "batch_is_open",
     "create_batch",
     "forget_finished",
+    "hold_batches",
     "insert_children",
     "read_batch",
     "read_batches",
@@ -120,10 +144,12 @@ class Endings:
 class Settled:
     """What :func:`settle` made claimable: the callback jobs it enqueued, and the queues of
     those and of the workflow steps it released. False when it made nothing claimable, so a
-    worker wakes its pools only when there is something new for them."""
+    worker wakes its pools only when there is something new for them. ``released``: the steps
+    (where they sort in claim order: the worker's claim floors go down to them)."""
 
     callbacks: list[int] = field(default_factory=list)
     queues: frozenset[str] = frozenset()
+    released: tuple[Released, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.queues)
@@ -267,10 +293,11 @@ def settle(
     return _settled(enqueued, released)
 
 
-def _settled(enqueued: list[tuple[int, str]], released: list[tuple[int, str]]) -> Settled:
+def _settled(enqueued: list[tuple[int, str]], released: list[Released]) -> Settled:
     return Settled(
         callbacks=[job_id for job_id, _ in enqueued],
-        queues=frozenset(queue for _, queue in [*enqueued, *released]),
+        queues=frozenset([*(queue for _, queue in enqueued), *(step.queue for step in released)]),
+        released=tuple(released),
     )
 
 
@@ -379,6 +406,15 @@ def _build_add(dialect: Dialect, now: datetime | None) -> Any:
         .values(**values)
         .returning(*_HELD, batches.c.finished_at)
     )
+
+
+def hold_batches(conn: Connection, dialect: Dialect, batch_ids: Iterable[int]) -> None:
+    """Lock the unfinished rows among ``batch_ids`` (in id order) before the rows of waiting
+    steps a transaction changes; its :func:`settle` then finds them held (see the lock order
+    above)."""
+    ids = sorted(set(batch_ids))
+    if ids and dialect.supports_row_locks:
+        _lock_batches(conn, dialect, ids)
 
 
 def _lock_batches(

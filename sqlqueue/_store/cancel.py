@@ -4,6 +4,10 @@ A running job is never yanked from its worker: ``cancel_requested_at`` is set, t
 heartbeat notices it and turns the handler's ``ctx.cancelled`` on, and if the attempt then fails
 the job ends ``cancelled`` instead of being retried. A child of a batch cancelled here counts
 in its batch in the same transaction.
+
+A workflow step still ``waiting`` is locked after its workflow's row, as the release of it
+locks it (the lock order of :mod:`sqlqueue._store.batches`, with its one exception); any
+other job's row first.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from sqlalchemy import Connection, select, update
 from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._schema import jobs
-from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.batches import Endings, hold_batches, settle
 from sqlqueue._store.job_actions import Record, record_actions
 from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
@@ -29,6 +33,11 @@ def cancel_job(
 ) -> Job:
     """Cancel one job (or ask its handler to stop, if it runs); return it as it now is.
     ``record``: who asked and why, written down in the same transaction."""
+    # Unlocked: a waiting step is released only under its workflow's row, so the cancel takes
+    # that row before the step's; any other job's row is taken first, as a claim takes it.
+    seen = conn.execute(select(jobs.c.status, jobs.c.batch_id).where(jobs.c.id == job_id)).first()
+    if seen is not None and seen[0] == "waiting" and seen[1] is not None:
+        hold_batches(conn, dialect, [int(seen[1])])
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
     row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:

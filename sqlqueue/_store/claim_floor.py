@@ -19,6 +19,11 @@ A claim itself runs without its floor when no look has started for
 bound holds without a probe too. Which job may be claimed never changes, only
 how soon: at most one probe period and two probes' durations later with a probe, and never
 more than ``2 * FLOOR_RESET_SECONDS`` plus a claim.
+
+A workflow step released by a worker's own completion needs no look: the completion knows the
+step's queue, type, priority and due time, and lowers the floors of this store's claims to it
+(:meth:`ClaimFloors.lower`), so the worker's next claim (in the same transaction, when it
+claims there) takes it. Other workers learn of it by their probe, as of an urgent enqueue.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from typing import Final
 
 from sqlqueue._store.rows import ClaimedJob
 
-__all__ = ["FLOOR_RESET_SECONDS", "FLOOR_SLACK", "ClaimFloor", "ClaimFloors", "FloorKey"]
+__all__ = [
+    "FLOOR_RESET_SECONDS",
+    "FLOOR_SLACK",
+    "ClaimFloor",
+    "ClaimFloors",
+    "FloorKey",
+    "Released",
+]
 
 #: How often a worker's probe looks before its floors, and the longest a claim runs with a
 #: floor no look has covered before it runs once without it (twice this once a probe covers it).
@@ -57,6 +69,18 @@ class FloorKey:
     worker_id: str
     queues: tuple[str, ...]
     job_types: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Released:
+    """A job a transaction made claimable (a workflow step released): where it sorts in claim
+    order, and who may claim it."""
+
+    job_id: int
+    queue: str
+    job_type: str
+    priority: int
+    due: datetime
 
 
 @dataclass(kw_only=True)
@@ -125,6 +149,28 @@ class ClaimFloors:
                 return False
             state.floor = found
             return True
+
+    def lower(self, released: Sequence[Released]) -> bool:
+        """Lower each floor whose claims may take one of ``released`` to the first of those
+        (in claim order), so the next claim starts before it; whether one went down."""
+        if not released:
+            return False
+        lowered = False
+        with self._lock:
+            for key, state in self._states.items():
+                mine = [
+                    (job.priority, job.due)
+                    for job in released
+                    if job.queue in key.queues
+                    and (key.job_types is None or job.job_type in key.job_types)
+                ]
+                if state.floor is None or not mine:
+                    continue
+                priority, due = min(mine)
+                if (priority, due) < (state.floor.priority, state.floor.due):
+                    state.floor = ClaimFloor(priority=priority, due=due)
+                    lowered = True
+        return lowered
 
     def probe_started(self) -> None:
         """A probe looks before these floors every :data:`FLOOR_RESET_SECONDS` from now on:

@@ -16,7 +16,7 @@ from sqlqueue._errors import JobNotFound, JobStateError
 from sqlqueue._job import Job
 from sqlqueue._job_action import JobAction
 from sqlqueue._schema import job_actions, jobs
-from sqlqueue._store.batches import Endings, settle
+from sqlqueue._store.batches import Endings, hold_batches, settle
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.readable import moved_row
 from sqlqueue._store.rows import row_to_job
@@ -143,16 +143,48 @@ def make_due(
 def cancel_batch(
     conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, record: Record | None
 ) -> list[int]:
-    """Cancel up to ``limit`` queued or failed jobs matching ``job_filter``, oldest first (rows
-    another transaction holds are skipped: a worker claiming one keeps it); return their ids.
-    Children of batches count in their batch in this transaction."""
-    chosen = dialect.skip_locked(
-        select(jobs.c.id)
-        .where(*job_filter.clauses(), jobs.c.status.in_(_CANCELLABLE))
-        .order_by(jobs.c.id)
-        .limit(limit)
+    """Cancel up to ``limit`` queued, failed or waiting jobs matching ``job_filter``, oldest
+    first (rows another transaction holds are skipped: a worker claiming one keeps it); return
+    their ids. Children of batches count in their batch in this transaction.
+
+    The rows are taken in the lock order of :mod:`sqlqueue._store.batches`: the queued and
+    failed jobs (skipping those held), then every batch and workflow of the round in id
+    order, then the waiting steps, which their workflows' releases lock after the workflows'
+    rows (read before without a lock, taken skipping those held: this transaction then waits
+    for no job row, so two filtered cancels over the same workflows never wait crosswise).
+    Every row is read without a lock and then locked by its key: a locking scan by the filter
+    would take (on InnoDB) each row it examines, waiting steps too, before it checks them."""
+    clauses = job_filter.clauses()
+    chosen = [
+        (job_id, batch_id, False)
+        for job_id, batch_id in _take_queued(conn, dialect, clauses, limit)
+    ]
+    chosen.extend(
+        (int(job_id), batch_id, True)
+        for job_id, batch_id in conn.execute(
+            select(jobs.c.id, jobs.c.batch_id)
+            .where(*clauses, jobs.c.status == "waiting")
+            .order_by(jobs.c.id)
+            .limit(limit)
+        )
     )
-    ids = [int(job_id) for job_id in conn.execute(chosen).scalars()]
+    chosen = sorted(chosen)[:limit]  # the oldest of both (the others held stay unchanged)
+    if not chosen:
+        return []
+    hold_batches(conn, dialect, [int(batch_id) for _, batch_id, _ in chosen if batch_id])
+    ids = [job_id for job_id, _, waiting in chosen if not waiting]
+    steps = [job_id for job_id, _, waiting in chosen if waiting]
+    if steps:  # still waiting, or released meanwhile (then queued, and skipped if claimed)
+        ids.extend(
+            int(job_id)
+            for job_id in conn.execute(
+                dialect.skip_locked(
+                    select(jobs.c.id)
+                    .where(jobs.c.id.in_(steps), jobs.c.status.in_(_CANCELLABLE))
+                    .order_by(jobs.c.id)
+                )
+            ).scalars()
+        )
     if not ids:
         return []
     current = dialect.now()
@@ -171,3 +203,40 @@ def cancel_batch(
     cancelled = sorted(int(job_id) for job_id, _ in done)
     record_actions(conn, dialect, cancelled, record)
     return cancelled
+
+
+def _take_queued(
+    conn: Connection, dialect: Dialect, clauses: Sequence[Any], limit: int
+) -> list[tuple[int, int | None]]:
+    """Lock up to ``limit`` queued or failed jobs matching ``clauses``, oldest first, skipping
+    those another transaction holds; ``(id, batch id)`` each. Read in id order without a lock
+    and locked by key, a page at a time past the ones held, so a claim taking the oldest at the
+    same moment does not leave the batch short (which would end a cancel by filter early)."""
+    taken: list[tuple[int, int | None]] = []
+    after = 0
+    while len(taken) < limit:
+        wanted = limit - len(taken)
+        page = list(
+            conn.execute(
+                select(jobs.c.id)
+                .where(*clauses, jobs.c.status.in_(WAITING), jobs.c.id > after)
+                .order_by(jobs.c.id)
+                .limit(wanted)
+            ).scalars()
+        )
+        if not page:
+            break
+        after = int(page[-1])
+        taken.extend(
+            (int(job_id), batch_id)
+            for job_id, batch_id in conn.execute(
+                dialect.skip_locked(
+                    select(jobs.c.id, jobs.c.batch_id)
+                    .where(jobs.c.id.in_(page), jobs.c.status.in_(WAITING))
+                    .order_by(jobs.c.id)
+                )
+            )
+        )
+        if len(page) < wanted:
+            break
+    return taken

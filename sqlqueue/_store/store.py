@@ -155,10 +155,13 @@ class Store(GateTransactions):
                 floors=self.claim_floors,
             )
 
+        settled_by: list[batches.Settled] = []  # the outcomes' settling, once committed
+
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
             landed, settled = self._write_outcomes(
                 conn, worker_id, succeeded, failures, results, now
             )
+            settled_by[:] = [settled]
             if started:
                 outcomes.record_starts(
                     conn, self.dialect, worker_id=worker_id, fences=started, now=now
@@ -173,7 +176,9 @@ class Store(GateTransactions):
             ]
             return landed, claimed
 
-        return self._in_write(write, relaxed=True)
+        outcome = self._in_write(write, relaxed=True)
+        self._lower_floors(settled_by)
+        return outcome
 
     def _write_outcomes(
         self,
@@ -218,7 +223,16 @@ class Store(GateTransactions):
         settled = batches.Settled()
         if endings:  # children of batches ended: count them in this transaction
             settled = batches.settle(conn, self.dialect, endings, now)
+            # Released steps more urgent than a claim floor: the claims of this transaction
+            # (and of this store's other workers) start before them, without waiting for a probe.
+            self.claim_floors.lower(settled.released)
         return landed, settled
+
+    def _lower_floors(self, settled: Sequence[batches.Settled]) -> None:
+        """Lower the claim floors to the steps released by a committed transaction, again: a
+        claim that ran meanwhile, before the commit, may have moved a floor back past them."""
+        for each in settled:
+            self.claim_floors.lower(each.released)
 
     def finish(
         self,
@@ -231,12 +245,12 @@ class Store(GateTransactions):
     ) -> set[int]:
         """Write outcomes in one transaction; return the ids whose lease was still ours."""
 
-        return self._in_write(
-            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now)[
-                0
-            ],
+        written = self._in_write(
+            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now),
             relaxed=True,
         )
+        self._lower_floors([written[1]])
+        return written[0]
 
     def record_progress(
         self,

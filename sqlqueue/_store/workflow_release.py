@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, case, func, literal, select, true, update
 
 from sqlqueue._schema import jobs, workflow_edges, workflow_steps
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
 
@@ -34,9 +35,10 @@ def chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
 
 def release_after(
     conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
-) -> list[tuple[int, str]]:
+) -> list[Released]:
     """Count the endings of steps ``job_ids`` in their downstream steps and release those with
-    nothing left to wait for; return the ``(job id, queue)`` of the steps released. A step's
+    nothing left to wait for; return the steps released (with where they sort in claim order,
+    which the releasing worker's claim floors go down to). A step's
     ending is counted once: its job ends once, and a step requeued after a counted ending is
     ``settled``.
 
@@ -50,7 +52,7 @@ def release_after(
         return _release_after_locked(conn, dialect, job_ids, now)
     lowered, release = _release_statements(dialect, now)
     options = dialect.table_options
-    released: list[tuple[int, str]] = []
+    released: list[Released] = []
     for chunk in chunks(sorted(job_ids)):
         if lowered is None:  # one statement: PostgreSQL
             rows = conn.execute(release, {"ended": list(chunk)}, execution_options=options)
@@ -65,8 +67,19 @@ def release_after(
             if not ready:
                 continue
             rows = conn.execute(release, {"ready": ready}, execution_options=options)
-        released.extend((int(row[0]), str(row[1])) for row in rows)
+        released.extend(_released(*row[: len(_RETURNED)]) for row in rows)
     return released
+
+
+#: What a release returns of each step it released (then the dialect's wake-up columns).
+_RETURNED = (jobs.c.id, jobs.c.queue, jobs.c.job_type, jobs.c.priority, jobs.c.next_run_at)
+
+
+def _released(job_id: Any, queue: Any, job_type: Any, priority: Any, due: Any) -> Released:
+    return Released(
+        job_id=int(job_id), queue=str(queue), job_type=str(job_type), priority=int(priority),
+        due=due,
+    )  # fmt: skip
 
 
 def _release_statements(dialect: Dialect, now: datetime | None) -> tuple[Any, Any]:
@@ -81,7 +94,7 @@ def _release_statements(dialect: Dialect, now: datetime | None) -> tuple[Any, An
 
 
 def _build_release(dialect: Dialect, now: datetime | None) -> tuple[Any, Any]:
-    returned = (jobs.c.id, jobs.c.queue, *dialect.wake_columns())
+    returned = (*_RETURNED, *dialect.wake_columns())
     ended = bindparam("ended", expanding=True, type_=_steps.c.job_id.type)
     if not dialect.supports_modifying_ctes:
         ready = bindparam("ready", expanding=True, type_=jobs.c.id.type)
@@ -160,10 +173,11 @@ def _release(dialect: Dialect, now: datetime | None, *, status: Any = "waiting")
 
 def _release_after_locked(
     conn: Connection, dialect: Dialect, job_ids: list[int], now: datetime | None
-) -> list[tuple[int, str]]:
+) -> list[Released]:
     """:func:`release_after` where RETURNING is emulated (MariaDB/MySQL): a locking read of
-    the counts (and the steps' queues), the lower counts, the release: three statements for
-    any number of steps."""
+    the counts (and the steps' claim order), the lower counts, the release: three statements
+    for any number of steps. A step's due time is the one it had: a release moves it to now
+    only when it was earlier (which a floor, going down to it, sees too)."""
     options = dialect.table_options
     upstream, downstream = _steps.alias("upstream"), _steps.alias("downstream")
     graph = _edges.join(
@@ -176,12 +190,12 @@ def _release_after_locked(
     )
     after: Counter[int] = Counter()
     waiting: dict[int, int] = {}
-    queues: dict[int, str] = {}
+    steps: dict[int, Released] = {}
     for chunk in chunks(sorted(job_ids)):
         # Locked: read after the workflow's row, the count is the one the last writer left.
-        for job_id, waiting_on, queue in conn.execute(
+        for job_id, waiting_on, *order in conn.execute(
             dialect.lock_row(
-                select(downstream.c.job_id, downstream.c.waiting_on, jobs.c.queue)
+                select(downstream.c.job_id, downstream.c.waiting_on, *_RETURNED)
                 .select_from(graph.join(jobs, jobs.c.id == downstream.c.job_id))
                 .where(upstream.c.job_id.in_(chunk), upstream.c.settled.is_(False))
             ),
@@ -189,7 +203,7 @@ def _release_after_locked(
         ):
             after[int(job_id)] += 1
             waiting[int(job_id)] = int(waiting_on)
-            queues[int(job_id)] = str(queue)
+            steps[int(job_id)] = _released(*order)
     if not after:
         return []
     ready = sorted(job_id for job_id, count in after.items() if waiting[job_id] - count <= 0)
@@ -204,9 +218,9 @@ def _release_after_locked(
                 .values(waiting_on=_steps.c.waiting_on - count),
                 execution_options=options,
             )
-    released: list[tuple[int, str]] = []
+    released: list[Released] = []
     for chunk in chunks(ready):
         stmt = _release(dialect, now).where(jobs.c.id.in_(chunk))
         if conn.execute(stmt, execution_options=options).rowcount:
-            released.extend((job_id, queues[job_id]) for job_id in chunk)
+            released.extend(steps[job_id] for job_id in chunk)
     return released

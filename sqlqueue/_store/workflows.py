@@ -36,6 +36,7 @@ from sqlalchemy import (
 
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.inserts import insert_rows
 from sqlqueue._store.workflow_release import chunks, release_after
 from sqlqueue.dialects import Dialect
@@ -248,13 +249,13 @@ def advance(
     dialect: Dialect,
     ended: Mapping[int, tuple[str, Sequence[tuple[int, str]]]],
     now: datetime | None = None,
-) -> tuple[dict[int, int], list[tuple[int, str]]]:
+) -> tuple[dict[int, int], list[Released]]:
     """Apply the endings of workflow steps, ``{workflow id: (on_dead, [(job id, status)])}``,
     whose workflow rows the caller holds: release the downstream steps whose upstreams have all
     ended (one set of statements for every workflow of the round, none per step), and, under
     ``on_dead="cancel"``, cancel every step after a dead or cancelled one. Returns how many
-    steps were cancelled in each workflow (the caller counts them in its row), and the
-    ``(job id, queue)`` of the steps released."""
+    steps were cancelled in each workflow (the caller counts them in its row), and the steps
+    released."""
     counted = [
         job_id
         for on_dead, steps in ended.values()

@@ -194,7 +194,9 @@ def _completion(
         if job.batch_id is not None:
             endings.grew(job.batch_id, context.added_to_batch)
         if endings:
-            context._made_claimable = batches.settle(conn, dialect, endings).queues
+            settled = batches.settle(conn, dialect, endings)
+            context._made_claimable = settled.queues
+            runtime.store.claim_floors.lower(settled.released)  # see Store._write_outcomes
         return True
 
     return complete
