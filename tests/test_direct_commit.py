@@ -174,3 +174,31 @@ def test_rows_with_more_than_one_statement_take_sqlalchemys_path(backend: Backen
     tagged = queue.enqueue(backend.engine, "elsewhere", tags=["t"], external=True)
     assert first == again
     assert [job.id for job in queue.jobs(tag="t")] == [tagged]
+
+
+def test_the_engine_form_sends_the_statements_engine_begin_sends(backend: Backend):
+    """Seen by the driver itself (where it can trace statements: ``sqlite3``): the same
+    BEGIN, INSERT and COMMIT as ``queue.enqueue`` in ``engine.begin()``, and nothing else."""
+    engine = sa.create_engine(backend.url)
+    sent: list[str] = []
+
+    def trace(dbapi_connection: object, record: object) -> None:
+        start = getattr(dbapi_connection, "set_trace_callback", None)
+        if start is None:
+            pytest.skip("the driver cannot trace its statements")
+        start(lambda sql: sent.append(sql.split(" (")[0].strip()))
+
+    sa.event.listen(engine.pool, "connect", trace)
+    try:
+        queue = backend.queue()
+        queue.enqueue(engine, "elsewhere", {"n": 0}, external=True)  # connects (and traces)
+        sent.clear()
+        queue.enqueue(engine, "elsewhere", {"n": 1}, external=True)
+        engine_form = list(sent)
+        sent.clear()
+        with engine.begin() as conn:
+            queue.enqueue(conn, "elsewhere", {"n": 2}, external=True)
+        assert engine_form == sent
+        assert [sql.split()[0] for sql in engine_form] == ["BEGIN", "INSERT", "COMMIT"]
+    finally:
+        engine.dispose()
