@@ -8,11 +8,11 @@ INSERT on a connection from sqlqueue's pool), ``begin`` (that INSERT on the driv
 inside ``engine.begin()``), ``conn`` (``queue.enqueue`` in ``engine.begin()``) and ``engine``
 (``queue.enqueue(queue.engine, …)``).
 
-``python -m bench.enqueue_forms interleave N`` runs raw, ``conn`` and ``engine`` in turn, one
-enqueue each, N times, on one file, and prints each one's median: the same disk and the same
-moment for all three. ``--pause S`` sleeps S seconds before each enqueue (outside the timing):
-off the CPU for as long as an fsync keeps it, so that a file on ``/dev/shm`` shows what the
-code costs when it starts cold, as it does after every commit on a real disk.
+``python -m bench.enqueue_forms interleave N`` runs every form in turn, one enqueue each, N
+times, on one file, and prints each one's median: the same disk and the same moment for all.
+``--pause S`` sleeps S seconds before each enqueue (outside the timing): off the CPU for as
+long as an fsync keeps it, so that a file on ``/dev/shm`` shows what the code costs when it
+starts cold, as it does after every commit on a real disk.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _loop(form: str, jobs: int, directory: str | None) -> None:
 
 def _interleave(jobs: int, directory: str | None, pause: float) -> None:
     url = _database(directory)
-    forms = {name: _form(name, url) for name in ("raw", "conn", "engine")}
+    forms = {name: _form(name, url) for name in _FORMS}
     for n in range(_WARM_UP):
         for one in forms.values():
             one(n)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     loop = commands.add_parser("loop", help="N enqueues of one form")
     loop.add_argument("form", choices=_FORMS)
     loop.add_argument("jobs", type=int)
-    interleave = commands.add_parser("interleave", help="raw, conn and engine in turn")
+    interleave = commands.add_parser("interleave", help="every form in turn")
     interleave.add_argument("jobs", type=int)
     interleave.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args(argv)
