@@ -13,6 +13,9 @@ times, on one file, and prints each one's median: the same disk and the same mom
 ``--pause S`` sleeps S seconds before each enqueue (outside the timing): off the CPU for as
 long as an fsync keeps it, so that a file on ``/dev/shm`` shows what the code costs when it
 starts cold, as it does after every commit on a real disk.
+
+``--url`` runs on another database instead of a new SQLite file (a migrated, empty one:
+``raw``, ``conn`` and ``engine`` only there).
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ def _form(name: str, url: str) -> Callable[[int], object]:
     return {"pooled": pooled, "begin": begin, "conn": in_begin, "engine": own}[name]
 
 
-def _loop(form: str, jobs: int, directory: str | None) -> None:
-    one = _form(form, _database(directory))
+def _loop(form: str, jobs: int, directory: str | None, url: str | None) -> None:
+    one = _form(form, url or _database(directory))
     for n in range(_WARM_UP):
         one(n)
     started, cpu = time.perf_counter(), time.process_time()
@@ -91,9 +94,10 @@ def _loop(form: str, jobs: int, directory: str | None) -> None:
         print(f"{form}: {wall:.1f} µs per enqueue, {used:.1f} µs CPU")
 
 
-def _interleave(jobs: int, directory: str | None, pause: float) -> None:
-    url = _database(directory)
-    forms = {name: _form(name, url) for name in _FORMS}
+def _interleave(jobs: int, directory: str | None, pause: float, url: str | None) -> None:
+    names = _FORMS if url is None else ("raw", "conn", "engine")
+    url = url or _database(directory)
+    forms = {name: _form(name, url) for name in names}
     for n in range(_WARM_UP):
         for one in forms.values():
             one(n)
@@ -114,6 +118,7 @@ def _interleave(jobs: int, directory: str | None, pause: float) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.enqueue_forms", description=__doc__)
     parser.add_argument("--dir", help="directory for the SQLite file (default: the temp dir)")
+    parser.add_argument("--url", help="a migrated, empty database to use instead")
     commands = parser.add_subparsers(dest="command", required=True)
     loop = commands.add_parser("loop", help="N enqueues of one form")
     loop.add_argument("form", choices=_FORMS)
@@ -123,9 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     interleave.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args(argv)
     if args.command == "loop":
-        _loop(args.form, args.jobs, args.dir)
+        _loop(args.form, args.jobs, args.dir, args.url)
     else:
-        _interleave(args.jobs, args.dir, args.pause)
+        _interleave(args.jobs, args.dir, args.pause, args.url)
 
 
 if __name__ == "__main__":
