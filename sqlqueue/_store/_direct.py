@@ -15,10 +15,17 @@ SQLAlchemy, it begins the connection's transaction first if none is open, invali
 connection that a driver error shows is gone, and raises SQLAlchemy's wrapped error, so errors
 are translated at the dialect boundary as every other statement's are.
 
+Given an Engine (sqlqueue's own transaction), :meth:`DirectStatement.committed_row` goes one
+step further where :func:`can_commit_directly` allows: no ``Connection`` at all, a connection
+from the pool, the statement and the driver's commit, which is all ``engine.begin()`` does on
+the driver's connection there.
+
 What it reads below SQLAlchemy's public API (compiled ``bind_names`` and ``positiontup``, the
-dispatch collections) is asserted by ``tests/test_direct.py``, which ``nox -s
-direct_sqlalchemy`` runs on every supported SQLAlchemy minor line: measured, the public
-``Connection.execute`` path costs 1.3-2x this one's CPU per one-job enqueue.
+dispatch collections, ``Engine._should_log_info``) is asserted by ``tests/test_direct.py`` and
+``tests/test_direct_commit.py``, which ``nox -s direct_sqlalchemy`` runs on every supported
+SQLAlchemy minor line: measured, the public ``Connection.execute`` path costs 1.3-2x this
+one's CPU per one-job enqueue, and the Engine form through ``engine.begin()`` 1.3x the
+instructions of the form without it.
 """
 
 from __future__ import annotations
