@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -202,3 +203,26 @@ def test_the_engine_form_sends_the_statements_engine_begin_sends(backend: Backen
         assert [sql.split()[0] for sql in engine_form] == ["BEGIN", "INSERT", "COMMIT"]
     finally:
         engine.dispose()
+
+
+def test_an_unreachable_database_raises_what_engine_connect_raises(
+    backend: Backend, tmp_path: Path
+):
+    """Wrapped as SQLAlchemy wraps a failed connect, so the dialect boundary translates it
+    (into ``DatabaseUnavailable``) as it does for ``engine.begin()``."""
+    url = sa.make_url(backend.url)
+    if url.get_backend_name() == "sqlite":
+        url = url.set(database=str(tmp_path / "missing" / "dir" / "x.db"))
+    else:
+        url = url.set(host="127.0.0.1", port=1)
+    engine = sa.create_engine(url)
+    try:
+        with pytest.raises(sa_exc.DBAPIError) as through_sqlalchemy:
+            engine.connect()
+        direct = DirectStatement(STATEMENT, KEYS)
+        with pytest.raises(sa_exc.DBAPIError) as ours:
+            direct.committed_row(engine, {"name": "x", "moment": datetime.now(UTC)})
+    finally:
+        engine.dispose()
+    assert type(ours.value) is type(through_sqlalchemy.value)
+    assert type(ours.value.orig) is type(through_sqlalchemy.value.orig)

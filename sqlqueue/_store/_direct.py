@@ -214,11 +214,24 @@ class DirectStatement:
         begins the transaction), the driver's commit, and the connection back to the pool. A
         failed statement or commit is rolled back before the connection goes back; a connection
         that an error shows is gone, or that an interruption left in an unknown state, is
-        discarded instead."""
+        discarded instead. A database that cannot be reached raises what ``engine.connect()``
+        raises then."""
         dialect = engine.dialect
         compiled = self._compiled_for(dialect, schema)
         parameters = compiled.parameters(values)
-        pooled = engine.raw_connection()  # the pool's checkout, with its events and checks
+        try:
+            pooled = engine.raw_connection()  # the pool's checkout, with its events and checks
+        except dialect.loaded_dbapi.Error as error:  # cannot connect: wrapped as engine.connect()
+            gone = dialect.is_disconnect(error, None, None)
+            raise sa_exc.DBAPIError.instance(
+                None,
+                None,
+                error,
+                dialect.loaded_dbapi.Error,
+                hide_parameters=engine.hide_parameters,
+                connection_invalidated=gone,
+                dialect=dialect,
+            ) from error
         try:
             dbapi_connection = pooled.dbapi_connection
             cursor = dbapi_connection.cursor()  # type: ignore[union-attr]
