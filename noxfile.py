@@ -85,11 +85,18 @@ def tests_sqlalchemy20(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("line", list(SQLALCHEMY_LINES))
 def direct_sqlalchemy(session: nox.Session, line: str) -> None:
-    """The SQLAlchemy internals the direct enqueue path reads (``tests/test_direct.py``) and
-    one-job enqueue, on one supported minor line: ``nox -s "direct_sqlalchemy(line='2.1')"``."""
+    """The SQLAlchemy internals the direct enqueue paths read (``tests/test_direct.py``, and
+    ``tests/test_direct_commit.py`` for the Engine form) and one-job enqueue, on one supported
+    minor line: ``nox -s "direct_sqlalchemy(line='2.1')"``."""
     session.install(".[test]", SQLALCHEMY_LINES[line])
     session.run("python", "-c", "import sqlalchemy; print('SQLAlchemy', sqlalchemy.__version__)")
-    session.run("pytest", "tests/test_direct.py", "tests/test_enqueue.py", *session.posargs)
+    session.run(
+        "pytest",
+        "tests/test_direct.py",
+        "tests/test_direct_commit.py",
+        "tests/test_enqueue.py",
+        *session.posargs,
+    )
 
 
 @nox.session

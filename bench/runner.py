@@ -58,6 +58,14 @@ class Runner:
                 {"sqlqueue": enqueue.one_by_one_sqlqueue, "raw": enqueue.one_by_one_raw},
                 s.enqueue_jobs,
             )
+            self._throughput(
+                run,
+                backend,
+                f"enqueue.engine.{s.enqueue_jobs}",
+                "enqueue, 1 job, Engine form",
+                {"sqlqueue": enqueue.one_by_one_sqlqueue_engine, "raw": enqueue.one_by_one_raw},
+                s.enqueue_jobs,
+            )
         if "bulk" in s.scenarios:
             self._bulk(run, backend)
         if "drain" in s.scenarios:

@@ -26,7 +26,7 @@ from sqlqueue._middleware import EnqueueHook
 from sqlqueue._payload import encode_payload
 from sqlqueue._schema import jobs
 from sqlqueue._store.batches import create_batch
-from sqlqueue._store.inserts import insert_rows
+from sqlqueue._store.inserts import insert_committed, insert_rows
 from sqlqueue._store.transactions import translated
 from sqlqueue._tags import check_tags
 from sqlqueue._task import DEFAULT_MAX_ATTEMPTS, JobRequest, Task
@@ -264,6 +264,13 @@ def write_rows(dialect: Dialect, target: Executable, rows: list[JobRow]) -> list
     if isinstance(target, Connection):  # the common case, without a context manager
         dialect.check_connection(target)
         return translated(dialect, lambda: insert_rows(dialect, target, rows))
+    if isinstance(target, Engine) and len(rows) == 1:
+        # A transaction of sqlqueue's own for one job: straight on a pooled connection
+        # where nothing would notice the difference from ``engine.begin()``.
+        dialect.check_connection(target)
+        job_id = translated(dialect, lambda: insert_committed(dialect, target, rows[0]))
+        if job_id is not None:
+            return [job_id]
 
     def write() -> list[int]:
         with to_connection(target) as conn:

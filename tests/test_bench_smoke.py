@@ -43,6 +43,7 @@ def test_quick_run_on_sqlite_measures_every_scenario(tmp_path: Path) -> None:
     rows = {row["key"]: row for row in json.loads(saved.read_text())["rows"]}
     assert set(rows) == {
         "enqueue.one.200",
+        "enqueue.engine.200",
         "enqueue.bulk.2000",
         "drain.500.p1c1",
         "drain.500.p1c10",

@@ -15,10 +15,17 @@ SQLAlchemy, it begins the connection's transaction first if none is open, invali
 connection that a driver error shows is gone, and raises SQLAlchemy's wrapped error, so errors
 are translated at the dialect boundary as every other statement's are.
 
+Given an Engine (sqlqueue's own transaction), :meth:`DirectStatement.committed_row` goes one
+step further where :func:`can_commit_directly` allows: no ``Connection`` at all, a connection
+from the pool, the statement and the driver's commit, which is all ``engine.begin()`` does on
+the driver's connection there.
+
 What it reads below SQLAlchemy's public API (compiled ``bind_names`` and ``positiontup``, the
-dispatch collections) is asserted by ``tests/test_direct.py``, which ``nox -s
-direct_sqlalchemy`` runs on every supported SQLAlchemy minor line: measured, the public
-``Connection.execute`` path costs 1.3-2x this one's CPU per one-job enqueue.
+dispatch collections, ``Engine._should_log_info``) is asserted by ``tests/test_direct.py`` and
+``tests/test_direct_commit.py``, which ``nox -s direct_sqlalchemy`` runs on every supported
+SQLAlchemy minor line: measured, the public ``Connection.execute`` path costs 1.3-2x this
+one's CPU per one-job enqueue, and the Engine form through ``engine.begin()`` 1.3x the
+instructions of the form without it.
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.engine.default import DefaultDialect
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.expression import ClauseElement
 
-__all__ = ["DirectStatement", "can_run_directly"]
+__all__ = ["DirectStatement", "can_commit_directly", "can_run_directly"]
 
 _ENGINE_LOG = logging.getLogger("sqlalchemy.engine")
 
@@ -44,6 +53,61 @@ _ENGINE_LOG = logging.getLogger("sqlalchemy.engine")
 def can_run_directly(conn: Connection) -> bool:
     """Whether a statement on ``conn`` may skip SQLAlchemy's execution path unnoticed."""
     return _runs_unnoticed(conn) and not conn.get_execution_options().get("schema_translate_map")
+
+
+def can_commit_directly(engine: Engine) -> bool:
+    """Whether a transaction of sqlqueue's own on ``engine`` (an enqueue given the Engine) may
+    skip SQLAlchemy's ``Connection`` and run on a pooled driver connection unnoticed.
+
+    SQLAlchemy's ``engine.begin()`` around one statement does, on the driver connection, only
+    the dialect's ``do_begin`` (nothing: the driver begins), the statement and ``do_commit``
+    (the driver's commit); the rest is its bookkeeping and dispatch. So: no connection or
+    dialect listener (pool listeners still run: the checkout is the pool's), no logging, no
+    execution options of the engine's own (an isolation level, a translate map), and the
+    default ``do_begin``/``do_commit``/``do_rollback``."""
+    if engine._should_log_info() or _ENGINE_LOG.isEnabledFor(logging.INFO):
+        return False
+    if (
+        engine._has_events or Connection._has_events or engine.dialect._has_events
+    ) and _transaction_watched(engine):
+        return False
+    if engine.get_execution_options():
+        return False
+    dialect = type(engine.dialect)
+    return (
+        dialect.do_begin is DefaultDialect.do_begin
+        and dialect.do_commit is DefaultDialect.do_commit
+        and dialect.do_rollback is DefaultDialect.do_rollback
+    )
+
+
+#: What ``engine.begin()`` around one statement dispatches, as connection events.
+_TRANSACTION_EVENTS = (
+    "engine_connect",
+    "begin",
+    "commit",
+    "rollback",
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+)
+
+
+def _transaction_watched(engine: Engine) -> bool:
+    """Whether a listener on ``engine`` (or ``Engine``), on every ``Connection``, or on the
+    dialect would see ``engine.begin()``. Only asked once a flag is set: SQLAlchemy never
+    clears them, so a listener added and removed again would otherwise turn the path off for
+    good. (``_for_class`` is the dispatcher a new ``Connection`` starts from.)"""
+    on_engine = engine.dispatch
+    classwide: Any = Connection.dispatch  # typed for instances; on the class, its dispatcher
+    on_connections = classwide._for_class(Connection)
+    on_dialect = engine.dialect.dispatch
+    return (
+        any(getattr(on_engine, name) for name in _TRANSACTION_EVENTS)
+        or any(getattr(on_connections, name) for name in _TRANSACTION_EVENTS)
+        or bool(on_dialect.handle_error or on_dialect.do_execute or on_dialect.do_setinputsizes)
+    )
 
 
 def _runs_unnoticed(conn: Connection) -> bool:
@@ -129,15 +193,7 @@ class DirectStatement:
             gone = conn.dialect.is_disconnect(error, dbapi_connection, cursor)
             if gone:
                 conn.invalidate(error)
-            raise sa_exc.DBAPIError.instance(
-                compiled.sql,
-                parameters,
-                error,
-                conn.dialect.loaded_dbapi.Error,
-                hide_parameters=conn.engine.hide_parameters,
-                connection_invalidated=gone,
-                dialect=conn.dialect,
-            ) from error
+            raise _wrapped(error, compiled, parameters, conn.engine, gone) from error
         except Exception:
             raise
         except BaseException:
@@ -147,6 +203,59 @@ class DirectStatement:
             raise
         finally:
             cursor.close()
+
+    def committed_row(
+        self, engine: Engine, values: Mapping[str, Any], schema: str | None = None
+    ) -> Any:
+        """Run in a transaction of its own on a connection from ``engine``'s pool (see
+        :func:`can_commit_directly`) and commit; the first row returned, or ``None``.
+
+        The sequence ``engine.begin()`` sends, without its objects: the statement (the driver
+        begins the transaction), the driver's commit, and the connection back to the pool. A
+        failed statement or commit is rolled back before the connection goes back; a connection
+        that an error shows is gone, or that an interruption left in an unknown state, is
+        discarded instead. A database that cannot be reached raises what ``engine.connect()``
+        raises then."""
+        dialect = engine.dialect
+        compiled = self._compiled_for(dialect, schema)
+        parameters = compiled.parameters(values)
+        try:
+            pooled = engine.raw_connection()  # the pool's checkout, with its events and checks
+        except dialect.loaded_dbapi.Error as error:  # cannot connect: wrapped as engine.connect()
+            gone = dialect.is_disconnect(error, None, None)
+            raise sa_exc.DBAPIError.instance(
+                None,
+                None,
+                error,
+                dialect.loaded_dbapi.Error,
+                hide_parameters=engine.hide_parameters,
+                connection_invalidated=gone,
+                dialect=dialect,
+            ) from error
+        try:
+            dbapi_connection = pooled.dbapi_connection
+            cursor = dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(compiled.sql, parameters)
+                row = cursor.fetchone()
+                dbapi_connection.commit()  # type: ignore[union-attr]
+            except dialect.loaded_dbapi.Error as error:
+                gone = dialect.is_disconnect(error, dbapi_connection, cursor)
+                if gone:
+                    pooled.invalidate(error)
+                else:
+                    _roll_back(pooled)
+                raise _wrapped(error, compiled, parameters, engine, gone) from error
+            finally:
+                cursor.close()
+        except Exception:
+            raise
+        except BaseException:
+            pooled.invalidate()  # as in first_row: never pool a connection in an unknown state
+            raise
+        finally:
+            pooled.close()
+        return row
 
     def _compiled_for(self, dialect: SADialect, schema: str | None) -> _Compiled:
         last = self._last
@@ -191,6 +300,32 @@ class DirectStatement:
             processed=tuple(processed),
             pick=_picker(names),
         )
+
+
+def _roll_back(pooled: PoolProxiedConnection) -> None:
+    """Roll back a failed transaction before its connection goes back to the pool; one that
+    cannot roll back is discarded instead."""
+    try:
+        pooled.rollback()
+    except Exception:
+        pooled.invalidate()
+
+
+def _wrapped(
+    error: Exception, compiled: _Compiled, parameters: Any, engine: Engine, gone: bool
+) -> sa_exc.StatementError:
+    """The driver's ``error`` as SQLAlchemy wraps it, so the dialect boundary translates it as
+    it does every other statement's."""
+    dialect = engine.dialect
+    return sa_exc.DBAPIError.instance(
+        compiled.sql,
+        parameters,
+        error,
+        dialect.loaded_dbapi.Error,
+        hide_parameters=engine.hide_parameters,
+        connection_invalidated=gone,
+        dialect=dialect,
+    )
 
 
 def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

@@ -21,12 +21,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, Insert, Select, bindparam, func, insert, null, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    Insert,
+    Select,
+    bindparam,
+    func,
+    insert,
+    null,
+    select,
+)
 
 from sqlqueue._errors import EnqueueError
 from sqlqueue._jobrow import JobRow
 from sqlqueue._schema import ENQUEUE_COLUMNS, ColumnKind, Fill, JobColumn, jobs
-from sqlqueue._store._direct import DirectStatement, can_run_directly
+from sqlqueue._store._direct import DirectStatement, can_commit_directly, can_run_directly
 from sqlqueue._store.bulk_copy import copy_jobs
 from sqlqueue._store.bulk_json import insert_jobs_from_json
 from sqlqueue._store.tags import write_tags
@@ -35,7 +46,7 @@ from sqlqueue._types import EncodedJson, UtcDateTime
 from sqlqueue._unique import UniqueCheck
 from sqlqueue.dialects import BulkPath, Dialect
 
-__all__ = ["insert_rows", "insert_rows_reporting"]
+__all__ = ["insert_committed", "insert_rows", "insert_rows_reporting"]
 
 #: A row with a unique key but no check (built by hand): ``Unique()``'s defaults.
 _DEFAULT_CHECK = UniqueCheck(states=("queued", "running", "failed"), replace=False)
@@ -161,11 +172,35 @@ def insert_rows(dialect: Dialect, conn: Connection, rows: Sequence[JobRow]) -> l
     return [job_id for job_id, _ in insert_rows_reporting(dialect, conn, rows)]
 
 
+def insert_committed(dialect: Dialect, engine: Engine, row: JobRow) -> int | None:
+    """Insert one checked ``row`` in a transaction of its own on ``engine`` and commit it,
+    straight on a pooled driver connection; its id, or ``None`` (nothing sent) where that
+    does not apply: a row with a key, a unique key or tags (more than one statement), a
+    dialect that emulates ``RETURNING``, or an engine whose listeners, logging or options
+    ``engine.begin()`` would honour (see :func:`~sqlqueue._store._direct.can_commit_directly`).
+    The caller then writes the row the usual way."""
+    if (
+        row["idempotency_key"] is not None
+        or row["unique_key"] is not None
+        or row.get("_tags")
+        or dialect.emulates_returning
+        or not can_commit_directly(engine)
+    ):
+        return None
+    inserted = _one_for(dialect, row).direct.committed_row(engine, row, dialect.schema)
+    if inserted is None:  # pragma: no cover - a plain INSERT … RETURNING returns its row
+        raise EnqueueError("the database returned no id for an inserted job")
+    return int(inserted[0])
+
+
 def insert_rows_reporting(
     dialect: Dialect, conn: Connection, rows: Sequence[JobRow]
 ) -> list[tuple[int, UniqueOutcome]]:
     """:func:`insert_rows`, saying for each row whether it was inserted, or an existing unique
     job was kept or replaced (an idempotency key's existing job counts as inserted)."""
+    if len(rows) == 1 and rows[0]["unique_key"] is None and not rows[0].get("_tags"):
+        # One plain row (the one-job enqueue): no unique split, no tags to write.
+        return [(_insert_one(dialect, conn, rows[0]), UniqueOutcome.INSERTED)]
     done = _insert_and_report(dialect, conn, rows)
     write_tags(
         dialect,
@@ -247,16 +282,20 @@ def _insert_bulk(dialect: Dialect, conn: Connection, rows: list[JobRow]) -> list
     return None
 
 
-def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
+def _one_for(dialect: Dialect, row: JobRow) -> _OneRow:
+    """The one-row INSERT that writes ``row``: keyed or not, due now or later, bare or not."""
     statements = _statements(dialect)
     key = row["idempotency_key"]
     if row["_run_at"] is None and not row["_delay"]:
         if key is None:
-            one = statements.one_bare if _bare(row) else statements.one_now
-        else:
-            one = statements.one_keyed_now
-    else:
-        one = statements.one if key is None else statements.one_keyed
+            return statements.one_bare if _bare(row) else statements.one_now
+        return statements.one_keyed_now
+    return statements.one if key is None else statements.one_keyed
+
+
+def _insert_one(dialect: Dialect, conn: Connection, row: JobRow) -> int:
+    key = row["idempotency_key"]
+    one = _one_for(dialect, row)
     if not dialect.emulates_returning and can_run_directly(conn):
         inserted = one.direct.first_row(conn, row, dialect.schema)
     else:

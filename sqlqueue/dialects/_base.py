@@ -271,7 +271,7 @@ class Dialect(Claiming):
             return conn.execute(stmt, params, execution_options=execution_options)
         return conn.execute(stmt, params)
 
-    def check_connection(self, conn: Connection) -> None:
+    def check_connection(self, conn: Connection | Engine) -> None:
         """Refuse a connection to another kind of database than this dialect writes for (a
         Queue on PostgreSQL handed a SQLite test connection): its statements would fail there
         with errors that point elsewhere."""
