@@ -12,7 +12,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, func, literal, select, true, update
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    case,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+    update,
+)
 
 from sqlqueue._schema import jobs, workflow_edges, workflow_steps
 from sqlqueue._store.statement_cache import cached_statement
@@ -87,15 +97,18 @@ def _build_release(dialect: Dialect, now: datetime | None) -> tuple[Any, Any]:
         ready = bindparam("ready", expanding=True, type_=jobs.c.id.type)
         release = _release(dialect, now).where(jobs.c.id.in_(ready))
         return _lowered(ended, lateral=False), release.returning(*returned)
-    # The jobs are found by id from the lowered steps, and their status compared with one
-    # those return: no condition on the jobs table alone, which the planner could use to walk
-    # every waiting job by the status index (its estimate for a fresh table is a few rows).
+    # The jobs are found by id from the lowered steps, and their status compared with one those
+    # return, through an expression no index has: a condition the status index can serve (on
+    # the jobs table alone, or ``status = sqlqueue_lowered.status``) had the planner walk every
+    # waiting job by that index for each step released, its estimate for a fresh table being a
+    # few rows (a 3,000-step fan-out took 375 ms to release, 1,500 index entries per step).
     counts = (
         _lowered(ended, lateral=True)
         .returning(literal("waiting").label("status"))
         .cte("sqlqueue_lowered")
     )
-    both = _release(dialect, now, status=counts.c.status).where(
+    unindexed = jobs.c.status.concat(literal_column("''"))
+    both = _release(dialect, now, status=counts.c.status, column=unindexed).where(
         jobs.c.id == counts.c.job_id, counts.c.waiting_on <= 0
     )
     return None, both.returning(*returned)
@@ -142,14 +155,16 @@ def _lowered(ended: Any, *, lateral: bool) -> Any:
     )
 
 
-def _release(dialect: Dialect, now: datetime | None, *, status: Any = "waiting") -> Any:
-    """``UPDATE`` of waiting steps (``status``: an expression worth ``'waiting'``) to
-    ``queued``, due now (or when they asked to run, if later: a claim floor sees them at
-    once); the caller adds which."""
+def _release(
+    dialect: Dialect, now: datetime | None, *, status: Any = "waiting", column: Any = None
+) -> Any:
+    """``UPDATE`` of waiting steps (``status``: an expression worth ``'waiting'``, compared
+    with ``column``, an expression worth the jobs' status) to ``queued``, due now (or when
+    they asked to run, if later: a claim floor sees them at once); the caller adds which."""
     current = dialect.now(now)
     return (
         update(jobs)
-        .where(jobs.c.status == status)
+        .where((jobs.c.status if column is None else column) == status)
         .values(
             status="queued",
             next_run_at=case((jobs.c.next_run_at > current, jobs.c.next_run_at), else_=current),

@@ -1,0 +1,169 @@
+"""What a round of successes costs batches and workflows on the database: where the backend has
+writing CTEs the batches' counters are added in the completion's own statement (the release
+of the steps after them stays a statement of its own, which must see steps added meanwhile),
+with the same counts and releases as the separate statements give elsewhere; and the release
+of a wide fan-out finds each released job by its key, never walking the waiting jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+import sqlqueue
+from sqlqueue import JobRequest, Workflow
+from sqlqueue._schema import batches, jobs
+from sqlqueue._store.workflow_release import _release_statements
+from tests._support.statements import statements
+from tests.conftest import Backend
+
+
+def _queue(backend: Backend) -> sqlqueue.Queue:
+    queue = backend.queue()
+    queue.task("step", max_attempts=1)(lambda: None)
+    return queue
+
+
+def _chains(queue: sqlqueue.Queue, count: int) -> list[sqlqueue.WorkflowHandle]:
+    with queue.engine.begin() as conn:
+        handles = []
+        for _ in range(count):
+            wf = Workflow()
+            wf.add("first", JobRequest(job_type="step"))
+            wf.add("second", JobRequest(job_type="step"), after=["first"])
+            handles.append(queue.enqueue_workflow(conn, wf))
+        return handles
+
+
+def _counters(queue: sqlqueue.Queue, ids: list[int]) -> list[tuple[Any, ...]]:
+    with queue.engine.connect() as conn:
+        query = (
+            sa.select(batches.c.succeeded, batches.c.finished_at.is_not(None))
+            .where(batches.c.id.in_(ids))
+            .order_by(batches.c.id)
+        )
+        return [tuple(row) for row in conn.execute(query)]
+
+
+def _writes(sql: list[str]) -> list[str]:
+    """The statements of a round but its session settings (PostgreSQL's relaxed commit)."""
+    return [one for one in sql if not one.lstrip().upper().startswith("SET ")]
+
+
+def test_a_round_of_successes_counts_its_batches_in_the_completions_statement(backend):
+    """The first steps of 3 chains and a child of a batch succeed in one round, told the
+    batches their jobs were claimed with: each workflow counts one success and releases its
+    second step, the batch counts one; where writing CTEs exist, no statement of its own
+    updates the batches (the completion did), so the round is the completion and the
+    release."""
+    queue = _queue(backend)
+    handles = _chains(queue, 3)
+    with queue.engine.begin() as conn:
+        batch = queue.enqueue_batch(conn, [JobRequest(job_type="step")] * 2)
+    claimed = queue.store.claim(
+        queues=["default"], job_types=None, limit=100, worker_id="w1", lease_seconds=60
+    )
+    ending = [job for job in claimed if job.id != batch.job_ids[1]]
+    with statements(queue.engine) as sent:
+        landed = queue.store.finish(
+            worker_id="w1",
+            succeeded=[job.fence for job in ending],
+            failures=[],
+            batch_ids=[job.batch_id for job in ending if job.batch_id is not None],
+        )
+    assert landed == {job.id for job in ending}
+    with queue.engine.connect() as conn:
+        seconds = [handle.job_ids["second"] for handle in handles]
+        statuses = conn.execute(sa.select(jobs.c.status).where(jobs.c.id.in_(seconds))).scalars()
+        assert set(statuses) == {"queued"}
+    assert _counters(queue, [h.id for h in handles] + [batch.id]) == [(1, False)] * 4
+    if backend.capable("modifying_ctes"):
+        assert not [sql for sql in sent.sql if sql.lstrip().startswith("UPDATE sqlqueue_batches")]
+        assert len(_writes(sent.sql)) == 2, sent.sql
+
+
+def test_a_round_ending_chains_last_steps_finishes_them_in_the_completions_statement(backend):
+    """The second steps' round finishes their workflows in the same statement (PostgreSQL:
+    one statement, no step row read); a lease lost meanwhile counts nowhere."""
+    queue = _queue(backend)
+    handles = _chains(queue, 3)
+    firsts = queue.store.claim(
+        queues=["default"], job_types=None, limit=100, worker_id="w1", lease_seconds=60
+    )
+    queue.store.finish(
+        worker_id="w1",
+        succeeded=[job.fence for job in firsts],
+        failures=[],
+        batch_ids=[h.id for h in handles],
+    )
+    seconds = queue.store.claim(
+        queues=["default"], job_types=None, limit=100, worker_id="w1", lease_seconds=60
+    )
+    lost = seconds[0]
+    with queue.engine.begin() as conn:  # the reaper took it back meanwhile
+        conn.execute(sa.update(jobs).where(jobs.c.id == lost.id).values(status="queued"))
+    with statements(queue.engine) as sent:
+        landed = queue.store.finish(
+            worker_id="w1",
+            succeeded=[job.fence for job in seconds],
+            failures=[],
+            batch_ids=[h.id for h in handles],
+        )
+    assert landed == {job.id for job in seconds[1:]}
+    ids = sorted(h.id for h in handles)
+    expected = [(1, False) if id_ == lost.batch_id else (2, True) for id_ in ids]
+    assert _counters(queue, ids) == expected
+    assert sent.touching("sqlqueue_workflow_steps") == []
+    if backend.capable("modifying_ctes"):
+        assert len(_writes(sent.sql)) == 1, sent.sql
+
+
+def test_a_burst_worker_sends_no_batch_update_of_its_own_for_chains(backend):
+    """A real worker draining chains: every round's batches' counters travel in its completion
+    where writing CTEs exist (before, each round sent a separate ``UPDATE sqlqueue_batches``),
+    and every step succeeds once."""
+    queue = _queue(backend)
+    handles = _chains(queue, 20)
+    with statements(queue.engine) as sent:
+        queue.worker(concurrency=4, poll_interval=0.05, listen=False).run(burst=True)
+    for handle in handles:
+        status = queue.get_workflow(handle.id)
+        assert status is not None
+        assert status.succeeded
+    assert queue.stats().by_status["succeeded"] == 40
+    separate = [sql for sql in sent.sql if sql.lstrip().startswith("UPDATE sqlqueue_batches")]
+    if backend.capable("modifying_ctes"):
+        assert separate == []
+
+
+def test_a_wide_fan_outs_release_finds_each_job_by_its_key(backend):
+    """Releasing the 800 steps after a root looks each released job up by its primary key:
+    the plan of the release names no index on the status, which the planner used to walk
+    every waiting job for each step (a 3,000-step fan-out: 1,500 entries per step, O(n²))."""
+    backend.requires("modifying_ctes")
+    queue = _queue(backend)
+    wf = Workflow()
+    wf.add("root", JobRequest(job_type="step"))
+    for n in range(800):
+        wf.add(f"s{n}", JobRequest(job_type="step"), after=["root"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    _, release = _release_statements(queue.dialect, None)
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        sent.append((sql, parameters))
+
+    with queue.engine.connect() as conn:
+        sa.event.listen(conn, "before_cursor_execute", record)
+        with conn.begin() as transaction:  # the release's SQL as sent, then undone
+            released = conn.execute(release, {"ended": [handle.job_ids["root"]]}).all()
+            transaction.rollback()
+        sa.event.remove(conn, "before_cursor_execute", record)
+        assert len(released) == 800
+        with conn.begin():
+            sql, parameters = sent[-1]
+            rows = conn.exec_driver_sql(f"EXPLAIN {sql}", parameters)
+            plan = "\n".join(str(row[0]) for row in rows)
+    assert "ix_sqlqueue_jobs_status" not in plan, plan
+    assert "pk_sqlqueue_jobs" in plan, plan
