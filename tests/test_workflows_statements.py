@@ -6,6 +6,7 @@ of a wide fan-out finds each released job by its key, never walking the waiting 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,7 +14,9 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue import JobRequest, Workflow
 from sqlqueue._schema import batches, jobs
+from sqlqueue._store import workflows
 from sqlqueue._store.workflow_release import _release_statements
+from tests._support import wait_until
 from tests._support.statements import statements
 from tests.conftest import Backend
 
@@ -167,3 +170,72 @@ def test_a_wide_fan_outs_release_finds_each_job_by_its_key(backend):
             plan = "\n".join(str(row[0]) for row in rows)
     assert "ix_sqlqueue_jobs_status" not in plan, plan
     assert "pk_sqlqueue_jobs" in plan, plan
+
+
+def _a_session_waits_for_a_lock(engine: sa.Engine) -> bool:
+    """Whether some session of this database waits for a row lock now (the server's view)."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+        else:
+            query = (
+                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+            )
+        return bool(conn.exec_driver_sql(query).scalar())
+
+
+def test_a_step_added_while_its_upstreams_round_waits_for_the_workflow_is_released(backend):
+    """A running step adds ``late`` after ``a`` (holding the workflow's row, ``a`` still
+    running for it: ``late`` waits for one upstream) while a worker's round completes ``a``
+    and waits for that row. Once the adding transaction commits, the round must release
+    ``late`` too: its release reads the steps after the wait, so it sees the new edge (one
+    statement from before the wait would not, and ``late`` would wait for ever). The danger
+    is where a round's statements are folded into writing CTEs."""
+    backend.requires("modifying_ctes")
+    queue = _queue(backend)
+    wf = Workflow()
+    wf.add("a", JobRequest(job_type="step"))
+    wf.add("b", JobRequest(job_type="step"), after=["a"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    [claimed] = queue.store.claim(
+        queues=["default"], job_types=None, limit=5, worker_id="w", lease_seconds=60
+    )
+    row = queue._workflow_row(JobRequest(job_type="step"))
+    landed: list[set[int]] = []
+    errors: list[BaseException] = []
+
+    def finish() -> None:
+        try:
+            landed.append(
+                queue.store.finish(
+                    worker_id="w", succeeded=[claimed.fence], failures=[], batch_ids=[handle.id]
+                )
+            )
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=finish, daemon=True)
+    with queue.engine.connect() as conn, conn.begin():
+        workflows.add_step(conn, queue.dialect, handle.id, name="late", row=row, after=["a"])
+        thread.start()
+        wait_until(
+            lambda: bool(errors or landed) or _a_session_waits_for_a_lock(queue.engine),
+            timeout=20,
+            what="the round to wait for the workflow's row",
+        )
+        assert not landed  # it waits for the adding transaction
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    assert landed == [{claimed.id}]
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    assert {name: str(step.status) for name, step in status.steps.items()} == {
+        "a": "succeeded",
+        "b": "queued",
+        "late": "queued",
+    }
