@@ -1,8 +1,9 @@
 """What a round of successes costs batches and workflows on the database: where the backend has
-writing CTEs the batches' counters are added in the completion's own statement (the release
-of the steps after them stays a statement of its own, which must see steps added meanwhile),
-with the same counts and releases as the separate statements give elsewhere; and the release
-of a wide fan-out finds each released job by its key, never walking the waiting jobs."""
+writing CTEs the batches' counters and the release of the steps after those that ended travel
+in the completion's own statement, with the same counts and releases as the separate
+statements give elsewhere, and a step added while the round waited for its workflow's row is
+released all the same; the release of a wide fan-out finds each released job by its key,
+never walking the waiting jobs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue import JobRequest, Workflow
-from sqlqueue._schema import batches, jobs
+from sqlqueue._schema import batches, jobs, workflow_steps
 from sqlqueue._store import workflows
 from sqlqueue._store.workflow_release import _release_statements
 from tests._support import wait_until
@@ -53,12 +54,11 @@ def _writes(sql: list[str]) -> list[str]:
     return [one for one in sql if not one.lstrip().upper().startswith("SET ")]
 
 
-def test_a_round_of_successes_counts_its_batches_in_the_completions_statement(backend):
+def test_a_round_of_successes_counts_and_releases_in_the_completions_statement(backend):
     """The first steps of 3 chains and a child of a batch succeed in one round, told the
     batches their jobs were claimed with: each workflow counts one success and releases its
-    second step, the batch counts one; where writing CTEs exist, no statement of its own
-    updates the batches (the completion did), so the round is the completion and the
-    release."""
+    second step, the batch counts one; where writing CTEs exist the round is one statement
+    (before: the completion, an UPDATE of the batches, the release)."""
     queue = _queue(backend)
     handles = _chains(queue, 3)
     with queue.engine.begin() as conn:
@@ -82,12 +82,13 @@ def test_a_round_of_successes_counts_its_batches_in_the_completions_statement(ba
     assert _counters(queue, [h.id for h in handles] + [batch.id]) == [(1, False)] * 4
     if backend.capable("modifying_ctes"):
         assert not [sql for sql in sent.sql if sql.lstrip().startswith("UPDATE sqlqueue_batches")]
-        assert len(_writes(sent.sql)) == 2, sent.sql
+        assert len(_writes(sent.sql)) == 1, sent.sql
 
 
 def test_a_round_ending_chains_last_steps_finishes_them_in_the_completions_statement(backend):
-    """The second steps' round finishes their workflows in the same statement (PostgreSQL:
-    one statement, no step row read); a lease lost meanwhile counts nowhere."""
+    """The second steps' round finishes their workflows (where writing CTEs exist, in the
+    completion's one statement; elsewhere with no statement for their steps); a lease lost
+    meanwhile counts nowhere."""
     queue = _queue(backend)
     handles = _chains(queue, 3)
     firsts = queue.store.claim(
@@ -116,9 +117,10 @@ def test_a_round_ending_chains_last_steps_finishes_them_in_the_completions_state
     ids = sorted(h.id for h in handles)
     expected = [(1, False) if id_ == lost.batch_id else (2, True) for id_ in ids]
     assert _counters(queue, ids) == expected
-    assert sent.touching("sqlqueue_workflow_steps") == []
     if backend.capable("modifying_ctes"):
         assert len(_writes(sent.sql)) == 1, sent.sql
+    else:  # no statement for the steps of workflows that finished
+        assert sent.touching("sqlqueue_workflow_steps") == []
 
 
 def test_a_burst_worker_sends_no_batch_update_of_its_own_for_chains(backend):
@@ -191,8 +193,9 @@ def test_a_step_added_while_its_upstreams_round_waits_for_the_workflow_is_releas
     """A running step adds ``late`` after ``a`` (holding the workflow's row, ``a`` still
     running for it: ``late`` waits for one upstream) while a worker's round completes ``a``
     and waits for that row. Once the adding transaction commits, the round must release
-    ``late`` too: its release reads the steps after the wait, so it sees the new edge (one
-    statement from before the wait would not, and ``late`` would wait for ever). The danger
+    ``late`` too. Its one statement sees only the edges committed before it started, so it
+    notices that the workflow's total grew during the wait and leaves that workflow to a
+    release of its own after the wait (without that, ``late`` waited for ever). The danger
     is where a round's statements are folded into writing CTEs."""
     backend.requires("modifying_ctes")
     queue = _queue(backend)
@@ -239,3 +242,12 @@ def test_a_step_added_while_its_upstreams_round_waits_for_the_workflow_is_releas
         "b": "queued",
         "late": "queued",
     }
+    with queue.engine.connect() as conn:  # a's ending counted once in each step after it
+        waiting_on = dict(
+            conn.execute(
+                sa.select(workflow_steps.c.name, workflow_steps.c.waiting_on).where(
+                    workflow_steps.c.workflow_id == handle.id
+                )
+            ).all()
+        )
+    assert waiting_on == {"a": 0, "b": 0, "late": 0}

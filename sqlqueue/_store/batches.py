@@ -20,7 +20,7 @@ and no batch row outlives its jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -329,12 +329,15 @@ def settle_completed(
     dialect: Dialect,
     landed: Mapping[int, int | None],
     held: Mapping[int, Mapping[str, Any]],
+    released: list[tuple[int, str]],
+    grew: Set[int],
     now: datetime | None = None,
 ) -> Settled:
     """:func:`settle` of a round of successes whose statement already added them to the
-    ``held`` batch rows (``landed``: each completed job's batch, see
-    ``settled_completion.py``): release the steps after them in the workflows that go on,
-    and enqueue the callbacks."""
+    ``held`` batch rows and ``released`` the steps after them (``landed``: each completed
+    job's batch; see ``settled_completion.py``): release the steps after them in the
+    workflows that ``grew`` while the statement waited for their rows, in a statement of its
+    own that sees the steps added, and enqueue the callbacks."""
     ended: dict[int, list[tuple[int, str]]] = {}
     for job_id, batch_id in landed.items():
         if batch_id is not None:
@@ -342,10 +345,10 @@ def settle_completed(
     steps = {
         batch_id: (str(row["workflow_on_dead"]), ended.get(batch_id, []))
         for batch_id, row in held.items()
-        if row["workflow_on_dead"] is not None and row["finished_at"] is None
+        if batch_id in grew and row["workflow_on_dead"] is not None and row["finished_at"] is None
     }
-    cancelled_steps, released = advance(conn, dialect, steps, now) if steps else ({}, [])
-    return settle_held(conn, dialect, held, cancelled_steps, released, now)
+    cancelled_steps, more = advance(conn, dialect, steps, now) if steps else ({}, [])
+    return settle_held(conn, dialect, held, cancelled_steps, [*released, *more], now)
 
 
 def settle_held(

@@ -194,8 +194,8 @@ class Store(GateTransactions):
         batches' and workflows' settling made claimable.
 
         Successes without results that end children of batches (``batch_ids``) are written
-        with their batches' counts in one statement where the backend has writing CTEs (see
-        ``settled_completion.py``)."""
+        with their batches' counts and their workflows' releases in one statement where the
+        backend has writing CTEs (see ``settled_completion.py``)."""
         results = results or {}
         with_result = sum(results.get(job_id) is not None for job_id, _ in succeeded)
         if (
@@ -213,9 +213,10 @@ class Store(GateTransactions):
                 batch_ids=batch_ids,
                 now=now,
             )
-            return set(done.landed), batches.settle_completed(
-                conn, self.dialect, done.landed, done.held, now
+            settled = batches.settle_completed(
+                conn, self.dialect, done.landed, done.held, done.released, done.grew, now
             )
+            return set(done.landed), settled
         plain = len(succeeded) > with_result
         if plain + with_result + len(failures) > 1 and self.dialect.supports_row_locks:
             # Several statements lock these rows one after another: lock them all first, in id
