@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Boolean,
     Connection,
@@ -47,7 +48,6 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from sqlqueue._schema import batches
 from sqlqueue._store.outcomes import complete_statement
