@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import sqlqueue
 from sqlqueue import JobRequest, Workflow
 from sqlqueue._schema import batches, jobs, workflow_steps
-from sqlqueue._store import workflows
+from sqlqueue._store import settled_completion, workflows
 from sqlqueue._store.workflow_release import _release_statements
 from tests._support import wait_until
 from tests._support.statements import statements
@@ -251,3 +251,47 @@ def test_a_step_added_while_its_upstreams_round_waits_for_the_workflow_is_releas
             ).all()
         )
     assert waiting_on == {"a": 0, "b": 0, "late": 0}
+
+
+def test_a_round_in_a_big_workflow_reads_only_the_steps_that_ended(backend):
+    """A round ending 10 of the 800 steps after a root finds those steps by their jobs' ids:
+    the plan of its one statement reads no step by the workflow's id, which would read every
+    step of the workflow in each round (a 3,000-step fan-out: 3,000 rows a round, O(n²))."""
+    backend.requires("modifying_ctes")
+    queue = _queue(backend)
+    wf = Workflow()
+    wf.add("root", JobRequest(job_type="step"))
+    for n in range(800):
+        wf.add(f"s{n}", JobRequest(job_type="step"), after=["root"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    [root] = queue.store.claim(
+        queues=["default"], job_types=None, limit=1, worker_id="w", lease_seconds=60
+    )
+    queue.store.finish(worker_id="w", succeeded=[root.fence], failures=[], batch_ids=[handle.id])
+    claimed = queue.store.claim(
+        queues=["default"], job_types=None, limit=10, worker_id="w", lease_seconds=60
+    )
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        sent.append((sql, parameters))
+
+    with queue.engine.connect() as conn:
+        sa.event.listen(conn, "before_cursor_execute", record)
+        with conn.begin() as transaction:  # the round's statement as sent, then undone
+            done = settled_completion.complete_and_settle(
+                conn,
+                queue.dialect,
+                worker_id="w",
+                fences=[job.fence for job in claimed],
+                batch_ids=[handle.id],
+            )
+            transaction.rollback()
+        sa.event.remove(conn, "before_cursor_execute", record)
+        assert set(done.landed) == {job.id for job in claimed}
+        with conn.begin():
+            sql, parameters = sent[-1]
+            rows = conn.exec_driver_sql(f"EXPLAIN {sql}", parameters)
+            plan = "\n".join(str(row[0]) for row in rows)
+    assert "(workflow_id = sqlqueue_held" not in plan, plan
