@@ -42,7 +42,7 @@ and no batch row outlives its jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -83,6 +83,8 @@ __all__ = [
     "read_batch",
     "read_batches",
     "settle",
+    "settle_completed",
+    "settle_held",
 ]
 
 #: The terminal statuses a batch counts, each in the column of the same name.
@@ -328,7 +330,6 @@ def _settle_alike(
     the batches without a callback that it completes, and returns the rows. Only a callback,
     or steps a workflow cancels, cost more (per batch). SET expressions read the old row here
     (PostgreSQL, SQLite), which the CASE relies on."""
-    current = dialect.now(now)
     batch_ids = [batch_id for batch_id, _ in endings.items()]
     added = {f"add_{column.name}": n for column, n in zip(_COUNTERS, delta, strict=True)}
     params = {"ids": batch_ids, **added}
@@ -347,6 +348,49 @@ def _settle_alike(
         if row["workflow_on_dead"] is not None and row["finished_at"] is None
     }
     cancelled_steps, released = advance(conn, dialect, steps, now) if steps else ({}, [])
+    return settle_held(conn, dialect, held, cancelled_steps, released, now)
+
+
+def settle_completed(
+    conn: Connection,
+    dialect: Dialect,
+    landed: Mapping[int, int | None],
+    held: Mapping[int, Mapping[str, Any]],
+    released: list[Released],
+    grew: Set[int],
+    now: datetime | None = None,
+) -> Settled:
+    """:func:`settle` of a round of successes whose statement already added them to the
+    ``held`` batch rows and ``released`` the steps after them (``landed``: each completed
+    job's batch; see ``settled_completion.py``): release the steps after them in the
+    workflows that ``grew`` while the statement waited for their rows, in a statement of its
+    own that sees the steps added, and enqueue the callbacks."""
+    ended: dict[int, list[tuple[int, str]]] = {}
+    for job_id, batch_id in landed.items():
+        if batch_id is not None:
+            ended.setdefault(batch_id, []).append((job_id, "succeeded"))
+    steps = {
+        batch_id: (str(row["workflow_on_dead"]), ended.get(batch_id, []))
+        for batch_id, row in held.items()
+        if batch_id in grew and row["workflow_on_dead"] is not None and row["finished_at"] is None
+    }
+    cancelled_steps, more = advance(conn, dialect, steps, now) if steps else ({}, [])
+    return settle_held(conn, dialect, held, cancelled_steps, [*released, *more], now)
+
+
+def settle_held(
+    conn: Connection,
+    dialect: Dialect,
+    held: Mapping[int, Mapping[str, Any]] | Mapping[int, RowMapping],
+    cancelled_steps: Mapping[int, int],
+    released: list[Released],
+    now: datetime | None = None,
+) -> Settled:
+    """The rest of a settle whose one UPDATE added the round's endings to the ``held`` batch
+    rows (their counters as it left them, ``finished_at`` set on those it finished): count the
+    steps a workflow cancelled, and enqueue the callback of each batch the round completed.
+    One UPDATE per batch that needs one, none for the others."""
+    current = dialect.now(now)
     enqueued: list[tuple[int, str]] = []
     for batch_id, row in held.items():
         more = cancelled_steps.get(batch_id, 0)
@@ -367,7 +411,7 @@ def _settle_alike(
                 enqueued.append(callback)
         conn.execute(
             update(batches).where(batches.c.id == batch_id).values(**later),
-            execution_options=options,
+            execution_options=dialect.table_options,
         )
     return _settled(enqueued, released)
 

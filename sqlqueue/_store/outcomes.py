@@ -25,7 +25,15 @@ from sqlqueue._store.rows import Failure
 from sqlqueue._store.statement_cache import cached_statement
 from sqlqueue.dialects import Dialect
 
-__all__ = ["complete", "fail", "leased_by", "record_progress", "record_starts", "release"]
+__all__ = [
+    "complete",
+    "complete_statement",
+    "fail",
+    "leased_by",
+    "record_progress",
+    "record_starts",
+    "release",
+]
 
 
 def leased_by(
@@ -57,7 +65,7 @@ def complete(
     plain = [fence for fence in fences if results.get(fence[0]) is None]
     landed: set[int] = set()
     if plain:
-        stmt = _complete_statement(dialect, now, with_result=False)
+        stmt = complete_statement(dialect, now, with_result=False)
         params = {"worker_id": worker_id, **dialect.fence_parameters(plain)}
         options = dialect.table_options
         result = dialect.execute_returning(conn, stmt, params, execution_options=options)
@@ -67,7 +75,7 @@ def complete(
                 endings.ended(batch_id, "succeeded", job_id=job_id)
     for fence in fences:
         if results.get(fence[0]) is not None:
-            stmt = _complete_statement(dialect, now, with_result=True)
+            stmt = complete_statement(dialect, now, with_result=True)
             params = {
                 "worker_id": worker_id,
                 "result": results[fence[0]],
@@ -81,7 +89,7 @@ def complete(
     return landed
 
 
-def _complete_statement(dialect: Dialect, now: datetime | None, *, with_result: bool) -> Update:
+def complete_statement(dialect: Dialect, now: datetime | None, *, with_result: bool) -> Update:
     """The fenced move to ``succeeded`` for ``:fences`` of ``:worker_id`` (and ``:result``)."""
     if now is None:
         key = ("complete", type(dialect), with_result)

@@ -20,6 +20,7 @@ from sqlqueue._store import (
     floor_probe,
     leases,
     outcomes,
+    settled_completion,
     workers,
     workflow_reads,
 )
@@ -106,6 +107,7 @@ class Store(GateTransactions):
         limits: ClaimLimits | None = None,
         now: datetime | None = None,
         standby: Sequence[tuple[Sequence[str], int]] = (),
+        batch_ids: Sequence[int] | None = None,
     ) -> tuple[set[int], list[list[ClaimedJob]]]:
         """A worker's round trip: write finished attempts' outcomes, then lease up to ``n``
         jobs for each ``(queues, n)`` of ``claims``, all in one transaction (one commit where
@@ -122,7 +124,10 @@ class Store(GateTransactions):
         ``limits`` are the concurrency limits the claims obey (the worker's tasks' and the
         queues' it read, see ``limited_claim.py``); without them a claim leases only jobs with
         no limit key, so a job under a limit is never run beyond it, only left for a worker
-        that knows its limit."""
+        that knows its limit.
+
+        ``batch_ids``: the batches the ``succeeded`` jobs were claimed with, where the caller
+        knows them (see :meth:`finish`)."""
 
         def claim_(
             conn: Connection, queues: Sequence[str], limit: int, ahead_: bool
@@ -159,7 +164,7 @@ class Store(GateTransactions):
 
         def write(conn: Connection) -> tuple[set[int], list[list[ClaimedJob]]]:
             landed, settled = self._write_outcomes(
-                conn, worker_id, succeeded, failures, results, now
+                conn, worker_id, succeeded, failures, results, now, batch_ids
             )
             settled_by[:] = [settled]
             if started:
@@ -188,11 +193,36 @@ class Store(GateTransactions):
         failures: Sequence[Failure],
         results: Mapping[int, Any] | None,
         now: datetime | None,
+        batch_ids: Sequence[int] | None = None,
     ) -> tuple[set[int], batches.Settled]:
         """Write the outcomes; return the ids whose lease was still ours, and what their
-        batches' and workflows' settling made claimable."""
+        batches' and workflows' settling made claimable.
+
+        Successes without results that end children of batches (``batch_ids``) are written
+        with their batches' counts and their workflows' releases in one statement where the
+        backend has writing CTEs (see ``settled_completion.py``)."""
         results = results or {}
         with_result = sum(results.get(job_id) is not None for job_id, _ in succeeded)
+        if (
+            batch_ids
+            and succeeded
+            and not failures
+            and not with_result
+            and self.dialect.supports_modifying_ctes
+        ):
+            done = settled_completion.complete_and_settle(
+                conn,
+                self.dialect,
+                worker_id=worker_id,
+                fences=succeeded,
+                batch_ids=batch_ids,
+                now=now,
+            )
+            settled = batches.settle_completed(
+                conn, self.dialect, done.landed, done.held, done.released, done.grew, now
+            )
+            self.claim_floors.lower(settled.released)  # as below
+            return set(done.landed), settled
         plain = len(succeeded) > with_result
         if plain + with_result + len(failures) > 1 and self.dialect.supports_row_locks:
             # Several statements lock these rows one after another: lock them all first, in id
@@ -242,11 +272,17 @@ class Store(GateTransactions):
         failures: Sequence[Failure],
         results: Mapping[int, Any] | None = None,
         now: datetime | None = None,
+        batch_ids: Sequence[int] | None = None,
     ) -> set[int]:
-        """Write outcomes in one transaction; return the ids whose lease was still ours."""
+        """Write outcomes in one transaction; return the ids whose lease was still ours.
+        ``batch_ids``: the batches the ``succeeded`` jobs were claimed with (a job's batch
+        never changes), which lets PostgreSQL count them in the completion's statement; the
+        outcomes are written alike without them."""
 
         written = self._in_write(
-            lambda conn: self._write_outcomes(conn, worker_id, succeeded, failures, results, now),
+            lambda conn: self._write_outcomes(
+                conn, worker_id, succeeded, failures, results, now, batch_ids
+            ),
             relaxed=True,
         )
         self._lower_floors([written[1]])

@@ -33,7 +33,7 @@ from sqlqueue._worker.heartbeat import Heartbeat
 from sqlqueue._worker.launch import Launcher
 from sqlqueue._worker.listener import Listener
 from sqlqueue._worker.observe import Observers
-from sqlqueue._worker.outbox import Completer, outcome_fields
+from sqlqueue._worker.outbox import Completer, outcome_fields, succeeded_batches
 from sqlqueue._worker.reaper import Reaper
 from sqlqueue._worker.registry import Registration
 from sqlqueue._worker.retries import Backoff, retry_quickly
@@ -568,6 +568,7 @@ class Worker:
             lease_seconds=self.queue.lease_seconds,
             limits=self._claim_limits,
             standby=[(self._active(pool), pool.free) for pool in standby],
+            batch_ids=succeeded_batches(batch),
         )
 
     async def _anything_due(self) -> bool:

@@ -29,7 +29,7 @@ from sqlqueue._worker.classify import Outcome
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.retries import Backoff
 
-__all__ = ["Completer", "outcome_fields"]
+__all__ = ["Completer", "outcome_fields", "succeeded_batches"]
 
 log = logging.getLogger("sqlqueue.worker")
 
@@ -174,7 +174,11 @@ class Completer:
     def _write(self, batch: list[Outcome]) -> set[int]:
         succeeded, failures, results = outcome_fields(batch)
         return self._store.finish(
-            worker_id=self._worker_id, succeeded=succeeded, failures=failures, results=results
+            worker_id=self._worker_id,
+            succeeded=succeeded,
+            failures=failures,
+            results=results,
+            batch_ids=succeeded_batches(batch),
         )
 
 
@@ -186,6 +190,14 @@ def outcome_fields(
         [o.job.fence for o in batch if o.failure is None],
         [o.failure for o in batch if o.failure is not None],
         {o.job.id: o.result for o in batch if o.result is not None},
+    )
+
+
+def succeeded_batches(batch: list[Outcome]) -> list[int]:
+    """The batches (and workflows) of the jobs that succeeded in ``batch``, as claimed: the
+    store counts them in the completion's statement where it can (``Store.finish``)."""
+    return sorted(
+        {o.job.batch_id for o in batch if o.failure is None and o.job.batch_id is not None}
     )
 
 
