@@ -291,7 +291,7 @@ def test_claimed_rows_are_read_into_their_fields_by_the_spec():
 
 
 def test_claimed_jobs_read_from_rows_are_whole_frozen_dataclasses():
-    # The claim reader fills each job's __dict__ rather than calling __init__ (2 µs a job):
+    # The claim reader sets each job's fields itself rather than calling __init__:
     # what it makes must equal the constructor's job field for field, and stay frozen.
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     values = {
@@ -344,7 +344,7 @@ def test_the_claim_reader_is_not_made_when_a_field_would_stay_unset():
 
 
 def test_a_success_made_by_succeeded_equals_the_outcome_its_constructor_makes():
-    # succeeded() fills the frozen Outcome's __dict__ (its __init__ cost the loop a
+    # succeeded() sets the frozen Outcome's fields itself (its __init__ cost the loop a
     # microsecond or two per job): same fields, same values, still frozen.
     (job,) = claims_from_rows(
         [

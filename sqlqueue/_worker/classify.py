@@ -69,6 +69,7 @@ class Outcome:
 
 
 _new = object.__new__
+_put = object.__setattr__
 _SUCCESS_FIELDS = ("job", "failure", "elapsed", "result", "recorded", "landed", "claimable")
 if set(_SUCCESS_FIELDS) != {field.name for field in fields(Outcome)}:  # pragma: no cover
     raise RuntimeError("succeeded() must fill every field of Outcome: add the new one there")
@@ -83,20 +84,19 @@ def succeeded(
     landed: bool = False,
     claimable: frozenset[str] = frozenset(),
 ) -> Outcome:
-    """The :class:`Outcome` of an attempt that succeeded, made as ``copy`` and ``pickle``
-    make a frozen dataclass: its ``__init__`` sets the seven fields one
-    ``object.__setattr__`` call at a time, a microsecond or two of the event loop per job,
-    and every job that succeeds pays it."""
+    """The :class:`Outcome` of an attempt that succeeded, its fields set with
+    ``object.__setattr__`` bound once as the claim reader sets a claimed job's (see
+    ``sqlqueue/_store/rows.py``): the frozen dataclass's ``__init__`` looks the builtin up
+    again for each of the seven, about a microsecond of the event loop per job, and every
+    job that succeeds pays it."""
     outcome = _new(Outcome)
-    outcome.__dict__.update(
-        job=job,
-        failure=None,
-        elapsed=elapsed,
-        result=result,
-        recorded=recorded,
-        landed=landed,
-        claimable=claimable,
-    )
+    _put(outcome, "job", job)
+    _put(outcome, "failure", None)
+    _put(outcome, "elapsed", elapsed)
+    _put(outcome, "result", result)
+    _put(outcome, "recorded", recorded)
+    _put(outcome, "landed", landed)
+    _put(outcome, "claimable", claimable)
     return outcome
 
 
