@@ -205,3 +205,51 @@ def test_a_relaxed_round_that_fails_leaves_nothing_written(backend):
     assert {queue.get_job(job.id).status for job in claimed} == {"running"}
     landed, _ = _cycle(queue, "w1", succeeded=[job.fence for job in claimed])
     assert landed == {job.id for job in claimed}
+
+
+#: A session setting that changes how the server writes a claim's timestamps as text, by the
+#: capability of the backends that have such sessions (PostgreSQL writes ``timestamptz`` in
+#: the session's time zone): a claim must read the same instants whatever it is.
+SESSION_TIME_ZONE = {"transaction_settings": "SET TIME ZONE 'Asia/Kolkata'"}
+
+
+@pytest.mark.parametrize("capability", SESSION_TIME_ZONE)
+def test_a_claim_reads_its_timestamps_exactly_in_any_session_time_zone(backend, capability):
+    """PostgreSQL's claim returns its timestamps as text, read once per distinct value (it
+    was psycopg's zone-aware datetime per value): in a session whose time zone is +05:30 the
+    claimed jobs still carry the row's instants, in UTC, to the microsecond."""
+    backend.requires(capability)
+    queue, _grouped, plain = _queue_with_jobs(backend)
+    with backend.engine.connect() as conn:
+        conn.exec_driver_sql(SESSION_TIME_ZONE[capability])
+        conn.commit()
+    _, [claimed] = _cycle(queue, "w1", limit=10)
+    assert backend.engine.pool.checkedin() == 1  # the claim ran in that session
+    assert {job.id for job in claimed} >= set(plain)
+    for job in claimed:
+        row = queue.get_job(job.id)
+        assert (job.next_run_at, job.created_at, job.started_at, job.lease_expires_at) == (
+            row.next_run_at,
+            row.created_at,
+            row.started_at,
+            row.lease_expires_at,
+        )
+        for moment in (job.next_run_at, job.created_at, job.started_at, job.lease_expires_at):
+            assert moment.utcoffset() == timedelta(0)
+
+
+def test_a_claim_in_a_session_with_a_non_iso_datestyle_says_what_to_set(backend):
+    """A claim's timestamps are read in PostgreSQL's ISO DateStyle (as psycopg reads them):
+    another one is refused with an error that names the setting, and nothing is claimed."""
+    backend.requires("transaction_settings")
+    queue, _grouped, _plain = _queue_with_jobs(backend)
+    with backend.engine.connect() as conn:
+        conn.exec_driver_sql("SET DateStyle = 'SQL, DMY'")
+        conn.commit()
+    with pytest.raises(sqlqueue.ConfigurationError, match="DateStyle"):
+        _cycle(queue, "w1", limit=10)
+    with backend.engine.connect() as conn:
+        conn.exec_driver_sql("SET DateStyle = 'ISO, MDY'")
+        conn.commit()
+    _, [claimed] = _cycle(queue, "w1", limit=10)
+    assert len(claimed) == 4  # one of the group, the three plain: the refused claim rolled back

@@ -15,7 +15,8 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Mapping, Sequence, Set
+import time
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -115,6 +116,8 @@ class Worker:
             queue.store, registration=self._registration, lease_seconds=queue.lease_seconds
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The serving loop's ``time`` (event-loop time), read a few times per job.
+        self._clock: Callable[[], float] = time.monotonic
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
         self._wake = asyncio.Event()
@@ -210,6 +213,7 @@ class Worker:
                 "the modules that declare the tasks (@queue.task) before starting the worker"
             )
         self._loop = asyncio.get_running_loop()
+        self._clock = self._loop.time
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
         self._wake = asyncio.Event()
@@ -586,7 +590,7 @@ class Worker:
             return True  # and backs off
         for pool, jobs in zip(wanted, claimed, strict=True):
             for job in jobs:
-                self._start(job, pool)
+                self._start(job, pool, self._clock())
         if any(claimed):
             self._slots.wake()
             return True
@@ -611,16 +615,17 @@ class Worker:
             return
         if ahead:
             self._ahead.add(job.id)
+        now = self._clock()
         if pool.free > 0:
-            self._start(job, pool)
+            self._start(job, pool, now)
         else:
             self._leased[job.id] = job
-            pool.hold(job, asyncio.get_running_loop().time())
+            pool.hold(job, now)
 
-    def _start(self, job: ClaimedJob, pool: Pool) -> None:
+    def _start(self, job: ClaimedJob, pool: Pool, now: float) -> None:
+        """Start ``job`` in a free slot of ``pool`` at ``now`` (event-loop time)."""
         if self._launcher is None:  # pragma: no cover - serve() sets it before any claim
             raise RuntimeError("the worker is not serving")
-        now = asyncio.get_running_loop().time()
         if job.id in self._ahead:
             self._ahead.discard(job.id)
             self._unrecorded[job.id] = (job.fence, now)
@@ -641,11 +646,12 @@ class Worker:
             del self._running[job.id]
             pool = self._slots.give_back(job.id)
             started_at = self._started_at.pop(job.id, None)
+            now = self._clock()
             if pool is not None and started_at is not None:
-                pool.ran(asyncio.get_running_loop().time() - started_at)
+                pool.ran(now - started_at)
             if pool is not None and pool.held and not self._stop_requested.is_set():
                 # Its slot, without a round trip.
-                self._start(pool.next_held(asyncio.get_running_loop().time()), pool)
+                self._start(pool.next_held(now), pool, now)
         self._wake.set()  # a slot is free, or a held job started: the pool may claim ahead
 
     def _on_written(self, outcome: Outcome, landed: bool) -> None:

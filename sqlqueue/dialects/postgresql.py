@@ -38,10 +38,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.schema import CreateSchema
 from sqlalchemy.sql.elements import ColumnElement
 
+from sqlqueue._errors import ConfigurationError
 from sqlqueue._schema import jobs
-from sqlqueue._types import UtcDateTime
+from sqlqueue._types import UtcDateTime, as_utc
 from sqlqueue.dialects._base import BulkPath, Dialect
-from sqlqueue.dialects._claiming import _CLAIM_LIMIT
+from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_TIMESTAMPS
 from sqlqueue.dialects._history import HistoryPartitions
 
 if TYPE_CHECKING:
@@ -91,6 +92,29 @@ class PostgresDialect(HistoryPartitions, Dialect):
     ) -> ColumnElement[float]:
         """``EXTRACT(EPOCH FROM later - earlier)`` as double precision (it is numeric on 14+)."""
         return cast(extract("epoch", later - earlier), Float())
+
+    def _claim_column(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """Timestamps come back as text (``timestamptz::text``), read once per distinct value
+        by :meth:`claim_moment`: psycopg made a zone-aware datetime of each value, 0.4 µs of the
+        worker's CPU apiece, four per claimed job (the same values a claim shares)."""
+        if column.name in CLAIM_TIMESTAMPS:
+            return cast(column, Text()).label(column.name)
+        return super()._claim_column(column)
+
+    def claim_moment(self, value: Any) -> datetime:
+        """A claimed timestamp as PostgreSQL writes it in its ISO ``DateStyle`` (with the
+        session's UTC offset), as an aware UTC datetime. psycopg reads timestamps in no
+        other ``DateStyle`` either, so this asks nothing new of the connection."""
+        if isinstance(value, datetime):
+            return as_utc(value)
+        try:
+            return as_utc(datetime.fromisoformat(value))
+        except ValueError:
+            raise ConfigurationError(
+                f"PostgreSQL sent the timestamp {value!r}, not in its ISO DateStyle: sqlqueue "
+                "(and psycopg) read timestamps only in that one; set DateStyle = 'ISO' for "
+                "sqlqueue's connections (the server's default)"
+            ) from None
 
     def async_url(self, url: URL) -> URL:
         """psycopg 3 speaks asyncio under the same driver name."""
