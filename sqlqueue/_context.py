@@ -32,6 +32,7 @@ from sqlqueue._jobrow import JobRow
 from sqlqueue._logs import job_fields
 from sqlqueue._payload import check_result
 from sqlqueue._store import batches
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.rows import ClaimedJob, error_record
 from sqlqueue._store.transactions import translated
 from sqlqueue._workflow import WorkflowStatus
@@ -119,6 +120,8 @@ class JobContext:
         #: The queues in which this job's completing transaction made jobs claimable (workflow
         #: steps it released, a batch's callback): the worker wakes their pools.
         self._made_claimable: frozenset[str] = frozenset()
+        #: The workflow steps that transaction released (the worker lowers its claim floors).
+        self._released: tuple[Released, ...] = ()
         self.logger = _JobLogger(logging.getLogger("sqlqueue.job"), job_fields(job, worker_id))
 
     # -- facts --------------------------------------------------------------------------------

@@ -312,6 +312,27 @@ def test_set_result_stores_a_result_unless_the_handler_returns_another(backend):
     assert "the result is 502 bytes, over the 200-byte cap" in refused[1]
 
 
+def test_a_set_result_value_changed_after_it_was_set_is_refused_naming_set_result(backend):
+    """A value given to ``ctx.set_result`` is checked again when the attempt ends (the handler
+    may change it after setting it): then the job is dead with an error naming
+    ``ctx.set_result``, not the return value the handler never gave."""
+    queue = backend.queue()
+
+    @queue.task("changes_it", max_attempts=1)
+    def changes_it(ctx: sqlqueue.JobContext) -> None:
+        value: dict[str, Any] = {"ok": True}
+        ctx.set_result(value)
+        value["when"] = {1, 2}
+
+    with backend.engine.begin() as conn:
+        job_id = changes_it.enqueue(conn)
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert job.status == "dead"
+    assert "ctx.set_result's value cannot be stored" in job.last_error
+    assert "result['when'] is a set" in job.last_error
+
+
 def test_progress_is_visible_while_running_and_extends_the_lease(backend):
     queue = backend.queue(lease_seconds=60)
     reported = threading.Event()

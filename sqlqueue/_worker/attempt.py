@@ -99,6 +99,10 @@ async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outco
         return outcome
     if admission is not None:
         await _admission.report(admission, runtime, None)
+    if landed and context is not None and context._released:
+        # Again once committed, as Store.finish does: another pool's claim before the commit
+        # may have moved a floor back past the steps this job's transaction released.
+        runtime.store.claim_floors.lower(context._released)
     return succeeded(
         job,
         time.monotonic() - started,
@@ -199,6 +203,7 @@ def _completion(
         if endings:
             settled = batches.settle(conn, dialect, endings)
             context._made_claimable = settled.queues
+            context._released = settled.released
             runtime.store.claim_floors.lower(settled.released)  # see Store._write_outcomes
         return True
 
@@ -211,11 +216,14 @@ def _result_of(returned: Any, context: JobContext | None) -> Any:
     return returned if context is None else context.result_of(returned)
 
 
-def _checked_result(result: Any, runtime: Runtime) -> Any:
+def _checked_result(result: Any, runtime: Runtime, returned: Any) -> Any:
+    """``result`` as it will be stored, or :class:`BadResult` naming where it came from: the
+    handler's return value, or (when it returned ``None``) what it gave ``ctx.set_result``."""
     try:
         return check_result(result, max_bytes=runtime.max_result_bytes)
     except PayloadError as error:
-        raise BadResult(f"the handler's return value cannot be stored: {error}") from None
+        source = "the handler's return value" if returned is not None else "ctx.set_result's value"
+        raise BadResult(f"{source} cannot be stored: {error}") from None
 
 
 async def _watch(
@@ -260,7 +268,8 @@ def _in_thread(
     scope = current_job.set(job)
     try:
         try:
-            value = _checked_result(_result_of(task.plan.call(job, kwargs), context), runtime)
+            returned = task.plan.call(job, kwargs)
+            value = _checked_result(_result_of(returned, context), runtime, returned)
         except BaseException:
             if context is not None:
                 context.finish_sync(None)
@@ -287,7 +296,7 @@ async def _on_loop(
     try:
         call = task.plan.call(job, kwargs)
         returned = await (call if timeout is None else asyncio.wait_for(call, timeout))
-        result = _checked_result(_result_of(returned, context), runtime)
+        result = _checked_result(_result_of(returned, context), runtime, returned)
     except TimeoutError:
         await _abort(context)
         raise _timed_out(task, job) from None
