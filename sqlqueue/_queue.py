@@ -482,7 +482,7 @@ class Queue(Operations):
         return self.store.get_job(job_id)
 
     def cancel(self, job_id: int, *, by: str | None = None, reason: str | None = None) -> Job:
-        """Cancel a queued or failed job now, or ask a running job's handler to stop
+        """Cancel a queued, failed or waiting job now, or ask a running job's handler to stop
         (``ctx.cancelled``; if that attempt fails, the job ends ``cancelled``, not retried).
         Returns the job as it now is. With ``by`` and ``reason`` (an operator's cancel), the
         job records who and why (:meth:`job_actions`)."""
@@ -505,10 +505,12 @@ class Queue(Operations):
         reason: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> int:
-        """Cancel every queued or failed job matching all the given filters (as
-        :meth:`jobs` reads them; ``status`` narrows to ``"queued"`` or ``"failed"``), in
-        batches of ``batch_size`` (one short transaction each); return how many. With ``by``
-        and ``reason``, each job records who and why (:meth:`job_actions`)."""
+        """Cancel every queued, failed or waiting job (a workflow step not released yet)
+        matching all the given filters (as :meth:`jobs` reads them; ``status`` narrows to
+        ``"queued"``, ``"failed"`` or ``"waiting"``), in batches of ``batch_size``
+        (one short transaction each), oldest first; return how many. Running jobs are left
+        alone (see :meth:`cancel`). With ``by`` and ``reason``, each job records who and why
+        (:meth:`job_actions`)."""
         if all(
             value is None
             for value in (job_type, queue, group_key, error_contains, since, until, job_ids)

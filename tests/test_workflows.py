@@ -25,6 +25,7 @@ from sqlqueue import JobRequest, JobStatus, Workflow, WorkflowError
 from sqlqueue._schema import batches, jobs, workflow_edges, workflow_steps
 from sqlqueue._store import batches as store_batches
 from sqlqueue._store import outcomes
+from sqlqueue._store.filters import JobFilter
 from tests._support import WorkerThread, count_jobs, drain, wait_until
 from tests._support import run_cli as cli
 from tests.conftest import Backend
@@ -548,6 +549,38 @@ def test_cancel_by_type_or_queue_applies_the_cancel_policy(backend, by):
     drain(queue)
     assert [label for label, _ in seen] == ["other"]
     assert _status(queue, handle.id).finished_at is not None
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 100])
+def test_cancel_by_filter_takes_waiting_steps_and_queued_jobs_in_any_batch_size(
+    backend, batch_size
+):
+    """Waiting steps and queued jobs interleaved by id: every batch takes the oldest of both,
+    and the cancel goes on until the filter matches nothing (each job once)."""
+    queue, _ = _queue(backend)
+    plain: list[int] = []
+    steps: list[int] = []
+    ups: list[int] = []
+    for _ in range(3):
+        plain.append(queue.enqueue(queue.engine, "step", {"label": "p"}, queue="q"))
+        wf = Workflow()
+        wf.add("up", JobRequest(job_type="step", payload={"label": "up"}, queue="other"))
+        wf.add("s1", JobRequest(job_type="step", payload={"label": "s"}, queue="q"), after=["up"])
+        wf.add("s2", JobRequest(job_type="step", payload={"label": "s"}, queue="q"), after=["up"])
+        handle = _enqueue(queue, wf)
+        steps += [handle.job_ids["s1"], handle.job_ids["s2"]]
+        ups.append(handle.job_ids["up"])
+    plain.append(queue.enqueue(queue.engine, "step", {"label": "p"}, queue="q"))
+    first = queue.admin.cancel_batch(JobFilter(queue="q"), limit=batch_size, record=None)
+    assert first.cancelled == sorted(plain + steps)[:batch_size]
+    matching = len(plain) + len(steps)
+    assert first.exhausted is (batch_size > matching)
+    assert queue.cancel_where(queue="q", batch_size=batch_size) == matching - len(first.cancelled)
+    with queue.engine.connect() as conn:
+        rows = dict(conn.execute(sa.select(jobs.c.id, jobs.c.status)).all())
+    assert {rows[job_id] for job_id in plain + steps} == {"cancelled"}
+    assert {rows[job_id] for job_id in ups} == {"queued"}
+    assert queue.cancel_where(queue="q", batch_size=batch_size) == 0
 
 
 def test_discarding_a_dead_step_keeps_the_steps_after_it_waiting(backend):

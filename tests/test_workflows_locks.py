@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue import JobRequest, Workflow
-from sqlqueue._schema import batches
+from sqlqueue._schema import batches, jobs
 from sqlqueue._store import cancel, counts, deadletter, job_actions, outcomes, workflows
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter
@@ -201,8 +201,10 @@ def _cancel_one(job_id: int, dialect: Any) -> Callable[[sa.Connection], Any]:
 
 
 def _cancel_by_filter(job_id: int, dialect: Any) -> Callable[[sa.Connection], Any]:
-    return lambda conn: job_actions.cancel_batch(
-        conn, dialect, JobFilter(job_ids=[job_id]), limit=10, record=None
+    return lambda conn: (
+        job_actions.cancel_batch(
+            conn, dialect, JobFilter(job_ids=[job_id]), limit=10, record=None
+        ).cancelled
     )
 
 
@@ -270,3 +272,81 @@ def test_a_cancel_of_a_waiting_step_and_its_workflow_cancelling_it_never_deadloc
             sa.select(batches.c.dead, batches.c.cancelled).where(batches.c.id == handle.id)
         ).one()
     assert tuple(counted) == (1, 2)
+
+
+def test_a_cancel_by_filter_goes_on_past_a_step_its_workflow_ended_meanwhile(backend: Backend):
+    """``cancel_where`` with batches of two reads waiting step ``s1`` and queued job ``p1``
+    and waits for ``s1``'s workflow's row, which a dead ending of ``up`` holds while it
+    cancels ``s1`` (``on_dead="cancel"``). The batch then cancels only ``p1``: one short
+    batch used to end the cancel, leaving five matching jobs queued. And the queued job past
+    the batch's cut (``p2``, after the older step) is not held while it waits: a claim may
+    take it."""
+    backend.requires("row_locks")
+    queue = backend.queue()
+    queue.task("step", max_attempts=1)(lambda: None)
+    wf = Workflow(on_dead="cancel")
+    wf.add("up", JobRequest(job_type="step"))
+    wf.add("s1", JobRequest(job_type="step", queue="q"), after=["up"])
+    with queue.engine.begin() as conn:
+        handle = queue.enqueue_workflow(conn, wf)
+    plain = [queue.enqueue(queue.engine, "step", queue="q") for _ in range(6)]
+    ending = _end_first_step(queue, "dead")
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def cancel_where() -> None:
+        try:
+            results.append(queue.cancel_where(queue="q", batch_size=2))
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=cancel_where, daemon=True)
+    holding = threading.Event()
+
+    def note_hold(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        # The cancel's thread asks for the workflows' rows, its candidates read and its queued
+        # jobs locked (a statement hook: InnoDB does not always show this wait as LOCK WAIT).
+        asks = "sqlqueue_batches" in statement and "FOR UPDATE" in statement
+        if asks and threading.get_ident() == thread.ident:
+            holding.set()
+
+    sa.event.listen(queue.engine, "before_cursor_execute", note_hold)
+    free: list[int] = []
+    with queue.engine.connect() as conn, conn.begin():
+        conn.execute(
+            sa.select(batches.c.id).where(batches.c.id == handle.id).with_for_update()
+        ).one()
+        thread.start()
+        try:
+            wait_until(
+                lambda: bool(errors or results) or holding.is_set(),
+                timeout=20,
+                what="the cancel to ask for the workflow's row",
+            )
+            with queue.engine.connect() as claim, claim.begin():  # as a claim reads them
+                free = list(
+                    claim.execute(
+                        queue.dialect.skip_locked(
+                            sa.select(jobs.c.id).where(jobs.c.id.in_(plain)).order_by(jobs.c.id)
+                        )
+                    ).scalars()
+                )
+            ending(conn)
+        except BaseException:
+            conn.rollback()
+            raise
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    assert free == plain[1:]  # only p1, in the batch, was locked while the cancel waited
+    assert results == [6]
+    with queue.engine.connect() as conn:
+        left = conn.execute(
+            sa.select(sa.func.count()).where(jobs.c.queue == "q", jobs.c.status != "cancelled")
+        ).scalar_one()
+    assert left == 0
+    status = queue.get_workflow(handle.id)
+    assert status is not None
+    assert {name: str(step.status) for name, step in status.steps.items()} == {
+        "up": "dead", "s1": "cancelled"
+    }  # fmt: skip

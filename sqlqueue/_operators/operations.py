@@ -312,7 +312,9 @@ class Operations:
         _who_and_why("requeue_where", by, reason)
         job_filter = self._dead_filter(job_type, queue, error_contains, since, until, job_ids)
         return self._in_batches(
-            lambda n: self.admin.requeue_batch(job_filter, limit=n, by=by, reason=reason),
+            lambda n: _counted(
+                self.admin.requeue_batch(job_filter, limit=n, by=by, reason=reason), n
+            ),
             limit,
             batch_size,
         )
@@ -343,7 +345,9 @@ class Operations:
         _who_and_why("discard_where", by, reason)
         job_filter = self._dead_filter(job_type, queue, error_contains, since, until, job_ids)
         return self._in_batches(
-            lambda n: self.admin.discard_batch(job_filter, limit=n, by=by, reason=reason),
+            lambda n: _counted(
+                self.admin.discard_batch(job_filter, limit=n, by=by, reason=reason), n
+            ),
             limit,
             batch_size,
         )
@@ -438,8 +442,10 @@ class Operations:
             time.sleep(min(time.monotonic() - started, 0.2))
 
     def _in_batches(
-        self, batch: Callable[[int], list[int]], limit: int | None, batch_size: int
+        self, batch: Callable[[int], tuple[list[int], bool]], limit: int | None, batch_size: int
     ) -> list[int]:
+        """Run ``batch(size)`` (one short transaction: the ids it acted on, and whether the
+        filter has nothing more for it) until it has nothing more or ``limit`` is reached."""
         if limit is not None and limit < 0:
             raise ConfigurationError(f"limit must be >= 0, got {limit!r}")
         if batch_size < 1:
@@ -448,9 +454,9 @@ class Operations:
         while limit is None or len(done) < limit:
             size = batch_size if limit is None else min(batch_size, limit - len(done))
             started = time.monotonic()
-            ids = batch(size)
+            ids, exhausted = batch(size)
             done.extend(ids)
-            if len(ids) < size:
+            if exhausted:
                 break
             self._breathe(started)
         return done
@@ -542,3 +548,9 @@ class Operations:
     def paused_queues(self) -> list[str]:
         """The names of the queues paused now."""
         return self.admin.paused_queues()
+
+
+def _counted(ids: list[int], size: int) -> tuple[list[int], bool]:
+    """A batch that takes its rows in one locking read (``SKIP LOCKED``, ``LIMIT size``) and
+    acts on every row it took: it has nothing more when it comes back short."""
+    return ids, len(ids) < size

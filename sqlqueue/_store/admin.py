@@ -30,7 +30,7 @@ from sqlqueue._store import (
     workers,
 )
 from sqlqueue._store.filters import JobFilter
-from sqlqueue._store.job_actions import Record
+from sqlqueue._store.job_actions import CancelBatch, Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
 from sqlqueue._store.transactions import in_write, translated
 from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
@@ -376,7 +376,7 @@ class Admin:
 
     def cancel_batch(
         self, job_filter: JobFilter, *, limit: int, record: Record | None
-    ) -> list[int]:
+    ) -> CancelBatch:
         """See :func:`job_actions.cancel_batch`."""
         return self._write(
             lambda conn: job_actions.cancel_batch(

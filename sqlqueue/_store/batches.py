@@ -33,7 +33,16 @@ no job row outside that class: where it may meet one (a filtered cancel's steps 
 while it waited for their workflows) it takes it with ``SKIP LOCKED``, never waiting for it.
 One exception: a cancel of one waiting step that its workflow releases while the cancel waits
 for the workflow's row then waits for the step's row, which a worker holds only if it claimed,
-ran and finished the step in that moment (the server would abort one of the two).
+ran and finished the step in that moment (its round holds the step's row and asks for the
+workflow's). The server then aborts one of the two. On PostgreSQL the one that started waiting
+first runs the deadlock check (after ``deadlock_timeout``, 1 s by default) and is aborted
+(40P01); InnoDB picks its victim itself. Neither way loses anything. An aborted worker round
+rolls back whole: its outcomes go back to the worker, which writes them again in their own
+transaction tens of milliseconds later (``sqlqueue/_worker/outbox.py``), its lease still held,
+so the step succeeds once and does not run again; the cancel, which then gets the step's row,
+finds it running and only asks its handler to stop. An aborted cancel writes nothing: on
+PostgreSQL :meth:`Queue.cancel` raises :class:`DatabaseError` (the caller may ask again, and
+then learns the step ran); on MariaDB the dialect runs the cancel's transaction again.
 
 Retention prunes a finished batch's row with the last job that refers to it (children and
 callback): the counters live on the batch row, so pruning children never changes its counts,

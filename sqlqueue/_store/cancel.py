@@ -6,8 +6,10 @@ the job ends ``cancelled`` instead of being retried. A child of a batch cancelle
 in its batch in the same transaction.
 
 A workflow step still ``waiting`` is locked after its workflow's row, as the release of it
-locks it (the lock order of :mod:`sqlqueue._store.batches`, with its one exception); any
-other job's row first.
+locks it (the lock order of :mod:`sqlqueue._store.batches`); any other job's row first. The
+one exception to that order is here: a step released while the cancel waits for its workflow,
+then claimed, run and finished at once, can deadlock the cancel with the worker's round; the
+batches module says which side the server aborts and why neither loses an outcome.
 """
 
 from __future__ import annotations

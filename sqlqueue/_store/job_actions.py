@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, RowMapping, insert, select, update
 
@@ -24,6 +24,7 @@ from sqlqueue.dialects import Dialect
 
 __all__ = [
     "WAITING",
+    "CancelBatch",
     "Record",
     "cancel_batch",
     "make_due",
@@ -140,9 +141,17 @@ def make_due(
     return ids
 
 
+class CancelBatch(NamedTuple):
+    """One filtered cancel's transaction: the jobs it cancelled, and whether it read every
+    job the filter still matches (then no further batch is needed)."""
+
+    cancelled: list[int]
+    exhausted: bool
+
+
 def cancel_batch(
     conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, record: Record | None
-) -> list[int]:
+) -> CancelBatch:
     """Cancel up to ``limit`` queued, failed or waiting jobs matching ``job_filter``, oldest
     first (rows another transaction holds are skipped: a worker claiming one keeps it); return
     their ids. Children of batches count in their batch in this transaction.
@@ -153,40 +162,47 @@ def cancel_batch(
     rows (read before without a lock, taken skipping those held: this transaction then waits
     for no job row, so two filtered cancels over the same workflows never wait crosswise).
     Every row is read without a lock and then locked by its key: a locking scan by the filter
-    would take (on InnoDB) each row it examines, waiting steps too, before it checks them."""
+    would take (on InnoDB) each row it examines, waiting steps too, before it checks them.
+
+    A step that ended or was claimed while this waited for its workflow is dropped, so fewer
+    than ``limit`` may be cancelled although more match: ``exhausted`` says, from how many
+    candidates were read, whether another batch may find more."""
     clauses = job_filter.clauses()
-    chosen = [
-        (job_id, batch_id, False)
-        for job_id, batch_id in _take_queued(conn, dialect, clauses, limit)
-    ]
-    chosen.extend(
-        (int(job_id), batch_id, True)
+    steps = [
+        (int(job_id), batch_id)
         for job_id, batch_id in conn.execute(
             select(jobs.c.id, jobs.c.batch_id)
             .where(*clauses, jobs.c.status == "waiting")
             .order_by(jobs.c.id)
             .limit(limit)
         )
-    )
-    chosen = sorted(chosen)[:limit]  # the oldest of both (the others held stay unchanged)
+    ]
+    taken = _take_queued(conn, dialect, clauses, limit, [job_id for job_id, _ in steps])
+    exhausted = len(taken) + len(steps) < limit
+    queued = {job_id for job_id, _ in taken}  # a step released meanwhile: taken as queued
+    steps = [(job_id, batch_id) for job_id, batch_id in steps if job_id not in queued]
+    chosen = sorted(
+        [(job_id, batch_id, False) for job_id, batch_id in taken]
+        + [(job_id, batch_id, True) for job_id, batch_id in steps]
+    )[:limit]  # the oldest of both; only steps, never locked, fall past the cut
     if not chosen:
-        return []
+        return CancelBatch([], exhausted)
     hold_batches(conn, dialect, [int(batch_id) for _, batch_id, _ in chosen if batch_id])
     ids = [job_id for job_id, _, waiting in chosen if not waiting]
-    steps = [job_id for job_id, _, waiting in chosen if waiting]
-    if steps:  # still waiting, or released meanwhile (then queued, and skipped if claimed)
+    kept = [job_id for job_id, _, waiting in chosen if waiting]
+    if kept:  # still waiting, or released meanwhile (then queued, and skipped if claimed)
         ids.extend(
             int(job_id)
             for job_id in conn.execute(
                 dialect.skip_locked(
                     select(jobs.c.id)
-                    .where(jobs.c.id.in_(steps), jobs.c.status.in_(_CANCELLABLE))
+                    .where(jobs.c.id.in_(kept), jobs.c.status.in_(_CANCELLABLE))
                     .order_by(jobs.c.id)
                 )
             ).scalars()
         )
     if not ids:
-        return []
+        return CancelBatch([], exhausted)
     current = dialect.now()
     stmt = (
         update(jobs)
@@ -202,41 +218,52 @@ def cancel_batch(
         settle(conn, dialect, endings)
     cancelled = sorted(int(job_id) for job_id, _ in done)
     record_actions(conn, dialect, cancelled, record)
-    return cancelled
+    return CancelBatch(cancelled, exhausted)
 
 
 def _take_queued(
-    conn: Connection, dialect: Dialect, clauses: Sequence[Any], limit: int
+    conn: Connection, dialect: Dialect, clauses: Sequence[Any], limit: int, steps: Sequence[int]
 ) -> list[tuple[int, int | None]]:
-    """Lock up to ``limit`` queued or failed jobs matching ``clauses``, oldest first, skipping
-    those another transaction holds; ``(id, batch id)`` each. Read in id order without a lock
-    and locked by key, a page at a time past the ones held, so a claim taking the oldest at the
-    same moment does not leave the batch short (which would end a cancel by filter early)."""
+    """Lock the queued or failed jobs matching ``clauses`` that are among the ``limit`` oldest
+    of them and the waiting ``steps`` (ids, ascending), skipping those another transaction
+    holds; ``(id, batch id)`` each. No row past that cut is locked: it would stay locked until
+    the commit for nothing, and claims would skip it. Read in id order without a lock and
+    locked by key, a page at a time past the ones held, so a claim taking the oldest at the
+    same moment does not leave the batch short."""
     taken: list[tuple[int, int | None]] = []
     after = 0
-    while len(taken) < limit:
-        wanted = limit - len(taken)
-        page = list(
-            conn.execute(
+    while True:
+        later = [job_id for job_id in steps if job_id > after]
+        wanted = limit - len(taken) - (len(steps) - len(later))
+        if wanted <= 0:
+            break
+        page = [
+            int(job_id)
+            for job_id in conn.execute(
                 select(jobs.c.id)
                 .where(*clauses, jobs.c.status.in_(WAITING), jobs.c.id > after)
                 .order_by(jobs.c.id)
                 .limit(wanted)
             ).scalars()
-        )
-        if not page:
+        ]
+        cut = sorted({*page, *later})[:wanted]
+        within = [job_id for job_id in page if job_id <= cut[-1]] if cut else []
+        if not within:
             break
-        after = int(page[-1])
-        taken.extend(
+        after = within[-1]
+        locked = [
             (int(job_id), batch_id)
             for job_id, batch_id in conn.execute(
                 dialect.skip_locked(
                     select(jobs.c.id, jobs.c.batch_id)
-                    .where(jobs.c.id.in_(page), jobs.c.status.in_(WAITING))
+                    .where(jobs.c.id.in_(within), jobs.c.status.in_(WAITING))
                     .order_by(jobs.c.id)
                 )
             )
-        )
-        if len(page) < wanted:
+        ]
+        taken.extend(locked)
+        if len(within) < len(page) and len(locked) == len(within):
+            break  # the cut is full: the steps fill what the page does not
+        if len(page) < wanted and len(within) == len(page):
             break
     return taken
