@@ -12,20 +12,21 @@ the connection's own; otherwise :func:`can_run_directly` says no and the caller 
 ``Connection.execute``. sqlqueue's tables in a named schema are compiled into the SQL once per
 schema (what the translate map of ``_schema.table_options`` does at each execution). Like
 SQLAlchemy, it begins the connection's transaction first if none is open, invalidates a
-connection that a driver error shows is gone, and raises SQLAlchemy's wrapped error, so errors
-are translated at the dialect boundary as every other statement's are.
+connection that a driver error shows is gone (and marks the pool's older ones stale: after a
+server restart one statement fails, not one per pooled connection), and raises SQLAlchemy's
+wrapped error, so errors are translated at the dialect boundary as every other statement's are.
 
 Given an Engine (sqlqueue's own transaction), :meth:`DirectStatement.committed_row` goes one
 step further where :func:`can_commit_directly` allows: no ``Connection`` at all, a connection
 from the pool, the statement and the driver's commit, which is all ``engine.begin()`` does on
 the driver's connection there.
 
-What it reads below SQLAlchemy's public API (compiled ``bind_names`` and ``positiontup``, the
-dispatch collections, ``Engine._should_log_info``) is asserted by ``tests/test_direct.py`` and
-``tests/test_direct_commit.py``, which ``nox -s direct_sqlalchemy`` runs on every supported
-SQLAlchemy minor line: measured, the public ``Connection.execute`` path costs 1.3-2x this
-one's CPU per one-job enqueue, and the Engine form through ``engine.begin()`` 1.3x the
-instructions of the form without it.
+What it uses below SQLAlchemy's public API (compiled ``bind_names`` and ``positiontup``, the
+dispatch collections, ``Engine._should_log_info``, ``Pool._invalidate``) is asserted by
+``tests/test_direct.py`` and ``tests/test_direct_commit.py``, which ``nox -s
+direct_sqlalchemy`` runs on every supported SQLAlchemy minor line: measured, the public
+``Connection.execute`` path costs 1.3-2x this one's CPU per one-job enqueue, and the Engine
+form through ``engine.begin()`` 1.3x the instructions of the form without it.
 """
 
 from __future__ import annotations
@@ -183,17 +184,22 @@ class DirectStatement:
         parameters = compiled.parameters(values)
         if not conn.in_transaction():
             conn.begin()  # what SQLAlchemy's autobegin would do on the first statement
-        dbapi_connection = conn.connection.dbapi_connection
+        pooled = conn.connection
+        dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None
-        cursor = dbapi_connection.cursor()
+        cursor = None
         try:
+            cursor = dbapi_connection.cursor()  # a closed connection's driver raises here
             cursor.execute(compiled.sql, parameters)
             return cursor.fetchone()
         except conn.dialect.loaded_dbapi.Error as error:
             gone = conn.dialect.is_disconnect(error, dbapi_connection, cursor)
             if gone:
+                # As SQLAlchemy does: every connection the pool made before this one is stale
+                # too (a server restart), so each is replaced at its next checkout.
+                conn.engine.pool._invalidate(pooled, error, _checkin=False)
                 conn.invalidate(error)
-            raise _wrapped(error, compiled, parameters, conn.engine, gone) from error
+            raise _wrapped(error, compiled.sql, parameters, conn.engine, gone) from error
         except Exception:
             raise
         except BaseException:
@@ -202,7 +208,8 @@ class DirectStatement:
             conn.invalidate()
             raise
         finally:
-            cursor.close()
+            if cursor is not None:
+                cursor.close()
 
     def committed_row(
         self, engine: Engine, values: Mapping[str, Any], schema: str | None = None
@@ -234,20 +241,30 @@ class DirectStatement:
             ) from error
         try:
             dbapi_connection = pooled.dbapi_connection
-            cursor = dbapi_connection.cursor()  # type: ignore[union-attr]
+            assert dbapi_connection is not None
+            cursor = None
+            committing = False
             try:
+                cursor = dbapi_connection.cursor()  # a closed connection's driver raises here
                 cursor.execute(compiled.sql, parameters)
                 row = cursor.fetchone()
-                dbapi_connection.commit()  # type: ignore[union-attr]
+                committing = True
+                dbapi_connection.commit()
             except dialect.loaded_dbapi.Error as error:
                 gone = dialect.is_disconnect(error, dbapi_connection, cursor)
                 if gone:
-                    pooled.invalidate(error)
+                    # Discards this connection and, as SQLAlchemy does, marks every one the
+                    # pool made before it stale (a server restart): each is replaced at its
+                    # next checkout instead of failing an enqueue of its own.
+                    engine.pool._invalidate(pooled, error)
                 else:
                     _roll_back(pooled)
-                raise _wrapped(error, compiled, parameters, engine, gone) from error
+                if committing:  # wrapped as SQLAlchemy wraps a failed commit: no statement
+                    raise _wrapped(error, None, None, engine, gone) from error
+                raise _wrapped(error, compiled.sql, parameters, engine, gone) from error
             finally:
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
         except Exception:
             raise
         except BaseException:
@@ -312,13 +329,14 @@ def _roll_back(pooled: PoolProxiedConnection) -> None:
 
 
 def _wrapped(
-    error: Exception, compiled: _Compiled, parameters: Any, engine: Engine, gone: bool
+    error: Exception, sql: str | None, parameters: Any, engine: Engine, gone: bool
 ) -> sa_exc.StatementError:
     """The driver's ``error`` as SQLAlchemy wraps it, so the dialect boundary translates it as
-    it does every other statement's."""
+    it does every other statement's: with the statement's ``sql`` and ``parameters``, or
+    neither for a failed commit."""
     dialect = engine.dialect
     return sa_exc.DBAPIError.instance(
-        compiled.sql,
+        sql,
         parameters,
         error,
         dialect.loaded_dbapi.Error,
