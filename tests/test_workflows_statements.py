@@ -295,3 +295,24 @@ def test_a_round_in_a_big_workflow_reads_only_the_steps_that_ended(backend):
             rows = conn.exec_driver_sql(f"EXPLAIN {sql}", parameters)
             plan = "\n".join(str(row[0]) for row in rows)
     assert "(workflow_id = sqlqueue_held" not in plan, plan
+
+
+def test_a_success_whose_batch_the_round_was_not_told_of_is_settled_all_the_same(backend):
+    """``batch_ids`` is what the worker claimed the jobs with; should a caller name the wrong
+    batch, the step's success still counts in its workflow and releases the step after it
+    (before, the job was marked succeeded and its workflow waited for ever)."""
+    backend.requires("modifying_ctes")
+    queue = _queue(backend)
+    [chain, other] = _chains(queue, 2)
+    [first] = queue.store.claim(
+        queues=["default"], job_types=None, limit=1, worker_id="w", lease_seconds=60
+    )
+    assert first.batch_id == chain.id
+    landed = queue.store.finish(
+        worker_id="w", succeeded=[first.fence], failures=[], batch_ids=[other.id]
+    )
+    assert landed == {first.id}
+    assert _counters(queue, [chain.id, other.id]) == [(1, False), (0, False)]
+    status = queue.get_workflow(chain.id)
+    assert status is not None
+    assert status.steps["second"].status == "queued"

@@ -170,7 +170,10 @@ def _build(dialect: Dialect, now: datetime | None) -> Any:
         .cte("sqlqueue_held")
     )
     # ``total`` of the newest version, which the UPDATE returns, against the snapshot's.
-    grew = held.c.total != select(seen.c.total).where(seen.c.id == held.c.id).scalar_subquery()
+    # IS DISTINCT FROM: a row the snapshot lacked counts as grown, the safe side (never NULL).
+    grew = held.c.total.is_distinct_from(
+        select(seen.c.total).where(seen.c.id == held.c.id).scalar_subquery()
+    )
     # The workflows that go on (one this round finished has no step waiting: a chain's end),
     # and to which no step was added while this statement waited for their rows.
     going_on = select(held.c.id).where(

@@ -221,6 +221,7 @@ class Store(GateTransactions):
             settled = batches.settle_completed(
                 conn, self.dialect, done.landed, done.held, done.released, done.grew, now
             )
+            settled = self._settle_unnamed(conn, done.landed, batch_ids, settled, now)
             self.claim_floors.lower(settled.released)  # as below
             return set(done.landed), settled
         plain = len(succeeded) > with_result
@@ -257,6 +258,31 @@ class Store(GateTransactions):
             # (and of this store's other workers) start before them, without waiting for a probe.
             self.claim_floors.lower(settled.released)
         return landed, settled
+
+    def _settle_unnamed(
+        self,
+        conn: Connection,
+        landed: Mapping[int, int | None],
+        batch_ids: Sequence[int],
+        settled: batches.Settled,
+        now: datetime | None,
+    ) -> batches.Settled:
+        """Settle, as any ending is, the successes whose batch the caller did not name in
+        ``batch_ids`` (the folded statement counts only those it was told of): a wrong list
+        costs a statement, never a batch that does not finish or a step never released."""
+        named = set(batch_ids)
+        missed = batches.Endings()
+        for job_id, batch_id in landed.items():
+            if batch_id is not None and batch_id not in named:
+                missed.ended(batch_id, "succeeded", job_id=job_id)
+        if not missed:
+            return settled
+        more = batches.settle(conn, self.dialect, missed, now)
+        return batches.Settled(
+            callbacks=[*settled.callbacks, *more.callbacks],
+            queues=settled.queues | more.queues,
+            released=(*settled.released, *more.released),
+        )
 
     def _lower_floors(self, settled: Sequence[batches.Settled]) -> None:
         """Lower the claim floors to the steps released by a committed transaction, again: a
