@@ -32,7 +32,7 @@ from sqlqueue._store import (
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.job_actions import CancelBatch, Record
 from sqlqueue._store.readmodel import ActivityRows, StatsRows
-from sqlqueue._store.transactions import in_write, translated
+from sqlqueue._store.transactions import in_read, in_write
 from sqlqueue._store.workers import LiveWorker, OverdueType, SeenWorker
 from sqlqueue._store.workflow_list import read_workflow_summaries
 from sqlqueue._worker_info import WorkerInfo
@@ -52,24 +52,17 @@ class Admin:
         self.dialect = dialect
 
     def _read(self, operation: Callable[[Connection], T]) -> T:
-        def run() -> T:
-            with self.engine.connect() as conn:
-                return operation(conn)
-
-        return translated(self.dialect, run)
+        """``operation`` in one short transaction, ended with a COMMIT (see :func:`in_read`)."""
+        return in_read(self.engine, self.dialect, operation)
 
     def _snapshot(self, operation: Callable[[Connection], T]) -> T:
         """``operation`` in one read-only transaction that sees one snapshot throughout."""
 
-        def run() -> T:
-            with self.engine.connect() as conn:
-                self.dialect.begin_snapshot(conn)
-                try:
-                    return operation(conn)
-                finally:
-                    conn.rollback()
+        def run(conn: Connection) -> T:
+            self.dialect.begin_snapshot(conn)
+            return operation(conn)
 
-        return translated(self.dialect, run)
+        return in_read(self.engine, self.dialect, run)
 
     def _write(self, operation: Callable[[Connection], T]) -> T:
         return in_write(self.engine, self.dialect, operation)

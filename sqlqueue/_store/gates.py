@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 from sqlqueue._store import breaker_states
 from sqlqueue._store.breaker_states import BreakerState
 from sqlqueue._store.token_buckets import read_bucket, take_token
-from sqlqueue._store.transactions import in_write, translated
+from sqlqueue._store.transactions import in_read, in_write
 from sqlqueue.dialects import Dialect
 
 __all__ = ["BreakerCheck", "GateTransactions", "RateCheck", "Verdict"]
@@ -161,18 +161,10 @@ class GateTransactions:
 
     def read_breaker(self, key: str) -> BreakerState | None:
         """The stored state of ``key``'s circuit breaker, or ``None``."""
-
-        def read() -> BreakerState | None:
-            with self.engine.connect() as conn:
-                return breaker_states.read_breaker(conn, key)
-
-        return translated(self.dialect, read)
+        return in_read(
+            self.engine, self.dialect, lambda conn: breaker_states.read_breaker(conn, key)
+        )
 
     def read_bucket(self, key: str) -> tuple[float, datetime] | None:
         """``(tokens, refilled_at)`` of ``key``'s rate-limit bucket as last stored, or ``None``."""
-
-        def read() -> tuple[float, datetime] | None:
-            with self.engine.connect() as conn:
-                return read_bucket(conn, key)
-
-        return translated(self.dialect, read)
+        return in_read(self.engine, self.dialect, lambda conn: read_bucket(conn, key))

@@ -29,7 +29,7 @@ from sqlqueue._store.gates import GateTransactions
 from sqlqueue._store.job_actions import Record
 from sqlqueue._store.limited_claim import ClaimLimits, claim_within_limits
 from sqlqueue._store.rows import ClaimedJob, Failure
-from sqlqueue._store.transactions import in_write, translated
+from sqlqueue._store.transactions import in_read, in_write
 from sqlqueue._workflow import WorkflowStatus
 from sqlqueue.dialects import Dialect
 
@@ -86,11 +86,11 @@ class Store(GateTransactions):
         if not self.claim_floors.floors():
             return 0
 
-        def probe() -> int:
-            with self.engine.connect() as conn:
-                return floor_probe.probe_floors(conn, self.dialect, self.claim_floors)
-
-        return translated(self.dialect, probe)
+        return in_read(
+            self.engine,
+            self.dialect,
+            lambda conn: floor_probe.probe_floors(conn, self.dialect, self.claim_floors),
+        )
 
     def cycle(
         self,
@@ -402,39 +402,27 @@ class Store(GateTransactions):
     def database_now(self) -> datetime:
         """The database clock's time now."""
 
-        def read() -> datetime:
-            with self.engine.connect() as conn:
-                value: datetime = conn.execute(select(self.dialect.clock())).scalar_one()
+        def read(conn: Connection) -> datetime:
+            value: datetime = conn.execute(select(self.dialect.clock())).scalar_one()
             return value
 
-        return translated(self.dialect, read)
+        return in_read(self.engine, self.dialect, read)
 
     def get_job(self, job_id: int) -> Job | None:
         """Read one job."""
-
-        def read() -> Job | None:
-            with self.engine.connect() as conn:
-                return deadletter.read_job(conn, self.dialect, job_id)
-
-        return translated(self.dialect, read)
+        return in_read(
+            self.engine, self.dialect, lambda conn: deadletter.read_job(conn, self.dialect, job_id)
+        )
 
     def get_batch(self, batch_id: int) -> BatchStatus | None:
         """Read one batch and its counts."""
-
-        def read() -> BatchStatus | None:
-            with self.engine.connect() as conn:
-                return batches.read_batch(conn, batch_id)
-
-        return translated(self.dialect, read)
+        return in_read(self.engine, self.dialect, lambda conn: batches.read_batch(conn, batch_id))
 
     def get_workflow(self, workflow_id: int) -> WorkflowStatus | None:
         """Read one workflow and its steps."""
-
-        def read() -> WorkflowStatus | None:
-            with self.engine.connect() as conn:
-                return workflow_reads.read_workflow(conn, workflow_id)
-
-        return translated(self.dialect, read)
+        return in_read(
+            self.engine, self.dialect, lambda conn: workflow_reads.read_workflow(conn, workflow_id)
+        )
 
     def cancel(self, job_id: int, record: Record | None = None) -> Job:
         """Cancel one job, or ask its handler to stop (see :mod:`sqlqueue._store.cancel`)."""

@@ -1,5 +1,13 @@
 """Short transactions for the store: driver errors translated, writes committed or rolled back
-as a unit (SQLite takes its write lock up front)."""
+as a unit (SQLite takes its write lock up front), reads ended with a COMMIT.
+
+Why reads commit: psycopg forgets every server-side prepared statement of a connection at each
+ROLLBACK it sends (a rollback may undo objects the statements name), and a pooled connection
+whose transaction is still open when it goes back to the pool is rolled back. A worker reads
+its queues' pauses every poll interval on the connection its claims and completions use, so
+reads that rolled back made PostgreSQL parse and plan those statements anew every few rounds
+(and never reach a generic plan). A read-only transaction's COMMIT costs what its ROLLBACK
+did, and leaves the connection idle, which the pool's reset then passes over."""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sqlqueue.dialects import Dialect
 
-__all__ = ["in_write", "translated"]
+__all__ = ["in_read", "in_write", "translated"]
 
 T = TypeVar("T")
 
@@ -25,6 +33,19 @@ def translated(dialect: Dialect, operation: Callable[[], T]) -> T:
         if ours is None:
             raise
         raise ours from error
+
+
+def in_read(engine: Engine, dialect: Dialect, operation: Callable[[Connection], T]) -> T:
+    """Run ``operation`` on a pooled connection, with driver errors translated, and end its
+    transaction with a COMMIT (see the module docstring); an error rolls it back."""
+
+    def run() -> T:
+        with engine.connect() as conn:
+            result = operation(conn)
+            conn.commit()
+            return result
+
+    return translated(dialect, run)
 
 
 def in_write(
