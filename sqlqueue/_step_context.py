@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from sqlqueue._errors import JobStateError, WorkflowError
 from sqlqueue._jobrow import JobRow
 from sqlqueue._store import workflow_reads, workflows
-from sqlqueue._store.transactions import translated
+from sqlqueue._store.transactions import in_read, translated
 from sqlqueue._workflow import check_step_name
 
 if TYPE_CHECKING:
@@ -25,11 +25,11 @@ __all__ = ["check_added_step", "read_upstream_results", "write_added_step"]
 def read_upstream_results(database: JobDatabase, job_id: int) -> dict[str, Any]:
     """The results of the direct upstream steps of job ``job_id`` that succeeded, by name."""
 
-    def read() -> dict[str, Any]:
-        with database.engine.connect() as conn:
-            return workflow_reads.upstream_results(conn, job_id)
-
-    return translated(database.dialect, read)
+    return in_read(
+        database.engine,
+        database.dialect,
+        lambda conn: workflow_reads.upstream_results(conn, job_id),
+    )
 
 
 def check_added_step(

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
+from sqlqueue._store.gates import RateCheck
 from tests._support.jobs import drain, enqueue
 
 #: psycopg prepares a statement on its sixth execution (``prepare_threshold`` is 5).
@@ -72,6 +73,27 @@ def test_a_read_keeps_the_statements_prepared_before_it(one_connection):
         if "FROM sqlqueue_jobs" in statement and "WHERE sqlqueue_jobs.id" in statement
     ]
     assert reads == [2], "the prepared read survived the stats snapshot and ran again"
+
+
+def _runs_of_get_job(engine: sa.Engine) -> list[int]:
+    return [
+        runs
+        for statement, runs in _prepared(engine).items()
+        if "FROM sqlqueue_jobs" in statement and "WHERE sqlqueue_jobs.id" in statement
+    ]
+
+
+def test_a_rate_limit_that_refuses_keeps_the_statements_prepared_before_it(one_connection):
+    queue = sqlqueue.Queue(one_connection)
+    with one_connection.begin() as conn:
+        job_id = queue.enqueue(conn, "t", {"n": 1}, external=True)
+    for _ in range(_PREPARED_AFTER):
+        queue.get_job(job_id)
+    limit = RateCheck(key="provider", per_second=0.001, capacity=1.0)
+    assert queue.store.pass_gates(fence=(job_id, 1), breaker=None, rate=limit).allowed
+    refused = queue.store.pass_gates(fence=(job_id, 1), breaker=None, rate=limit)
+    assert refused.refused_by == "rate_limit"
+    assert _runs_of_get_job(one_connection) == [1], "a refusal wrote nothing to roll back"
 
 
 def test_a_worker_claims_with_one_prepared_statement_through_its_pause_reads(backend):

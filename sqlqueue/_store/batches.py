@@ -374,6 +374,8 @@ def settle_completed(
     job's batch; see ``settled_completion.py``): release the steps after them in the
     workflows that ``grew`` while the statement waited for their rows, in a statement of its
     own that sees the steps added, and enqueue the callbacks."""
+    if not held:  # the common round: the statement finished or left every batch
+        return _settled([], released)
     ended: dict[int, list[tuple[int, str]]] = {}
     for job_id, batch_id in landed.items():
         if batch_id is not None:

@@ -105,10 +105,13 @@ class GateTransactions:
                     now=now,
                 )
                 if wait is not None:
-                    return Verdict(allowed=False, refused_by="rate_limit", wait=wait)
+                    return Verdict(allowed=False, probe=probe, refused_by="rate_limit", wait=wait)
             return Verdict(allowed=True, probe=probe)
 
-        return self._write(decide, keep=lambda verdict: verdict.allowed)
+        # A refusal wrote nothing but a probe taken before the rate limit refused: only that
+        # is rolled back (a ROLLBACK also costs psycopg its prepared statements, see
+        # ``transactions.py``; a refused token or breaker pass is committed as the no-op it is).
+        return self._write(decide, keep=lambda verdict: verdict.allowed or not verdict.probe)
 
     def record_success(
         self, *, key: str, fence: tuple[int, int], probe: bool, now: datetime | None = None

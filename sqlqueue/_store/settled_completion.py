@@ -48,6 +48,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.types import TypeEngine
 
 from sqlqueue._schema import batches, jobs
 from sqlqueue._store.claim_floor import Released
@@ -70,14 +71,33 @@ _HELD = (
     batches.c.workflow_on_dead,
     batches.c.finished_at,
 )
+_HELD_NAMES = tuple(column.name for column in _HELD)
+#: The statement's columns after ``kind`` and ``id``, each NULL in the rows of the kinds that
+#: have no value for it, in the order the rows are read back by place.
+_PADDED: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("batch_id", BigInteger()),
+    ("queue", String()),
+    ("job_type", String()),
+    ("priority", jobs.c.priority.type),
+    ("due", jobs.c.next_run_at.type),
+    ("grew", Boolean()),
+    *((column.name, column.type) for column in _HELD[1:]),
+)
+_AT = {name: place for place, name in enumerate(("kind", "id", *(n for n, _ in _PADDED)))}
+_BATCH_ID, _QUEUE, _JOB_TYPE, _PRIORITY, _DUE, _GREW = (
+    _AT[name] for name in ("batch_id", "queue", "job_type", "priority", "due", "grew")
+)
+#: Each column of ``_HELD`` with its place.
+_HELD_PLACES = tuple((name, _AT[name]) for name in _HELD_NAMES)
 
 
 class Completed:
     """What :func:`complete_and_settle` wrote: the job ids that were still ours with their
-    batches; the batch rows it holds (their counters with the round's successes added,
-    ``finished_at`` set on those it finished); the steps it released (with where they sort
-    in claim order); and the workflows that grew while it waited for their rows, whose steps after
-    those that ended it did not release (the caller does)."""
+    batches; of the batch rows it holds (their counters with the round's successes added),
+    those left for the caller: completed with a callback to enqueue, or grown; the steps it
+    released (with where they sort in claim order); and the workflows that grew while it
+    waited for their rows, whose steps after those that ended it did not release (the caller
+    does)."""
 
     __slots__ = ("grew", "held", "landed", "released")
 
@@ -113,20 +133,21 @@ def complete_and_settle(
     else:
         stmt = _build(dialect, now)
     done = Completed()
-    for row in conn.execute(stmt, params, execution_options=dialect.table_options).mappings():
-        kind = row["kind"]
+    # Tuples, read by place (``_AT``: the order ``_build`` selects in).
+    for row in conn.execute(stmt, params, execution_options=dialect.table_options):
+        kind, row_id = row[0], int(row[1])
         if kind == "job":
-            batch_id = row["batch_id"]
-            done.landed[int(row["id"])] = None if batch_id is None else int(batch_id)
+            batch_id = row[_BATCH_ID]
+            done.landed[row_id] = None if batch_id is None else int(batch_id)
         elif kind == "batch":
-            done.held[int(row["id"])] = {column.name: row[column.name] for column in _HELD}
-            if row["grew"]:
-                done.grew.add(int(row["id"]))
+            done.held[row_id] = {name: row[at] for name, at in _HELD_PLACES}
+            if row[_GREW]:
+                done.grew.add(row_id)
         else:
             done.released.append(
                 Released(
-                    job_id=int(row["id"]), queue=str(row["queue"]), job_type=str(row["job_type"]),
-                    priority=int(row["priority"]), due=row["due"],
+                    job_id=row_id, queue=str(row[_QUEUE]), job_type=str(row[_JOB_TYPE]),
+                    priority=int(row[_PRIORITY]), due=row[_DUE],
                 )
             )  # fmt: skip
     return done
@@ -194,25 +215,22 @@ def _build(dialect: Dialect, now: datetime | None) -> Any:
 
     def row(kind: str, row_id: Any, **given: Any) -> Any:
         """One kind of the statement's rows; the columns of the others NULL."""
-        columns = {
-            "batch_id": cast(null(), BigInteger()),
-            "queue": cast(null(), String()),
-            "job_type": cast(null(), String()),
-            "priority": cast(null(), jobs.c.priority.type),
-            "due": cast(null(), jobs.c.next_run_at.type),
-            "grew": cast(null(), Boolean()),
-            **{c.name: cast(null(), c.type) for c in _HELD[1:]},
-            **given,
-        }
         return select(
             literal(kind, String()).label("kind"),
             row_id.label("id"),
-            *(value.label(name) for name, value in columns.items()),
+            *(given.get(name, cast(null(), type_)).label(name) for name, type_ in _PADDED),
         )
 
+    # The batch rows the caller has something to do with: those that grew (their steps are
+    # released by a statement of its own), and those the round completed that have a callback
+    # to enqueue (the UPDATE finished the others). A workflow going on, or one it finished, is
+    # not sent back: a chain's rounds return no batch row.
+    ended = held.c.succeeded + held.c.dead + held.c.cancelled >= held.c.total
     return union_all(
         row("job", completed.c.id, batch_id=completed.c.batch_id),
-        row("batch", held.c.id, grew=grew, **{c.name: held.c[c.name] for c in _HELD[1:]}),
+        row("batch", held.c.id, grew=grew, **{c.name: held.c[c.name] for c in _HELD[1:]}).where(
+            grew | (held.c.finished_at.is_(None) & ended)
+        ),
         row(
             "released",
             released.c.id,

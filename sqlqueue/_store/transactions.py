@@ -1,13 +1,14 @@
 """Short transactions for the store: driver errors translated, writes committed or rolled back
-as a unit (SQLite takes its write lock up front), reads ended with a COMMIT.
+as a unit (SQLite takes its write lock up front), reads ended as the dialect says.
 
-Why reads commit: psycopg forgets every server-side prepared statement of a connection at each
-ROLLBACK it sends (a rollback may undo objects the statements name), and a pooled connection
-whose transaction is still open when it goes back to the pool is rolled back. A worker reads
-its queues' pauses every poll interval on the connection its claims and completions use, so
-reads that rolled back made PostgreSQL parse and plan those statements anew every few rounds
-(and never reach a generic plan). A read-only transaction's COMMIT costs what its ROLLBACK
-did, and leaves the connection idle, which the pool's reset then passes over."""
+Why PostgreSQL's reads commit (``Dialect.end_read``): psycopg forgets every server-side
+prepared statement of a connection at each ROLLBACK it sends (a rollback may undo objects the
+statements name), and a pooled connection whose transaction is still open when it goes back
+to the pool is rolled back. A worker reads its queues' pauses every poll interval on the
+connection its claims and completions use, so reads that rolled back made PostgreSQL parse
+and plan those statements anew every few rounds (and never reach a generic plan). A
+read-only transaction's COMMIT costs what its ROLLBACK did, and leaves the connection idle,
+which psycopg's rollback at the pool's reset then passes over without a round trip."""
 
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ def translated(dialect: Dialect, operation: Callable[[], T]) -> T:
 
 def in_read(engine: Engine, dialect: Dialect, operation: Callable[[Connection], T]) -> T:
     """Run ``operation`` on a pooled connection, with driver errors translated, and end its
-    transaction with a COMMIT (see the module docstring); an error rolls it back."""
+    transaction as the dialect says (PostgreSQL: COMMIT, see the module docstring); an error
+    rolls it back."""
 
     def run() -> T:
         with engine.connect() as conn:
             result = operation(conn)
-            conn.commit()
+            dialect.end_read(conn)
             return result
 
     return translated(dialect, run)

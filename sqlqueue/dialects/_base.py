@@ -299,6 +299,11 @@ class Dialect(Claiming):
         """Start a read-only transaction whose statements all see one snapshot, where the
         backend's default would give each statement its own."""
 
+    def end_read(self, conn: Connection) -> None:
+        """End a read's transaction before its connection goes back to the pool: nothing
+        here, the pool's reset rolls it back (one round trip; a COMMIT first would add one
+        where the driver sends its ROLLBACK anyway)."""
+
     def selective(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, marked as true for few rows, where the planner takes such a hint: it
         then prefers the index that ``condition`` narrows over one that only orders rows."""

@@ -168,6 +168,12 @@ class PostgresDialect(HistoryPartitions, Dialect):
         its own snapshot, and a job finishing between two counts was counted twice."""
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
+    def end_read(self, conn: Connection) -> None:
+        """COMMIT: psycopg forgets every prepared statement of the connection at each ROLLBACK
+        it sends, and sends none when the pool resets a connection left idle (see
+        ``sqlqueue/_store/transactions.py``)."""
+        conn.commit()
+
     def relax_commit(self, conn: Connection) -> None:
         """``SET LOCAL synchronous_commit = off``: this transaction only, never the session."""
         conn.exec_driver_sql("SET LOCAL synchronous_commit = off")

@@ -26,6 +26,9 @@ def find_sent(engine: sa.Engine, key: str, schema: str | None = None) -> dict[st
     query = sa.select(email_sent).where(email_sent.c.key == key)
     with engine.connect() as conn:
         row = conn.execute(query, execution_options=table_options(schema)).mappings().first()
+        # Ended by a COMMIT rather than the pool's ROLLBACK, at which psycopg would forget the
+        # prepared statements of the connection (the worker's claims use it too).
+        conn.commit()
     if row is None:
         return None
     return {
