@@ -16,6 +16,7 @@ import sqlqueue
 from sqlqueue import JobRequest, Workflow
 from sqlqueue._schema import batches, jobs, workflow_steps
 from sqlqueue._store import settled_completion, workflows
+from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.workflow_release import _release_statements
 from tests._support import wait_until
 from tests._support.statements import statements
@@ -316,3 +317,53 @@ def test_a_success_whose_batch_the_round_was_not_told_of_is_settled_all_the_same
     status = queue.get_workflow(chain.id)
     assert status is not None
     assert status.steps["second"].status == "queued"
+
+
+def test_the_folded_completion_reads_the_same_rows_straight_from_the_driver(backend):
+    """PostgreSQL sends the folded completion straight to the driver when nothing listens (its
+    cache key is some 3,000 elements SQLAlchemy would hash at each execution): the same round
+    read through SQLAlchemy (a listener on the connection) gives the same jobs, the same batch
+    rows (a callback's document, the workflow that finished) and the same released steps, due
+    in UTC as SQLAlchemy gives them."""
+    backend.requires("modifying_ctes")
+    queue = _queue(backend)
+    handles = _chains(queue, 2)
+    with queue.engine.begin() as conn:
+        batch = queue.enqueue_batch(
+            conn,
+            [JobRequest(job_type="step")],
+            on_complete=JobRequest(job_type="step", queue="callbacks"),
+        )
+    claimed = queue.store.claim(
+        queues=["default"], job_types=None, limit=100, worker_id="w1", lease_seconds=60
+    )
+    assert len(claimed) == 3, "the two first steps and the batch's child"
+    fences = [job.fence for job in claimed]
+    batch_ids = [job.batch_id for job in claimed if job.batch_id is not None]
+
+    def round_(listening: bool) -> settled_completion.Completed:
+        with queue.engine.connect() as conn:
+            if listening:  # SQLAlchemy's execution path, as a listener needs it
+                sa.event.listen(conn, "before_cursor_execute", lambda *_: None)
+            done = settled_completion.complete_and_settle(
+                conn, queue.dialect, worker_id="w1", fences=fences, batch_ids=batch_ids
+            )
+            conn.rollback()
+        return done
+
+    direct, through_sqlalchemy = round_(False), round_(True)
+    assert direct.landed == through_sqlalchemy.landed
+    assert set(direct.landed) == {job.id for job in claimed}
+    assert direct.held == through_sqlalchemy.held
+    assert list(direct.held) == [batch.id], "only the batch with a callback to enqueue"
+    assert direct.held[batch.id]["on_complete"] is not None
+
+    # The same steps, each due when its round released it (the two rounds ran apart).
+    def where(steps: list[Released]) -> list[tuple[int, str, str, int]]:
+        return [(step.job_id, step.queue, step.job_type, step.priority) for step in steps]
+
+    assert where(direct.released) == where(through_sqlalchemy.released)
+    assert sorted(step.job_id for step in direct.released) == sorted(
+        handle.job_ids["second"] for handle in handles
+    )
+    assert all(step.due.utcoffset() is not None for step in direct.released)

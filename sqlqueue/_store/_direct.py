@@ -1,4 +1,5 @@
-"""One-row statements sent straight to the driver, for enqueueing one job at a time.
+"""Statements sent straight to the driver: one-row inserts, for enqueueing one job at a time,
+and the worker's folded completion (see ``settled_completion.py``).
 
 For a one-row INSERT, SQLAlchemy's execution path (cache lookup, parameter processing, an
 execution context, a result object) costs as much as the driver's own work, and an application
@@ -163,7 +164,7 @@ class _Compiled:
 
 
 class DirectStatement:
-    """A one-row statement whose values come from a mapping with ``keys``."""
+    """A statement whose values come from a mapping with ``keys``."""
 
     def __init__(self, statement: ClauseElement, keys: Collection[str]) -> None:
         self.statement = statement
@@ -180,6 +181,23 @@ class DirectStatement:
     ) -> Any:
         """Run on ``conn`` (see :func:`can_run_directly`) against the tables in ``schema``
         (``None``: the connection's default); the first row returned, or ``None``."""
+        return self._run(conn, values, schema, _first)
+
+    def all_rows(
+        self, conn: Connection, values: Mapping[str, Any], schema: str | None = None
+    ) -> list[Any]:
+        """As :meth:`first_row`, every row the statement returns, as the driver's tuples
+        (no result processing: the caller converts the columns it reads)."""
+        rows: list[Any] = self._run(conn, values, schema, _all)
+        return rows
+
+    def _run(
+        self,
+        conn: Connection,
+        values: Mapping[str, Any],
+        schema: str | None,
+        fetch: Callable[[Any], Any],
+    ) -> Any:
         compiled = self._compiled_for(conn.dialect, schema)
         parameters = compiled.parameters(values)
         if not conn.in_transaction():
@@ -191,7 +209,7 @@ class DirectStatement:
         try:
             cursor = dbapi_connection.cursor()  # a closed connection's driver raises here
             cursor.execute(compiled.sql, parameters)
-            return cursor.fetchone()
+            return fetch(cursor)
         except conn.dialect.loaded_dbapi.Error as error:
             gone = conn.dialect.is_disconnect(error, dbapi_connection, cursor)
             if gone:
@@ -317,6 +335,14 @@ class DirectStatement:
             processed=tuple(processed),
             pick=_picker(names),
         )
+
+
+def _first(cursor: Any) -> Any:
+    return cursor.fetchone()
+
+
+def _all(cursor: Any) -> Any:
+    return cursor.fetchall()
 
 
 def _roll_back(pooled: PoolProxiedConnection) -> None:
