@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sqlqueue._schema import email_sent, table_options  # declared with every table
+from sqlqueue.dialects import dialect_for
 from sqlqueue.email._smtp import Delivery
 
 __all__ = ["find_sent", "record_sent"]
@@ -26,9 +27,9 @@ def find_sent(engine: sa.Engine, key: str, schema: str | None = None) -> dict[st
     query = sa.select(email_sent).where(email_sent.c.key == key)
     with engine.connect() as conn:
         row = conn.execute(query, execution_options=table_options(schema)).mappings().first()
-        # Ended by a COMMIT rather than the pool's ROLLBACK, at which psycopg would forget the
-        # prepared statements of the connection (the worker's claims use it too).
-        conn.commit()
+        # Ended as sqlqueue's own reads are (PostgreSQL: a COMMIT rather than the pool's
+        # ROLLBACK, at which psycopg would forget the connection's prepared statements).
+        dialect_for(engine, schema).end_read(conn)
     if row is None:
         return None
     return {
