@@ -16,21 +16,40 @@ from sqlqueue._store.transactions import in_write
 from sqlqueue.dialects import Dialect
 from tests._support.waiting import wait_until
 
-__all__ = ["Overlap", "overlap", "session_id", "waiting_for_a_lock"]
+__all__ = ["Overlap", "overlap", "session_id", "session_state", "waiting_for_a_lock"]
 
 
 def waiting_for_a_lock(engine: sa.Engine, session: int) -> bool:
     """Whether database session ``session`` waits for a row lock now (the server's own view
-    of its sessions: ``pg_stat_activity``, InnoDB's transactions)."""
+    of its sessions: ``pg_stat_activity``; InnoDB's transactions as its status report lists
+    them, read live: ``information_schema.innodb_trx`` is a copy InnoDB refreshes only once
+    nobody has read it for 0.1 s, which a poll every 20 ms, or parallel tests' polls, never
+    allow, so it went on showing the session before it waited)."""
+    if engine.dialect.name == "postgresql":
+        query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :id"
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text(query), {"id": session}).scalar())
+    return "LOCK WAIT" in _innodb_transaction(engine, session)
+
+
+def _innodb_transaction(engine: sa.Engine, session: int) -> str:
+    """The entry of ``session``'s transaction in InnoDB's status report ("" if it has none)."""
     with engine.connect() as conn:
-        if engine.dialect.name == "postgresql":
-            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :id"
-        else:
-            query = (
-                "SELECT trx_state = 'LOCK WAIT' FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id = :id"
-            )
-        return bool(conn.execute(sa.text(query), {"id": session}).scalar())
+        report = str(conn.exec_driver_sql("SHOW ENGINE INNODB STATUS").one()[2])
+    entries = report.split("\n---TRANSACTION ")[1:]
+    return next((entry for entry in entries if f" thread id {session}," in entry), "")
+
+
+def session_state(engine: sa.Engine, session: int) -> str:
+    """What database session ``session`` is doing now, as the server reports it (for a
+    failure's message)."""
+    if engine.dialect.name == "postgresql":
+        query = (
+            "SELECT state, wait_event_type, wait_event, query FROM pg_stat_activity WHERE pid = :id"
+        )
+        with engine.connect() as conn:
+            return repr(conn.execute(sa.text(query), {"id": session}).all())
+    return _innodb_transaction(engine, session)[:600] or "no InnoDB transaction"
 
 
 def session_id(conn: sa.Connection) -> int:
@@ -95,7 +114,16 @@ def overlap(
         try:
             seen.held = held(conn)
             thread.start()
-            wait_until(waits, timeout=20, what="the other transaction to wait for a lock")
+            wait_until(
+                waits,
+                timeout=20,
+                what="the other transaction to wait for a lock",
+                explain=lambda: (
+                    f"session {session[-1]}: {session_state(engine, session[-1])}"
+                    if session
+                    else "it has not begun"
+                ),
+            )
         except BaseException as error:
             seen.errors.append(error)
             conn.rollback()
