@@ -20,28 +20,9 @@ from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.filters import JobFilter
 from sqlqueue._store.rows import Failure
 from tests._support import wait_until
+from tests._support.locks import session_id as _session_id
+from tests._support.locks import waiting_for_a_lock as _waiting_for_a_lock
 from tests.conftest import Backend
-
-
-def _waiting_for_a_lock(engine: sa.Engine, session: int) -> bool:
-    """Whether database session ``session`` waits for a row lock now (the server's own view
-    of its sessions: ``pg_stat_activity``, InnoDB's transactions)."""
-    with engine.connect() as conn:
-        if engine.dialect.name == "postgresql":
-            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = :id"
-        else:
-            query = (
-                "SELECT trx_state = 'LOCK WAIT' FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id = :id"
-            )
-        return bool(conn.execute(sa.text(query), {"id": session}).scalar())
-
-
-def _session_id(conn: sa.Connection) -> int:
-    query = (
-        "SELECT pg_backend_pid()" if conn.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
-    )
-    return int(conn.exec_driver_sql(query).scalar_one())
 
 
 def test_a_requeue_of_a_dead_step_and_a_step_added_after_it_never_deadlock(backend: Backend):
