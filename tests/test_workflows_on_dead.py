@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlqueue
-from sqlqueue import JobRequest, Workflow
+from sqlqueue import JobRequest, JobStatus, Workflow
 from sqlqueue._schema import workflow_steps
 from tests._support import drain, wait_until
 from tests._support.workflows import enqueue_workflow as _enqueue
@@ -155,6 +155,44 @@ def test_on_dead_run_a_requeued_dead_step_never_releases_a_step_twice(backend):
     drain(queue, queues=["default", "later"])
     assert [label for label, _ in seen].count("join") == 1
     assert _status(queue, handle.id).succeeded
+
+
+@pytest.mark.parametrize("on_dead", ON_DEAD)
+def test_a_dead_step_requeued_after_its_workflow_finished_runs_on_its_own(backend, on_dead):
+    """The batches' rule for a finished batch: once a workflow has finished (under ``cancel``
+    and ``run`` by itself, under ``wait`` once an operator cancelled the waiting steps), a
+    requeue of its dead step leaves it as it was — the step keeps its dead job, and the
+    steps, counts, ``finished`` and ``finished_at`` still agree — while the new job runs on
+    its own (it keeps the workflow's id for lineage, and reads the dead step's upstream
+    results), releasing and cancelling nothing."""
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead=on_dead)
+    wf.add("root", _step("root"))
+    wf.add("a", _step("a", fail=True), after=["root"])
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    if on_dead == "wait":
+        queue.cancel(handle.job_ids["b"], by="ops", reason="gave up on it")
+    finished = _status(queue, handle.id)
+    summary = queue.workflow_summary(handle.id)
+    assert finished.finished
+    assert finished.finished_at is not None
+    assert finished.counts[JobStatus.DEAD] == 1
+    _fix_payload(queue, handle.job_ids["a"], "a")
+    new_id = queue.requeue(handle.job_ids["a"], by="ops", reason="run it anyway")
+    assert _status(queue, handle.id) == finished
+    assert queue.workflow_summary(handle.id) == summary
+    drain(queue)
+    assert _status(queue, handle.id) == finished
+    assert queue.workflow_summary(handle.id) == summary
+    new = queue.get_job(new_id)
+    assert new is not None
+    assert (new.status, new.batch_id, new.requeued_from) == (
+        JobStatus.SUCCEEDED, handle.id, handle.job_ids["a"]
+    )  # fmt: skip
+    assert seen[-1] == ("a", {"root": "result of root"})
+    assert [label for label, _ in seen].count("b") == (1 if on_dead == "run" else 0)
 
 
 @pytest.mark.parametrize("on_dead", ON_DEAD)
