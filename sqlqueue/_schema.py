@@ -557,10 +557,11 @@ Index(
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]  # a tuple is documented
 
 # Workflows (added by 0013; see sqlqueue/_store/workflows.py): each step of a workflow (a batch
-# with ``workflow_on_dead`` set), its current job (a requeued step's new job takes its place),
-# and how many of its upstream steps have not yet ended; ``settled`` once its ending was counted
-# in the steps after it by a job it no longer has (requeued under on_dead="run"), so that it
-# counts once (a step counted by its current job's ending needs no mark: the job's status).
+# with ``workflow_on_dead`` set), its current job (a requeued step's new job takes its place
+# while the workflow has not finished), and how many of its upstream steps have not yet ended;
+# ``settled`` once its ending was counted in the steps after it by a job it no longer has
+# (requeued under on_dead="run"), so that it counts once (a step counted by its current job's
+# ending needs no mark: the job's status).
 workflow_steps = Table(
     "sqlqueue_workflow_steps",
     metadata,

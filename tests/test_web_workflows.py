@@ -431,6 +431,36 @@ def test_requeue_of_a_dead_step_from_the_workflow_page_takes_its_place_and_the_w
     assert (status.succeeded, status.finished_at is not None) == (True, True)
 
 
+def test_requeue_of_a_dead_step_of_a_finished_workflow_says_the_new_job_runs_on_its_own(
+    backend: Backend,
+) -> None:
+    """A finished workflow stays as it finished: its page says the new job runs on its own,
+    the step keeps its dead job, and its row shows what it was requeued as instead of a
+    second Requeue form."""
+    queue, handles = orders(backend)
+    handle = handles["cancelled"]
+    dead = handle.job_ids["notify"]
+    before = queue.get_workflow(handle.id)
+    web = client(queue, current_user=lambda request: "ada")
+    token = token_of(web.get(f"/workflows/{handle.id}").text)
+
+    answer = web.post(
+        f"/workflows/{handle.id}/requeue",
+        data={"csrf_token": token, "job_id": str(dead), "reason": "send it anyway"},
+    )
+
+    assert answer.status_code == 303
+    old = queue.get_job(dead)
+    assert old is not None
+    assert old.requeued_as is not None
+    assert queue.get_workflow(handle.id) == before
+    page = web.get(answer.headers["location"]).text
+    assert "the workflow had finished, so the new job runs on its own" in page
+    row = _row(page, "steps", 'data-step="notify"')
+    assert f'requeued as <a href="/jobs/{old.requeued_as}">#{old.requeued_as}</a>' in row
+    assert "<form" not in row
+
+
 def test_a_requeue_of_a_job_not_a_dead_step_of_that_workflow_is_refused_and_changes_nothing(
     backend: Backend,
 ) -> None:

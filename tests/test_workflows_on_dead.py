@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import sqlalchemy as sa
 
-from sqlqueue import JobRequest, Workflow
+import sqlqueue
+from sqlqueue import JobRequest, JobStatus, Workflow
 from sqlqueue._schema import workflow_steps
 from tests._support import drain, wait_until
 from tests._support.workflows import enqueue_workflow as _enqueue
@@ -19,6 +21,36 @@ from tests._support.workflows import step_queue as _queue
 from tests._support.workflows import step_request as _step
 from tests._support.workflows import step_statuses as _statuses
 from tests._support.workflows import workflow_status as _status
+
+#: Every ``on_dead`` policy, for the tests that each path ending a step applies all of them.
+ON_DEAD = ["wait", "cancel", "run"]
+
+
+def _assert_fate_after(
+    queue: sqlqueue.Queue,
+    handle: sqlqueue.WorkflowHandle,
+    *,
+    dead: str,
+    after: list[str],
+    on_dead: str,
+) -> None:
+    """The steps ``after`` dead step ``dead`` met the fate ``on_dead`` gives
+    them: ``wait``, still waiting with ``blocked_by`` naming it; ``cancel``, cancelled with
+    the reason naming it and the policy; ``run``, run and succeeded (drained here)."""
+    if on_dead == "run":
+        drain(queue)
+    fate = {"wait": "waiting", "cancel": "cancelled", "run": "succeeded"}[on_dead]
+    assert _statuses(queue, handle.id) == {dead: "dead", **dict.fromkeys(after, fate)}
+    status = _status(queue, handle.id)
+    assert status.blocked_by == ((dead,) if on_dead == "wait" else ())
+    assert status.finished is (on_dead != "wait")
+    assert (status.finished_at is not None) is status.finished
+    if on_dead == "cancel":
+        for name in after:
+            reason = queue.get_job(handle.job_ids[name]).last_error  # type: ignore[union-attr]
+            assert reason is not None
+            assert f"{dead!r}" in reason
+            assert "on_dead='cancel'" in reason
 
 
 def test_on_dead_wait_blocks_then_an_operator_requeue_takes_the_place_and_finishes(backend):
@@ -125,20 +157,62 @@ def test_on_dead_run_a_requeued_dead_step_never_releases_a_step_twice(backend):
     assert _status(queue, handle.id).succeeded
 
 
-def test_the_reaper_giving_up_on_a_step_applies_the_policy(backend):
-    queue, _ = _queue(backend, lease_seconds=0.2)
-    wf = Workflow(on_dead="cancel")
+@pytest.mark.parametrize("on_dead", ON_DEAD)
+def test_a_dead_step_requeued_after_its_workflow_finished_runs_on_its_own(backend, on_dead):
+    """The batches' rule for a finished batch: once a workflow has finished (under ``cancel``
+    and ``run`` by itself, under ``wait`` once an operator cancelled the waiting steps), a
+    requeue of its dead step leaves it as it was — the step keeps its dead job, and the
+    steps, counts, ``finished`` and ``finished_at`` still agree — while the new job runs on
+    its own (it keeps the workflow's id for lineage, and reads the dead step's upstream
+    results), releasing and cancelling nothing."""
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead=on_dead)
+    wf.add("root", _step("root"))
+    wf.add("a", _step("a", fail=True), after=["root"])
+    wf.add("b", _step("b"), after=["a"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    if on_dead == "wait":
+        queue.cancel(handle.job_ids["b"], by="ops", reason="gave up on it")
+    finished = _status(queue, handle.id)
+    summary = queue.workflow_summary(handle.id)
+    assert finished.finished
+    assert finished.finished_at is not None
+    assert finished.counts[JobStatus.DEAD] == 1
+    _fix_payload(queue, handle.job_ids["a"], "a")
+    new_id = queue.requeue(handle.job_ids["a"], by="ops", reason="run it anyway")
+    assert _status(queue, handle.id) == finished
+    assert queue.workflow_summary(handle.id) == summary
+    drain(queue)
+    assert _status(queue, handle.id) == finished
+    assert queue.workflow_summary(handle.id) == summary
+    new = queue.get_job(new_id)
+    assert new is not None
+    assert (new.status, new.batch_id, new.requeued_from) == (
+        JobStatus.SUCCEEDED, handle.id, handle.job_ids["a"]
+    )  # fmt: skip
+    assert seen[-1] == ("a", {"root": "result of root"})
+    assert [label for label, _ in seen].count("b") == (1 if on_dead == "run" else 0)
+
+
+@pytest.mark.parametrize("on_dead", ON_DEAD)
+def test_the_reaper_giving_up_on_a_step_applies_the_policy(backend, on_dead):
+    queue, seen = _queue(backend)  # the claim below sets the short lease; drains keep theirs
+    wf = Workflow(on_dead=on_dead)
     wf.add("a", _step("a"))
     wf.add("b", _step("b"), after=["a"])
     handle = _enqueue(queue, wf)
     queue.store.claim(queues=["default"], job_types=None, limit=1, worker_id="gone",
                       lease_seconds=0.2)  # fmt: skip
     wait_until(lambda: bool(queue.store.reap_expired()[1]), timeout=10, what="the reaper")
-    assert _statuses(queue, handle.id) == {"a": "dead", "b": "cancelled"}
+    _assert_fate_after(queue, handle, dead="a", after=["b"], on_dead=on_dead)
+    assert [label for label, _ in seen] == (["b"] if on_dead == "run" else [])
 
 
-def test_a_step_that_times_out_on_its_last_attempt_blocks_the_steps_after_it(backend):
+@pytest.mark.parametrize("on_dead", ON_DEAD)
+def test_a_step_that_times_out_on_its_last_attempt_applies_the_policy(backend, on_dead):
     queue = backend.queue()
+    ran: list[str] = []
 
     @queue.task("sleepy", max_attempts=1, timeout=0.2)
     async def sleepy() -> None:
@@ -146,14 +220,15 @@ def test_a_step_that_times_out_on_its_last_attempt_blocks_the_steps_after_it(bac
 
     @queue.task("after")
     def after() -> None:
-        pass
+        ran.append("after")
 
-    wf = Workflow()
+    wf = Workflow(on_dead=on_dead)
     wf.add("sleepy", JobRequest(job_type="sleepy"))
     wf.add("after", JobRequest(job_type="after"), after=["sleepy"])
     handle = _enqueue(queue, wf)
     drain(queue)
-    assert _statuses(queue, handle.id) == {"sleepy": "dead", "after": "waiting"}
+    _assert_fate_after(queue, handle, dead="sleepy", after=["after"], on_dead=on_dead)
+    assert ran == (["after"] if on_dead == "run" else [])
 
 
 def test_a_step_that_expires_is_cancelled_and_on_dead_cancel_cancels_the_steps_after_it(backend):

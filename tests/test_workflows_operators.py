@@ -1,5 +1,5 @@
-"""What an operator does to a workflow's steps: cancel a waiting step (one by one, or by a
-filter, a job type or a queue, in any batch size, with the ``cancel`` policy applied), discard
+"""What an operator does to a workflow's steps: cancel a step (one by one, or by a filter,
+a job type or a queue, in any batch size, with each ``on_dead`` policy applied), discard
 a dead one, prune with retention (a call or the worker's duty, which keep an unfinished
 workflow's steps and forget a finished one whole), and read it with ``workflow show`` and
 ``jobs show``/``jobs list`` in the CLI. Every backend."""
@@ -48,6 +48,52 @@ def test_cancel_by_filter_applies_the_cancel_policy(backend):
     assert queue.cancel_where(job_ids=[handle.job_ids["a"]]) == 1
     assert _statuses(queue, handle.id) == dict.fromkeys("abcd", "cancelled")
     assert _status(queue, handle.id).finished_at is not None
+
+
+def _cancel_one(queue: sqlqueue.Queue, job_id: int) -> None:
+    queue.cancel(job_id, by="ops", reason="not needed")
+
+
+def _cancel_by_ids(queue: sqlqueue.Queue, job_id: int) -> None:
+    assert queue.cancel_where(job_ids=[job_id], by="ops", reason="not needed") == 1
+
+
+def _cancel_by_queue(queue: sqlqueue.Queue, job_id: int) -> None:
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert queue.cancel_where(queue=job.queue, by="ops", reason="not needed") == 1
+
+
+@pytest.mark.parametrize("on_dead", ["wait", "cancel", "run"])
+@pytest.mark.parametrize("cancel", [_cancel_one, _cancel_by_ids, _cancel_by_queue],
+                         ids=["one", "job_ids", "queue"])  # fmt: skip
+def test_a_step_cancelled_while_queued_applies_the_policy_to_the_steps_after_it(
+    backend, cancel, on_dead
+):
+    """A chain a → b → c whose first step an operator cancels before it ran, by its id or by
+    a filter: under ``wait`` b and c wait, held by a; under ``cancel`` they are cancelled
+    with the reason; under ``run`` they run. None of them runs a twice."""
+    queue, seen = _queue(backend)
+    wf = Workflow(on_dead=on_dead)
+    wf.add("a", JobRequest(job_type="step", payload={"label": "a"}, queue="inbound"))
+    wf.add("b", _step("b"), after=["a"])
+    wf.add("c", _step("c"), after=["b"])
+    handle = _enqueue(queue, wf)
+    cancel(queue, handle.job_ids["a"])
+    drain(queue, queues=["default", "inbound"])
+    fate = {"wait": "waiting", "cancel": "cancelled", "run": "succeeded"}[on_dead]
+    assert _statuses(queue, handle.id) == {"a": "cancelled", "b": fate, "c": fate}
+    status = _status(queue, handle.id)
+    assert status.blocked_by == (("a",) if on_dead == "wait" else ())
+    assert status.finished is (on_dead != "wait")
+    assert (status.finished_at is not None) is status.finished
+    assert [label for label, _ in seen] == (["b", "c"] if on_dead == "run" else [])
+    if on_dead == "cancel":
+        for name in ("b", "c"):
+            reason = queue.get_job(handle.job_ids[name]).last_error  # type: ignore[union-attr]
+            assert reason is not None
+            assert "'a'" in reason
+            assert "on_dead='cancel'" in reason
 
 
 @pytest.mark.parametrize("by", ["job_type", "queue"])

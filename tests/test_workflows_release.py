@@ -1,10 +1,13 @@
 """Releasing a workflow's steps: a diamond, a chain and a fan-in run each step after its
 upstreams, exactly once, with their results in ``ctx.upstream_results``; two upstreams ending
 in concurrent transactions release the join once; a step that completes in its own
-transaction releases the steps after it in that transaction. Every backend."""
+transaction releases the steps after it in that transaction; a step whose completion failed
+with the worker's round is written again by the worker's outbox, alone, and releases the steps
+after it once. Every backend."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import sqlalchemy as sa
@@ -21,6 +24,11 @@ from tests._support.workflows import step_queue as _queue
 from tests._support.workflows import step_request as _step
 from tests._support.workflows import step_statuses as _statuses
 from tests._support.workflows import workflow_status as _status
+from tests.apps.statement_faults import FailStatements
+
+#: The worker's completion of its round's successes, as every backend spells it (on PostgreSQL
+#: inside the folded statement that also settles the workflows, settled_completion.py).
+COMPLETE = r"UPDATE sqlqueue_jobs SET status=\S+, started_at=coalesce\(.*?\), finished_at="
 
 
 def test_a_diamond_runs_in_order_and_each_step_reads_its_upstreams_results(backend):
@@ -126,3 +134,29 @@ def test_a_step_that_completes_in_its_own_transaction_releases_in_it(backend):
     assert _status(queue, handle.id).succeeded
     with queue.engine.connect() as conn:
         assert sorted(conn.execute(sa.select(notes.c.label)).scalars()) == ["first", "second"]
+
+
+def test_a_step_whose_completion_fails_with_its_round_is_written_alone_and_releases_once(
+    backend, caplog
+):
+    """The first write of a's success fails (a real driver error, as the database gives now
+    and then): the worker's round rolls back whole, its outbox writes a's outcome again in a
+    transaction of its own (``Completer.write_alone``), and that write releases b and c — each
+    step of the diamond runs exactly once, after its upstreams, with their results."""
+    queue, seen = _queue(backend)
+    handle = _enqueue(queue, _diamond())
+    caplog.set_level(logging.ERROR, logger="sqlqueue.worker")
+    with FailStatements(queue.engine, COMPLETE, times=1) as failing:
+        drain(queue)
+    assert failing.failed == 1
+    assert failing.matched >= 2, "a's success was never written again"
+    assert any("cannot" in record.getMessage() for record in caplog.records)
+    order = [label for label, _ in seen]
+    assert (order[0], sorted(order[1:3]), order[3:]) == ("a", ["b", "c"], ["d"])
+    results = dict(seen)
+    assert results["b"] == results["c"] == {"a": "result of a"}
+    assert results["d"] == {"b": "result of b", "c": "result of c"}
+    status = _status(queue, handle.id)
+    assert (status.succeeded, status.finished_at is not None) == (True, True)
+    jobs = [queue.get_job(job_id) for job_id in handle.job_ids.values()]
+    assert [job.attempts for job in jobs if job is not None] == [1] * 4

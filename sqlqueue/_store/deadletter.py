@@ -154,10 +154,12 @@ def _requeue_rows(
         endings.ended(row["batch_id"], "dead", -1)
     if endings:
         settle(conn, dialect, endings)
-    # A workflow's step: the new job takes the dead one's place (its success releases the
-    # steps after it, as the dead one's would have). After settle, which holds the workflows'
-    # rows: a step's row is locked after its workflow's, as a worker round and a step added
-    # by a running step lock them, so none of them waits on another crosswise.
+    # A workflow's step: in a workflow not finished the new job takes the dead one's place
+    # (its success releases the steps after it, as the dead one's would have); a finished
+    # one stays as it finished, as a batch does, and the new job runs on its own. After
+    # settle, which holds the workflows' rows: a step's row is locked after its workflow's,
+    # as a worker round and a step added by a running step lock them, so none of them waits
+    # on another crosswise.
     replace_steps(conn, dialect, list(zip(dead_ids, new_ids, strict=True)))
     return new_ids
 

@@ -1,5 +1,6 @@
 """Reading workflows: a workflow's steps with their current jobs' statuses (in topological
-order), the step a job is, and the results of a step's direct upstream steps."""
+order), the step a job is, and the results of a step's direct upstream steps (also for a job
+requeued from a step after its workflow finished, which runs on its own)."""
 
 from __future__ import annotations
 
@@ -73,10 +74,27 @@ def step_of(conn: Connection, job_id: int) -> tuple[int, str] | None:
     return None if row is None else (int(row[0]), str(row[1]))
 
 
+def _step_requeued_from(conn: Connection, job_id: int) -> tuple[int, str] | None:
+    """The step whose dead job job ``job_id`` was requeued from, following ``requeued_from``
+    back (ids only go down, so the walk ends): a dead step requeued after its workflow
+    finished keeps its dead job, and the new job, on its own, still reads what the step would
+    have. ``None`` when no job it came from is a step (or retention pruned the way back)."""
+    current: int | None = job_id
+    while current is not None:
+        current = conn.execute(select(jobs.c.requeued_from).where(jobs.c.id == current)).scalar()
+        found = None if current is None else step_of(conn, current)
+        if found is not None:
+            return found
+    return None
+
+
 def upstream_results(conn: Connection, job_id: int) -> dict[str, Any]:
     """The stored results of the direct upstream steps of job ``job_id`` that succeeded, by
-    step name (``None`` for one that stored none)."""
+    step name (``None`` for one that stored none). Job ``job_id`` is a step's current job,
+    or one requeued from a step's dead job after its workflow finished."""
     me = step_of(conn, job_id)
+    if me is None:
+        me = _step_requeued_from(conn, job_id)
     if me is None:
         return {}
     workflow_id, name = me

@@ -218,19 +218,21 @@ def _cancel_added(conn: Connection, dialect: Dialect, job_id: int, stopped: list
 
 
 def replace_steps(conn: Connection, dialect: Dialect, moves: Sequence[tuple[int, int]]) -> None:
-    """Requeued dead jobs ``(old id, new id)``: each new job takes the old one's place in its
-    workflow step (a job outside any workflow matches no step row). Under
-    ``on_dead="run"`` the old job's ending was counted in the steps after it: the step is
-    marked ``settled``, so its new job's ending does not count again."""
+    """Requeued dead jobs ``(old id, new id)``: in a workflow that has not finished, each new
+    job takes the old one's place in its step (a job outside any workflow matches no step
+    row). Under ``on_dead="run"`` the old job's ending was counted in the steps after it: the
+    step is marked ``settled``, so its new job's ending does not count again. A finished
+    workflow stays as it finished (the batches' rule): its step keeps the dead job, whose
+    ``requeued_as`` names the new one, and the new job runs on its own. A workflow's
+    ``finished_at`` is read here without a lock: one not finished is held by the caller's
+    :func:`~sqlqueue._store.batches.settle`, and one finished never changes."""
     if moves:
-        run = (
-            select(batches.c.workflow_on_dead)
-            .where(batches.c.id == _steps.c.workflow_id)
-            .scalar_subquery()
-        ) == "run"
+        workflow = batches.c.id == _steps.c.workflow_id
+        run = (select(batches.c.workflow_on_dead).where(workflow).scalar_subquery()) == "run"
+        unfinished = select(batches.c.finished_at).where(workflow).scalar_subquery().is_(None)
         conn.execute(
             update(_steps)
-            .where(_steps.c.job_id == _bind("old_id"))
+            .where(_steps.c.job_id == _bind("old_id"), unfinished)
             .values(job_id=_bind("new_id"), settled=case((run, True), else_=_steps.c.settled)),
             [{"old_id": old, "new_id": new} for old, new in moves],
             execution_options=dialect.table_options,

@@ -2,7 +2,8 @@
 steps holding it up, read without its step rows), and a page per workflow: its graph drawn,
 and its steps in topological order with each one's job, status, attempts, last error and the
 steps it runs after. A dead step's requeue is on that page too: the same action as on the
-job's page, which checks that the job is the workflow's step and comes back to the workflow."""
+job's page, which checks that the job is the workflow's step and comes back to the workflow
+(a dead step of a finished workflow already requeued shows the job it was requeued as)."""
 
 from __future__ import annotations
 
@@ -133,9 +134,10 @@ def _job_id(value: object) -> int:
 
 
 async def requeue_step(request: Request) -> Response:
-    """Requeue the workflow's dead step named by its job (the new job takes the step's place);
-    back to the workflow. A job that is not the workflow's current step is refused (404), a
-    step that is not dead too (409), and nothing changes."""
+    """Requeue the workflow's dead step named by its job (in an unfinished workflow the new
+    job takes the step's place; in a finished one it runs on its own); back to the workflow.
+    A job that is not the workflow's current step is refused (404), a step that is not dead
+    too (409), and nothing changes."""
     settings, form = await checked(request, "requeue")
     workflow_id = _workflow_id(request)
     job_id = _job_id(form.get("job_id"))

@@ -4,8 +4,11 @@
 ``python -m sqlqueue worker tests.apps.workflow_app:queue`` with ``SQLQUEUE_DATABASE_URL`` set;
 ``LEDGER_LEASE_SECONDS`` shortens the lease for the crash test. A step appends a row to
 ``test_workflow_runs`` as it starts (autocommitted, on the database clock, so a test sees what
-ran, killed attempts included) and one to ``test_workflow_successes`` in the transaction that
-completes it: exactly one such row per step is "succeeded exactly once".
+ran, killed attempts included). A ``wf.step`` also appends one to ``test_workflow_successes``
+in the transaction that completes it (``ctx.transaction()``): exactly one such row per step is
+"succeeded exactly once". A ``wf.plain`` step just returns, so the worker completes it as
+most handlers are completed (on PostgreSQL the folded statement of
+``sqlqueue/_store/settled_completion.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def create_tables(engine: sa.Engine) -> None:
 
 
 def register_workflow_tasks(queue: sqlqueue.Queue) -> None:
-    """Register the workflow test step on ``queue``; its engine also writes their tables."""
+    """Register the workflow test steps on ``queue``; its engine also writes their tables."""
     engine = queue.engine
 
     @queue.task("wf.step", backoff=sqlqueue.schedule([0]))
@@ -60,7 +63,16 @@ def register_workflow_tasks(queue: sqlqueue.Queue) -> None:
         with ctx.transaction() as conn:
             conn.execute(SUCCESSES.insert().values(job_id=ctx.job_id))
 
-    _ = step
+    @queue.task("wf.plain", backoff=sqlqueue.schedule([0]))
+    def plain(ctx: sqlqueue.JobContext, seconds: float = 0.0) -> None:
+        """Record the start on the database clock, run ``seconds``, return: the worker's own
+        completion ends it (and releases the steps after it)."""
+        clock = dialect_for(engine).clock()
+        with engine.begin() as conn:
+            conn.execute(RUNS.insert().values(job_id=ctx.job_id, pid=os.getpid(), started_at=clock))
+        time.sleep(seconds)
+
+    _ = step, plain
 
 
 queue = sqlqueue.Queue(
