@@ -6,6 +6,7 @@ that adds steps and then fails leaves none of them, and a bad call says why (so 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -129,6 +130,7 @@ def test_an_async_step_adds_steps_with_add_to_workflow_async(backend):
     wf.add("tail", _step("tail"), after=["g"])
     handle = _enqueue(queue, wf)
     drain(queue)
+    asyncio.run(queue.async_engine().dispose())  # its connections die with the worker's loop
     results = dict(seen)
     assert results["added"] == {"g": "grown"}
     assert results["free"] == {}
@@ -214,6 +216,7 @@ def test_add_to_batch_in_a_step_is_refused_and_points_to_add_to_workflow(backend
     wf.add("tail", _step("tail"), after=["fan"])
     handle = _enqueue(queue, wf)
     drain(queue)
+    asyncio.run(queue.async_engine().dispose())  # its connections die with the worker's loop
     (error,) = errors
     assert f"is a step of workflow {handle.id}" in error
     assert "ctx.add_to_workflow(name, request, after=[...])" in error
