@@ -198,8 +198,9 @@ class JobContext:
 
         They are written in :meth:`transaction`, so they exist only if this job succeeds, and
         the batch counts them from that same commit: it cannot finish before they end. A job
-        outside a batch, a batch's callback, or a child requeued after its batch finished
-        cannot add children (:class:`JobStateError`; nothing is written).
+        outside a batch, a batch's callback, a child requeued after its batch finished, or a
+        workflow's step (it adds steps with :meth:`add_to_workflow`) cannot add children
+        (:class:`JobStateError`; nothing is written).
         """
         batch_id, rows = self._batch_children(requests)
         if not rows:
@@ -235,7 +236,14 @@ class JobContext:
 
     def _insert_children(self, conn: Connection, batch_id: int, rows: list[JobRow]) -> list[int]:
         dialect = self._database.dialect
-        if not translated(dialect, lambda: batches.batch_is_open(conn, dialect, batch_id)):
+        refused = translated(dialect, lambda: batches.refuse_children(conn, dialect, batch_id))
+        if refused == "workflow":
+            raise JobStateError(
+                f"job {self.job_id} ({self.job_type}) is a step of workflow {batch_id}: "
+                "add_to_batch would add a job that is no step of it; use "
+                "ctx.add_to_workflow(name, request, after=[...]) to add a step instead"
+            )
+        if refused == "finished":
             raise JobStateError(
                 f"batch {batch_id} has finished (job {self.job_id} is its callback, or a child "
                 "requeued after it finished): children can only be added while the batch runs; "

@@ -115,6 +115,23 @@ def test_a_missing_driver_names_the_extra_that_installs_it(
     assert f'pip install "sqlqueue[{extra}]"' in line
 
 
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [(["jobs", "show"], "job"), (["batch", "show"], "batch"), (["workflow", "show"], "workflow")],
+)
+def test_a_bad_id_is_named_for_what_the_command_shows(
+    command: list[str], kind: str, tmp_path: Path
+) -> None:
+    """``workflow show abc`` once said "expected a job id": the id it wants is a workflow's."""
+    url = f"sqlite:///{tmp_path / 'unused.db'}"  # a usage error never opens it
+    word = sqlqueue_cli(*command, "abc", url=url)
+    assert word.returncode == 2, word.stderr
+    assert f"expected a {kind} id, got 'abc'" in word.stderr
+    zero = sqlqueue_cli(*command, "0", url=url)
+    assert zero.returncode == 2, zero.stderr
+    assert f"a {kind} id is between 1 and " in zero.stderr
+
+
 def test_a_worker_on_a_missing_sqlite_file_exits_3_and_creates_nothing(tmp_path: Path) -> None:
     app = f"sqlite:///{tmp_path / 'app.db'}"
     typo = tmp_path / "missing.db"

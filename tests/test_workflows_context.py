@@ -1,11 +1,12 @@
 """What a step's handler sees of its workflow: ``ctx.workflow`` (None outside one), and
 ``ctx.add_to_workflow`` / ``ctx.add_to_workflow_async``: the workflow waits for the steps a
 running step adds, a step added after an ended step follows the ``on_dead`` policy, a step
-that adds steps and then fails leaves none of them, and a bad call says why. Every
-backend."""
+that adds steps and then fails leaves none of them, and a bad call says why (so does
+``ctx.add_to_batch`` in a step, which would add a job with no step). Every backend."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -129,6 +130,7 @@ def test_an_async_step_adds_steps_with_add_to_workflow_async(backend):
     wf.add("tail", _step("tail"), after=["g"])
     handle = _enqueue(queue, wf)
     drain(queue)
+    asyncio.run(queue.async_engine().dispose())  # its connections die with the worker's loop
     results = dict(seen)
     assert results["added"] == {"g": "grown"}
     assert results["free"] == {}
@@ -183,3 +185,43 @@ def test_add_to_workflow_outside_a_workflow_or_with_a_known_name_says_why(backen
     assert any("has no step 'nope'" in error for error in errors)
     assert _status(queue, handle.id).succeeded
     assert set(_status(queue, handle.id).steps) == {"first", "second"}
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_add_to_batch_in_a_step_is_refused_and_points_to_add_to_workflow(backend, handler):
+    """A workflow is stored as a batch, but a child added by ``add_to_batch`` would have no step
+    row: the workflow's total would count a job that its steps never show, so it is refused
+    before anything is written, saying what to call instead."""
+    queue, _ = _queue(backend)
+    errors: list[str] = []
+
+    @queue.task("fan", max_attempts=1)
+    def fan(ctx: sqlqueue.JobContext) -> str:
+        try:
+            ctx.add_to_batch([_step("stray")])
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+        return "fanned"
+
+    @queue.task("afan", max_attempts=1)
+    async def afan(ctx: sqlqueue.JobContext) -> str:
+        try:
+            await ctx.add_to_batch_async([_step("stray")])
+        except sqlqueue.JobStateError as error:
+            errors.append(str(error))
+        return "fanned"
+
+    wf = Workflow()
+    wf.add("fan", JobRequest(job_type="fan" if handler == "sync" else "afan"))
+    wf.add("tail", _step("tail"), after=["fan"])
+    handle = _enqueue(queue, wf)
+    drain(queue)
+    asyncio.run(queue.async_engine().dispose())  # its connections die with the worker's loop
+    (error,) = errors
+    assert f"is a step of workflow {handle.id}" in error
+    assert "ctx.add_to_workflow(name, request, after=[...])" in error
+    assert count_jobs(queue.engine) == 2
+    assert _statuses(queue, handle.id) == {"fan": "succeeded", "tail": "succeeded"}
+    status = _status(queue, handle.id)
+    assert status.finished_at is not None
+    assert queue.get_batch(handle.id).total == 2  # type: ignore[union-attr]

@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Connection,
@@ -84,13 +84,13 @@ from sqlqueue.dialects import Dialect
 __all__ = [
     "Endings",
     "Settled",
-    "batch_is_open",
     "create_batch",
     "forget_finished",
     "hold_batches",
     "insert_children",
     "read_batch",
     "read_batches",
+    "refuse_children",
     "settle",
     "settle_completed",
     "settle_held",
@@ -215,11 +215,19 @@ def insert_children(
     return insert_rows(dialect, conn, [{**row, "batch_id": batch_id} for row in rows])
 
 
-def batch_is_open(conn: Connection, dialect: Dialect, batch_id: int) -> bool:
-    """Whether ``batch_id`` exists and has not finished (children may still be added)."""
-    query = select(batches.c.finished_at).where(batches.c.id == batch_id)
+def refuse_children(
+    conn: Connection, dialect: Dialect, batch_id: int
+) -> Literal["finished", "workflow"] | None:
+    """Why children cannot be added to ``batch_id`` now: ``"workflow"`` (it is a workflow's
+    row, whose jobs are steps: a child without a step row would be counted but never shown),
+    ``"finished"`` (it has finished, or is gone); ``None`` when they can be."""
+    query = select(batches.c.finished_at, batches.c.workflow_on_dead).where(
+        batches.c.id == batch_id
+    )
     row = conn.execute(query, execution_options=dialect.table_options).first()
-    return row is not None and row[0] is None
+    if row is not None and row[1] is not None:
+        return "workflow"
+    return "finished" if row is None or row[0] is not None else None
 
 
 # -- counting endings ---------------------------------------------------------------------------

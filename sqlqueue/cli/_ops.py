@@ -85,9 +85,9 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
         dest="batch_command", required=True
     )
     batch_show = command("show", _batch_show, "show one batch: its counts by status", batch)
-    batch_show.add_argument("batch_id", type=job_id)
+    batch_show.add_argument("batch_id", type=row_id("batch"))
     json_option(batch_show)
-    add_workflow_commands(commands, command, job_id, json_option)
+    add_workflow_commands(commands, command, row_id("workflow"), json_option)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
@@ -280,19 +280,34 @@ def parse_ids(text: str | None) -> list[int] | None:
         raise ConfigurationError(f"--ids: expected comma-separated job ids, got {text!r}") from None
 
 
-#: Job ids are 64-bit signed integers on every backend.
+#: Job, batch and workflow ids are 64-bit signed integers on every backend.
 MAX_JOB_ID = 2**63 - 1
+
+
+def row_id(kind: str) -> Callable[[str], int]:
+    """An argparse ``type`` for the id of a ``kind`` (``"batch"``, ``"workflow"``): a bad one
+    is a usage error that names what the command wanted, not a job id."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind} id, got {text!r}") from None
+        if not 1 <= value <= MAX_JOB_ID:
+            raise argparse.ArgumentTypeError(
+                f"a {kind} id is between 1 and {MAX_JOB_ID}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+_job_id = row_id("job")
 
 
 def job_id(text: str) -> int:
     """A job id from the command line (argparse makes a bad one a usage error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a job id, got {text!r}") from None
-    if not 1 <= value <= MAX_JOB_ID:
-        raise argparse.ArgumentTypeError(f"a job id is between 1 and {MAX_JOB_ID}, got {value}")
-    return value
+    return _job_id(text)
 
 
 def id_list(ids: list[int], shown: int = 20) -> str:

@@ -20,17 +20,18 @@ __all__ = ["add_workflow_commands", "workflow_of"]
 def add_workflow_commands(
     commands: Any,
     command: Callable[..., Any],
-    job_id: Callable[[str], int],
+    workflow_id: Callable[[str], int],
     json_option: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    """Add ``workflow show`` to ``commands`` (``command`` builds a subcommand's parser)."""
+    """Add ``workflow show`` to ``commands`` (``command`` builds a subcommand's parser,
+    ``workflow_id`` parses its id)."""
     workflow = commands.add_parser("workflow", help="show a workflow").add_subparsers(
         dest="workflow_command", required=True
     )
     show = command(
         "show", _workflow_show, "show one workflow: its steps in topological order", workflow
     )
-    show.add_argument("workflow_id", type=job_id)
+    show.add_argument("workflow_id", type=workflow_id)
     json_option(show)
 
 
