@@ -318,8 +318,8 @@ def test_the_operators_commands_with_a_schema_see_only_its_jobs(two_schemas):
 def test_webhook_endpoints_gates_and_the_email_ledger_stay_in_their_schema(two_schemas):
     engine = two_schemas.engine
     queue_a, queue_b = in_schema(two_schemas, "a"), in_schema(two_schemas, "b")
-    hooks_a = Webhooks(queue_a, allow_private_addresses=True, timeout=2.0)
-    hooks_b = Webhooks(queue_b, allow_private_addresses=True, timeout=2.0)
+    hooks_a = Webhooks(queue_a, allow_private_addresses=True)
+    hooks_b = Webhooks(queue_b, allow_private_addresses=True)
     smtp = SMTPServer()
     with running_receiver() as receiver, smtp.running() as port:
         mailer = Mailer(
