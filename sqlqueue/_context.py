@@ -31,6 +31,7 @@ from sqlqueue._job import ErrorRecord
 from sqlqueue._jobrow import JobRow
 from sqlqueue._logs import job_fields
 from sqlqueue._payload import check_result
+from sqlqueue._progress import check_progress
 from sqlqueue._store import batches
 from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.rows import ClaimedJob, error_record
@@ -313,11 +314,13 @@ class JobContext:
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Report how far the job got; visible in ``get_job`` shortly, and a heartbeat too.
 
-        Never blocks: the worker writes the latest report on its database thread.
+        Never blocks: the worker writes the latest report on its database thread. ``done`` and
+        ``total`` are finite numbers >= 0, ``note`` text of at most 1,000 characters that a
+        database stores (no NUL): anything else raises :class:`ConfigurationError` here, in
+        the handler, rather than a write that fails later.
         """
-        if (total is not None and total < 0) or done < 0:
-            raise ConfigurationError("progress needs done >= 0 and total >= 0")
-        self._progress = {"done": done, "total": total, "note": note, "at": self.now()}
+        checked = check_progress(done, total, note)
+        self._progress = {**checked, "at": self.now()}
         self._on_progress(self)
 
     def take_progress(self) -> dict[str, Any] | None:

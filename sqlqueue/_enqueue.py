@@ -25,6 +25,7 @@ from sqlqueue._limits import check_enqueue, check_text
 from sqlqueue._middleware import EnqueueHook
 from sqlqueue._payload import encode_payload
 from sqlqueue._schema import jobs
+from sqlqueue._secret_keys import keyed_limit_key, secret_unique_keys
 from sqlqueue._store.batches import create_batch
 from sqlqueue._store.inserts import insert_committed, insert_rows
 from sqlqueue._store.transactions import translated
@@ -211,9 +212,21 @@ def check_job(
     if unique is not None:
         if not isinstance(unique, Unique):
             raise EnqueueError(f"unique must be a sqlqueue.Unique, got {unique!r}")
-        key = unique_key(job_type, unique, payload or {})
-        check = UniqueCheck(states=tuple(unique.states), replace=unique.on_conflict == "replace")
+        if task is None or task.secrets is None:
+            key = unique_key(job_type, unique, payload or {})
+            check = UniqueCheck(
+                states=tuple(unique.states), replace=unique.on_conflict == "replace"
+            )
+        else:  # read from a secret field, an HMAC by each encryption key (rotations keep it)
+            key, *older = secret_unique_keys(task.secrets, job_type, unique, payload or {})
+            check = UniqueCheck(
+                states=tuple(unique.states),
+                replace=unique.on_conflict == "replace",
+                also=tuple(older),
+            )
     if task is not None and task.secrets is not None:
+        if limit_key:  # a key read from a secret field is stored as a keyed hash
+            limit_key = keyed_limit_key(task.secrets, task.concurrency, payload or {}, limit_key)
         # Sealed before the size check and the write: only ciphertext reaches the row.
         payload = task.secrets.seal(payload)
     encoded = encode_payload(payload, max_bytes=max_payload_bytes)

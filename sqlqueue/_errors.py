@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sqlqueue._moments import delay_problem
+
 __all__ = [
     "ConfigurationError",
     "DatabaseError",
@@ -84,6 +86,12 @@ class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached or the connection was lost; retrying later may succeed."""
 
 
+class DatabaseRefused(DatabaseError):
+    """The database refused a statement for the values in it (out of range, too long, a
+    constraint, a character it cannot store): sending it again unchanged cannot succeed, so
+    a worker never retries such a write for ever (see ``Dialect.translate_error``)."""
+
+
 class SchemaNotMigrated(DatabaseError):
     """sqlqueue's tables do not exist (or are older than this code): run ``sqlqueue migrate``."""
 
@@ -117,9 +125,7 @@ class Retry(HandlerSignal):
         details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(reason)
-        if delay is not None and delay < 0:
-            raise ConfigurationError(f"Retry.delay must be >= 0 seconds, got {delay!r}")
-        self.delay = delay
+        self.delay = None if delay is None else _rerun_delay("Retry.delay", delay)
         self.reason = reason
         self.details = details
 
@@ -130,10 +136,19 @@ class Snooze(HandlerSignal):
 
     def __init__(self, delay: float, reason: str = "snoozed") -> None:
         super().__init__(reason)
-        if delay < 0:
-            raise ConfigurationError(f"Snooze.delay must be >= 0 seconds, got {delay!r}")
-        self.delay = delay
+        self.delay = _rerun_delay("Snooze.delay", delay)
         self.reason = reason
+
+
+def _rerun_delay(field: str, value: object) -> float:
+    """``value`` if a delay whose run time every backend stores, else ``ConfigurationError``
+    naming ``field``: checked where the handler makes the signal, for a delay the outcome write
+    could not store wedged the worker's every outcome."""
+    problem = delay_problem(field, value)
+    if problem is not None:
+        raise ConfigurationError(problem)
+    assert isinstance(value, int | float)
+    return float(value)
 
 
 class PermanentError(HandlerSignal):

@@ -24,6 +24,9 @@ from sqlalchemy import BigInteger, Column, DateTime, Integer, SmallInteger, Stri
 from sqlalchemy.types import TypeDecorator
 
 from sqlqueue._errors import ConfigurationError, EnqueueError, SqlqueueError
+from sqlqueue._moments import CLOCK_MARGIN_SECONDS, SURELY_STORABLE_DELAY, delay_problem
+from sqlqueue._moments import EARLIEST as MOMENTS_EARLIEST
+from sqlqueue._moments import LATEST as MOMENTS_LATEST
 from sqlqueue._schema import job_actions, jobs, queues
 
 __all__ = [
@@ -46,14 +49,9 @@ __all__ = [
     "text_length",
 ]
 
-#: The instants every supported database stores: MariaDB/MySQL ``DATETIME`` runs from the year
-#: 1000 to 9999 (PostgreSQL's ``timestamptz`` and SQLite's ISO text hold more).
-EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
-LATEST = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
-
-#: How far the database clock may run ahead of this machine's: a ``delay`` is checked against
-#: this machine's clock (the database's is not read before the INSERT), with this margin.
-_CLOCK_MARGIN_SECONDS = 86_400.0
+#: The instants every supported database stores (see ``sqlqueue/_moments.py``).
+EARLIEST, LATEST = MOMENTS_EARLIEST, MOMENTS_LATEST
+_CLOCK_MARGIN_SECONDS = CLOCK_MARGIN_SECONDS
 
 #: Bits of each SQL integer type (a subclass is found before its base: BigInteger is an Integer).
 _INTEGER_BITS: tuple[tuple[type[Any], int], ...] = (
@@ -195,24 +193,12 @@ def check_moment(field: str, value: object, column: Column[Any], error: ErrorTyp
 
 def check_delay(field: str, value: object, column: Column[Any], error: ErrorType) -> float:
     """``value`` seconds, if a number >= 0 whose run time (from now) ``column`` stores on every
-    backend."""
-    latest = moment_range(column)[1]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise error(
-            f"{field} must be a number of seconds, got {type(value).__name__} {value!r:.80}"
-        )
-    seconds = float(value)
-    if math.isnan(seconds) or seconds < 0:
-        raise error(f"{field} must be >= 0 seconds, got {value!r}")
-    if not math.isfinite(seconds):
-        raise error(f"{field} must be a finite number of seconds, got {value!r}")
-    room = (latest - datetime.now(UTC)).total_seconds() - _CLOCK_MARGIN_SECONDS
-    if seconds > room:
-        raise error(
-            f"{field}={value!r} seconds puts the job after {latest.isoformat()}, the latest "
-            f"time every supported database stores (at most {room:.0f} seconds from now)"
-        )
-    return seconds
+    backend (see :func:`sqlqueue._moments.delay_problem`)."""
+    problem = delay_problem(field, value, moment_range(column)[1])
+    if problem is not None:
+        raise error(problem)
+    assert isinstance(value, int | float)
+    return float(value)
 
 
 def check_age(field: str, value: object, column: Column[Any], error: ErrorType) -> float:
@@ -249,8 +235,7 @@ _GROUP_LENGTH = text_length(jobs.c.group_key) or 0
 _PRIORITY_LOW = max(integer_range(jobs.c.priority)[0], -MAX_PRIORITY)
 _PRIORITY_HIGH = min(integer_range(jobs.c.priority)[1], MAX_PRIORITY)
 _ATTEMPTS_HIGH = integer_range(jobs.c.max_attempts)[1]
-#: A delay of at most a century: storable for any clock before the year 9899.
-_SURELY_STORABLE_DELAY = 100 * 365.25 * 86_400
+_SURELY_STORABLE_DELAY = SURELY_STORABLE_DELAY
 
 
 def _plain_text(value: object, length: int) -> bool:

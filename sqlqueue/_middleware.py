@@ -15,7 +15,9 @@ Where each kind runs, so that no combination can deadlock:
 * around an async handler, everything runs on the worker's event loop: an async middleware
   awaits ``call_next()``. A sync middleware cannot wrap it — its ``call_next()`` would have to
   wait for the loop it is blocking — so registering one on a queue with an async task (or an
-  async task on a queue with one) raises :class:`~sqlqueue.ConfigurationError` at once.
+  async task on a queue with one) raises :class:`~sqlqueue.ConfigurationError` at once —
+  unless it is marked :func:`for_sync_handlers` (an integration's, such as Django's
+  connection upkeep on the handler's thread): async handlers then go without it.
 
 The chain is composed once per task when the task's plan is made (sqlqueue/_worker/pipeline.py),
 and sqlqueue's own attempt span is built the same way (:func:`compose` with the claimed row as
@@ -44,6 +46,7 @@ __all__ = [
     "Middlewares",
     "check_kind",
     "compose",
+    "for_sync_handlers",
     "public_job",
 ]
 
@@ -105,12 +108,27 @@ class Hooks:
         self.chain = (*self.chain, hook)
 
 
+#: The attribute :func:`for_sync_handlers` sets on a middleware.
+_SYNC_HANDLERS_ONLY = "_sqlqueue_sync_handlers_only"
+
+
+def for_sync_handlers(middleware: Middleware) -> Middleware:
+    """Mark the sync ``middleware`` as wrapping sync handlers only, on their thread: async
+    handlers (on the worker's loop) go without it instead of being refused. Returns it."""
+    setattr(middleware, _SYNC_HANDLERS_ONLY, True)
+    return middleware
+
+
+def _sync_handlers_only(middleware: Middleware) -> bool:
+    return bool(getattr(middleware, _SYNC_HANDLERS_ONLY, False))
+
+
 def check_kind(chain: Sequence[Middleware], task_name: str, is_async: bool) -> None:
     """Refuse a sync middleware around an async handler (see the module docstring)."""
     if not is_async:
         return
     for middleware in chain:
-        if not inspect.iscoroutinefunction(middleware):
+        if not inspect.iscoroutinefunction(middleware) and not _sync_handlers_only(middleware):
             name = getattr(middleware, "__qualname__", repr(middleware))
             raise ConfigurationError(
                 f"the sync middleware {name} cannot wrap the async task {task_name!r}: its "
@@ -186,6 +204,8 @@ def compose(
     (made once per attempt). ``is_async``: ``call`` returns an awaitable and so does the
     composed call."""
     middlewares = tuple(chain)
+    if is_async:
+        middlewares = tuple(each for each in middlewares if not _sync_handlers_only(each))
     if not middlewares:
         return call
     if is_async:

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, create_engine
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._store.transactions import translated
-from sqlqueue.dialects import dialect_for, with_driver
+from sqlqueue.dialects import Dialect, dialect_for, with_driver
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # alembic is imported where a migration runs, not with sqlqueue: it costs an app (and every
 # ``sqlqueue`` command) about 0.4 s of start-up that only ``migrate`` needs.
 
-__all__ = ["migrate", "migrations_dir"]
+__all__ = ["migrate", "migrations_dir", "upgrade"]
 
 
 def migrations_dir() -> Path:
@@ -33,7 +33,7 @@ def migrations_dir() -> Path:
         if (candidate / "env.py").is_file():
             return candidate
     raise ConfigurationError(  # pragma: no cover - a broken install
-        "sqlqueue's migrations are missing from this installation; reinstall sqlqueue"
+        "sqlqueue's migrations are missing from this installation; reinstall sqlalchemy-sqlqueue"
     )
 
 
@@ -81,26 +81,39 @@ def migrate(
     (created if missing) instead of the connection's default one; a ``Queue(…, schema=…)``
     then uses them.
     """
-    from alembic import command
-
     if isinstance(target, str):
         target = create_engine(with_driver(target))
     engine = target if isinstance(target, Engine) else target.engine
     dialect = dialect_for(engine, schema)
     dialect.prepare_engine(engine)
+    upgrade(target, dialect, revision=revision, schema=schema)
 
-    def upgrade(conn: Connection) -> None:
-        with dialect.migration_lock(conn), dialect.migrating_in_schema(conn):
+
+def upgrade(
+    target: Engine | Connection, dialect: Dialect, *, revision: str = "head", schema: str | None
+) -> None:
+    """:func:`migrate` on an engine ``dialect`` has prepared, or one that must be left as it
+    is: a framework's connection lent to sqlqueue, whose transactions are its owner's."""
+    from alembic import command
+
+    engine = target if isinstance(target, Engine) else target.engine
+
+    def run_revisions(conn: Connection) -> None:
+        with dialect.migrating_in_schema(conn):
             command.upgrade(alembic_config(conn, schema), revision)
 
     def upgrade_in_own_transaction(conn: Connection) -> None:
         dialect.begin_write(conn)
         try:
-            upgrade(conn)
+            # Committed before the lock is let go: MariaDB's lock is the session's, and a
+            # migrator let in before the last revision's version row committed read the one
+            # before it and ran that revision again ("Duplicate key name").
+            with dialect.migration_lock(conn):
+                run_revisions(conn)
+                conn.commit()
         except BaseException:
             conn.rollback()
             raise
-        conn.commit()
 
     def run() -> None:
         if isinstance(target, Engine):
@@ -109,8 +122,8 @@ def migrate(
         elif target.in_transaction():
             # A savepoint keeps the revisions all-or-nothing inside the caller's transaction;
             # on SQLite it also opens the transaction that the driver leaves DDL outside of.
-            with target.begin_nested():
-                upgrade(target)
+            with target.begin_nested(), dialect.migration_lock(target):
+                run_revisions(target)
         else:
             upgrade_in_own_transaction(target)
 

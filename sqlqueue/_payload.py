@@ -17,6 +17,7 @@ from sqlqueue._errors import PayloadError
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_DEPTH",
+    "MAX_INT",
     "check_payload",
     "check_result",
     "encode_payload",
@@ -29,6 +30,9 @@ MAX_DEPTH = 32
 #: of their shortest form (``1.8237199422851508e16`` reads back as ``18237199422851510``, an int
 #: that differs): payloads refuse them, so a payload reads back as it was written everywhere.
 EXACT_FLOAT = 2.0**53
+#: Integers of more digits than Python converts to text (its ``int_max_str_digits``, 4300)
+#: cannot be written as JSON at all: refused by name, not with the converter's bare ValueError.
+MAX_INT = 10**4299
 #: Compact JSON, UTF-8 text as it is, no NaN: the form payloads are measured and stored in
 #: (the SQLite bulk path binds its JSON documents with it too).
 JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -105,7 +109,8 @@ def check_payload(payload: Mapping[str, Any] | None, *, max_bytes: int) -> dict[
 
 
 def check_result(result: Any, *, max_bytes: int) -> Any:
-    """``result`` once checked to be storable JSON (any JSON value) within ``max_bytes``."""
+    """``result`` once checked to be storable JSON (any JSON value) within ``max_bytes``, with
+    no float beyond 2**53 (PostgreSQL gave one back as other digits: see :data:`EXACT_FLOAT`)."""
     if result is None:
         return None
     _check_json(
@@ -113,6 +118,7 @@ def check_result(result: Any, *, max_bytes: int) -> Any:
         "result",
         max_bytes,
         "keep large outputs in your own tables and return their ids (or raise max_result_bytes)",
+        exact_floats=True,  # read back as written, as a payload is (PostgreSQL's jsonb)
     )
     return result
 
@@ -141,7 +147,9 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
         items = value.values()
     for item in items:
         kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int and -MAX_INT < item < MAX_INT:
             continue
         if kind is float and -EXACT_FLOAT < item < EXACT_FLOAT:  # not NaN, inf or beyond
             continue
@@ -154,7 +162,14 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
 def _check_value(value: Any, path: str, depth: int, exact_floats: bool) -> None:
     if depth > MAX_DEPTH:
         raise PayloadError(f"{path} is nested more than {MAX_DEPTH} levels deep")
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -MAX_INT < value < MAX_INT:
+            raise PayloadError(
+                f"{path} is an integer of over 4,300 digits, more than JSON is written "
+                "with here: store it as text"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):

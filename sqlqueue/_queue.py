@@ -69,7 +69,7 @@ class Queue(Operations):
     The engine itself is left as it is: the app's own statements keep their schemas.
     ``encryption_keys`` (Fernet keys; by default the comma-separated ``SQLQUEUE_ENCRYPTION_KEYS``)
     seal the ``secret_fields`` of tasks: the first key encrypts, all of them decrypt.
-    With OpenTelemetry installed (``sqlqueue[otel]``) enqueues and attempts are traced on
+    With OpenTelemetry installed (``sqlalchemy-sqlqueue[otel]``) enqueues and attempts are traced on
     ``tracer_provider`` (by default the global one, also when it is set later).
 
     Operators read and act through the methods of
@@ -92,17 +92,9 @@ class Queue(Operations):
         encryption_keys: Sequence[str | bytes] | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        built_here = isinstance(engine, str)
-        if isinstance(engine, str):
-            engine = create_engine(with_driver(engine))
-        if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
-            raise ConfigurationError(
-                "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
-                "build one from the same URL with a sync driver, and use enqueue_async with "
-                "your AsyncConnection or AsyncSession"
-            )
-        if not isinstance(engine, Engine):
-            raise ConfigurationError(f"engine: expected a SQLAlchemy Engine or URL, got {engine!r}")
+        #: The schema of sqlqueue's tables (``None``: the connection's default schema).
+        self.schema = schema
+        self._bind(engine)
         if lease_seconds <= 0:
             raise ConfigurationError(f"lease_seconds must be > 0, got {lease_seconds!r}")
         if max_payload_bytes <= 0:
@@ -120,17 +112,6 @@ class Queue(Operations):
         check_text("default_queue", default_queue, jobs.c.queue, ConfigurationError)
         if unknown_jobs not in ("dead", "skip"):
             raise ConfigurationError(f"unknown_jobs must be 'dead' or 'skip', got {unknown_jobs!r}")
-        self.engine = engine
-        #: The schema of sqlqueue's tables (``None``: the connection's default schema).
-        self.schema = schema
-        self.dialect: Dialect = dialect_for(engine, schema)
-        self.dialect.prepare_engine(engine)
-        if built_here and self.dialect.supports_many_hosts:
-            # A pooled connection the server dropped while idle is replaced at checkout instead
-            # of failing the next claim or completion and starting a backoff (see _liveness.py).
-            # A database file has no server to drop connections: SQLite needs no checks.
-            check_connections_at_checkout(engine, self.dialect)
-        self.store = Store(self.dialect.bind_tables(engine), self.dialect)
         self.lease_seconds = float(lease_seconds)
         self.default_queue = default_queue
         self.max_payload_bytes = max_payload_bytes
@@ -147,9 +128,35 @@ class Queue(Operations):
         self._hooks = Hooks()
         self._periodic: list[Periodic] = []
 
+    def _bind(self, engine: Engine | str) -> None:
+        """Bind the queue to the database of ``engine`` (a subclass that finds its database
+        later, at each use, binds nothing here: see sqlqueue/django/_lazy.py)."""
+        built_here = isinstance(engine, str)
+        if isinstance(engine, str):
+            engine = create_engine(with_driver(engine))
+        if hasattr(engine, "sync_engine"):  # an AsyncEngine (without importing asyncio support)
+            raise ConfigurationError(
+                "engine: Queue needs a synchronous Engine (workers run their SQL in a thread); "
+                "build one from the same URL with a sync driver, and use enqueue_async with "
+                "your AsyncConnection or AsyncSession"
+            )
+        if not isinstance(engine, Engine):
+            raise ConfigurationError(f"engine: expected a SQLAlchemy Engine or URL, got {engine!r}")
+        self.engine = engine
+        self.dialect: Dialect = dialect_for(engine, self.schema)
+        self.dialect.home = engine
+        self.dialect.prepare_engine(engine)
+        if built_here and self.dialect.supports_many_hosts:
+            # A pooled connection the server dropped while idle is replaced at checkout instead
+            # of failing the next claim or completion and starting a backoff (see _liveness.py).
+            # A database file has no server to drop connections: SQLite needs no checks.
+            check_connections_at_checkout(engine, self.dialect)
+        self.store = Store(self.dialect.bind_tables(engine), self.dialect)
+
     def async_engine(self) -> Any:
         """The ``AsyncEngine`` async handlers' transactions run on: the one given, or one made
-        from this engine's URL with the backend's asyncio driver (needs ``sqlqueue[async]``)."""
+        from this engine's URL with the backend's asyncio driver (needs the extra
+        ``sqlalchemy-sqlqueue[async]``)."""
         if self._async_engine is None:
             from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -509,8 +516,9 @@ class Queue(Operations):
         matching all the given filters (as :meth:`jobs` reads them; ``status`` narrows to
         ``"queued"``, ``"failed"`` or ``"waiting"``), in batches of ``batch_size``
         (one short transaction each), oldest first; return how many. Running jobs are left
-        alone (see :meth:`cancel`). With ``by`` and ``reason``, each job records who and why
-        (:meth:`job_actions`)."""
+        alone (see :meth:`cancel`). A job whose row another transaction holds (a worker's
+        claim) is waited for, then cancelled if it is still waiting. With ``by`` and
+        ``reason``, each job records who and why (:meth:`job_actions`)."""
         if all(
             value is None
             for value in (job_type, queue, group_key, error_contains, since, until, job_ids)
@@ -530,13 +538,12 @@ class Queue(Operations):
         job_filter = self._job_filter(
             status, job_type, queue, error_contains, since, until, job_ids, group_key, None
         )
-        return len(
-            self._in_batches(
-                lambda n: self.admin.cancel_batch(job_filter, limit=n, record=record),
-                None,
-                batch_size,
-            )
-        )
+
+        def cancel_batch(size: int) -> tuple[list[int], bool]:
+            batch = self.admin.cancel_batch(job_filter, limit=size, record=record)
+            return batch.cancelled, batch.exhausted
+
+        return len(self._in_batches(cancel_batch, None, batch_size))
 
     def rebind(self, engine: Engine | str, *, schema: str | EllipsisType | None = ...) -> Queue:
         """The same tasks, schedules and settings on another database (the CLI's

@@ -70,7 +70,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0021"
+SCHEMA_REVISION = "0022"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -95,6 +95,8 @@ metadata = MetaData(
 
 #: MariaDB and MySQL: full Unicode, and text keys (idempotency keys, queue names) compared byte
 #: for byte as on the other backends, not case-insensitively as their default collation would.
+#: The tables are created so; migration 0022 then moves them to the server's NO PAD binary
+#: collation (``utf8mb4_bin`` pads: ``'mail' = 'mail '``), which has no one name on both.
 _MYSQL_TABLE: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 _STATUSES = "('queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled', 'waiting')"

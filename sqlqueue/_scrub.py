@@ -14,11 +14,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
     from sqlqueue._secrets import Redactor
 
-__all__ = ["REDACTED", "clip", "hide_passwords", "password_of", "shorten", "storable"]
+__all__ = [
+    "REDACTED",
+    "clip",
+    "hide_passwords",
+    "password_of",
+    "shorten",
+    "storable",
+    "url_encoded",
+]
 
 #: What a secret looks like everywhere but in its handler's arguments.
 REDACTED = "***"
@@ -35,6 +44,19 @@ def storable(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def url_encoded(text: str) -> set[str]:
+    """``text`` as the usual ways of putting it in a URL write it: ``urllib.parse.quote``
+    (``safe="/"``, its default, and ``safe=""``) and ``quote_plus`` (``urlencode``: the query
+    strings that requests and httpx's ``params=`` build), UTF-8, upper-case hex. A secret that
+    an HTTP library puts in a URL reaches an error message in one of these forms; another
+    encoding (lower-case hex, other characters left as they are, encoded twice) is not here."""
+    forms = set()
+    for safe in ("", "/"):
+        forms.add(quote(text, safe=safe, encoding="utf-8", errors="surrogatepass"))
+        forms.add(quote_plus(text, safe=safe, encoding="utf-8", errors="surrogatepass"))
+    return forms
 
 
 def clip(

@@ -13,6 +13,9 @@ keys: plain queues never load it.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -21,13 +24,14 @@ from typing import Any
 
 from sqlqueue._errors import ConfigurationError, PayloadError, PermanentError
 from sqlqueue._payload import JSON_ENCODER
-from sqlqueue._scrub import REDACTED, storable
+from sqlqueue._scrub import REDACTED, storable, url_encoded
 
 __all__ = [
     "ENV_KEYS",
     "MARKER",
     "REDACTED",
     "Keyring",
+    "Redacted",
     "Redactor",
     "SecretFields",
     "SecretKeyMissing",
@@ -61,6 +65,9 @@ class Keyring:
     #: ``cryptography.fernet.InvalidToken``: what a token no key opens raises.
     invalid: type[Exception]
     size: int
+    #: One HMAC key per encryption key, in their order, derived from it (never the key
+    #: itself): what a key derived from a secret field is hashed with (see :meth:`digests`).
+    digest_keys: tuple[bytes, ...] = ()
 
     def seal(self, value: Any) -> dict[str, str]:
         """``value`` (any JSON value) as its stored, encrypted form."""
@@ -76,6 +83,13 @@ class Keyring:
             return json.loads(self.fernet.decrypt(text[len(_VERSION) :].encode("ascii")))
         except ValueError:  # not ASCII, or not JSON: not a token this code wrote
             raise self.invalid from None
+
+    def digests(self, text: str) -> tuple[str, ...]:
+        """The HMAC-SHA256 of ``text`` (hex) under each key's digest key, the current (first)
+        key's first: what is stored in place of a key derived from a secret field, and the
+        ones it was stored as before the keys last rotated."""
+        data = text.encode("utf-8", "surrogatepass")
+        return tuple(hmac.new(key, data, hashlib.sha256).hexdigest() for key in self.digest_keys)
 
 
 def keyring_from(
@@ -100,7 +114,7 @@ def keyring_from(
     except ImportError:
         raise ConfigurationError(
             f"{field}: secrets at rest need the cryptography package: "
-            "pip install 'sqlqueue[secrets]'"
+            "pip install 'sqlalchemy-sqlqueue[secrets]'"
         ) from None
     fernets = []
     for index, key in enumerate(keys):
@@ -111,7 +125,23 @@ def keyring_from(
                 f"{field}: key #{index + 1} is not a Fernet key (32 url-safe base64-encoded "
                 f"bytes); {_GENERATE}"
             ) from None
-    return Keyring(fernet=MultiFernet(fernets), invalid=InvalidToken, size=len(fernets))
+    return Keyring(
+        fernet=MultiFernet(fernets),
+        invalid=InvalidToken,
+        size=len(fernets),
+        digest_keys=tuple(_digest_key(key) for key in keys),
+    )
+
+
+#: What a digest key is derived for: it is not the encryption key, nor usable as one.
+_DIGEST_PURPOSE = b"sqlqueue v1: the keyed hash of a key derived from a secret field"
+
+
+def _digest_key(key: str | bytes) -> bytes:
+    """The HMAC key derived from the Fernet key ``key`` (already checked to be one): an HMAC
+    of a fixed purpose under its 32 bytes, so the digests say nothing of the key."""
+    raw = base64.urlsafe_b64decode(key.encode("ascii") if isinstance(key, str) else key)
+    return hmac.new(raw, _DIGEST_PURPOSE, hashlib.sha256).digest()
 
 
 def _is_sealed(value: Any) -> bool:
@@ -151,10 +181,11 @@ class Redactor:
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> Redactor:
-        """A redactor for ``values``: a string as it is (and escaped as repr, JSON and
-        :func:`~sqlqueue._scrub.storable` would), a number as text, an object or list as a
-        whole and by each of its strings and numbers. ``true``/``false``/``null`` are no secret
-        worth garbling every message for."""
+        """A redactor for ``values``: a string as it is (and escaped as ``repr``, ``ascii``,
+        the ``repr`` of its UTF-8 bytes, JSON and :func:`~sqlqueue._scrub.storable` would: the
+        forms an exception's args and a ``repr`` quote it in), a number as text, an object or
+        list as a whole and by each of its strings and numbers. ``true``/``false``/``null``
+        are no secret worth garbling every message for."""
         numbers: list[int | float] = []
         needles: set[str] = set()
         for value in values:
@@ -167,10 +198,13 @@ class Redactor:
                             leaf,
                             storable(leaf),
                             repr(leaf)[1:-1],
+                            ascii(leaf)[1:-1],  # ``%a``, ``ascii()``: \x, \u escapes
+                            repr(leaf.encode("utf-8", "surrogatepass"))[2:-1],  # as bytes
                             JSON_ENCODER.encode(leaf)[1:-1],
                             json.dumps(leaf)[1:-1],  # ASCII-only JSON: \u escapes
                         )
                     )
+                    needles.update(url_encoded(leaf))  # as an HTTP library puts it in a URL
                 elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
                     numbers.append(leaf)
                     needles.update((repr(leaf), JSON_ENCODER.encode(leaf)))
@@ -204,21 +238,105 @@ class Redactor:
         return "".join(pieces)
 
     def value(self, value: Any) -> Any:
-        """A JSON value (a result, an error's details) with the secrets in it redacted."""
+        """``value`` (a result, an error's details: anything a handler hands back) with the
+        secrets in it redacted, keys as well as values and whatever their types, *before*
+        anything is made storable (a key ``str()``-ed first would keep the secret it holds):
+        strings and bytes get their secrets' text replaced, a number equal to a secret becomes
+        :data:`REDACTED`, lists, tuples, sets and mappings are walked (a tuple or set key stays
+        one, so it still hashes), and an exception is shown by its args, redacted. Anything
+        else whose ``repr`` quotes a secret becomes a :class:`Redacted` showing it scrubbed.
+        What is not JSON stays not JSON: the caller's check refuses it as before."""
         if not self.needles:
             return value
+        return self._walk(value, 0)
+
+    def _walk(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, bytes | bytearray):
+            return self._bytes(value)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            if any(type(value) is type(secret) and value == secret for secret in self.numbers):
+                return REDACTED
+            return value
+        if depth >= _MAX_WALK:  # a cycle, or nesting no store takes: shown as neither
+            return Redacted(f"<{type(value).__name__} nested over {_MAX_WALK} levels>")
+        inner = depth + 1
         if isinstance(value, Mapping):
-            return {
-                self.text(key) if isinstance(key, str) else key: self.value(item)
-                for key, item in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [self.value(item) for item in value]
-        if any(type(value) is type(secret) and value == secret for secret in self.numbers):
-            return REDACTED
-        return value
+            walked: dict[Any, Any] = {}
+            for key, item in value.items():
+                shown = self._walk(key, inner)
+                if shown in walked:  # two keys redacted alike: the later one numbered, kept
+                    shown = _numbered(shown, walked)
+                walked[shown] = self._walk(item, inner)
+            return walked
+        if isinstance(value, list):
+            return [self._walk(item, inner) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self._walk(item, inner) for item in value)
+        if isinstance(value, frozenset):
+            return frozenset(self._walk(item, inner) for item in value)
+        if isinstance(value, set):
+            return {self._walk(item, inner) for item in value}
+        if isinstance(value, BaseException):
+            name = type(value).__name__
+            args = [self._walk(arg, inner) for arg in value.args]
+            shown = self.text(f"{name}({', '.join(_repr(arg) for arg in args)})")
+            if shown == f"{name}({', '.join(_repr(arg) for arg in value.args)})":
+                return value  # no secret in its args: the exception itself, as it was
+            return Redacted(shown)
+        shown = _repr(value)
+        scrubbed = self.text(shown)
+        return value if scrubbed == shown else Redacted(scrubbed)
+
+    def _bytes(self, data: bytes | bytearray) -> bytes | bytearray:
+        """``data`` with its secrets' UTF-8 text replaced by :data:`REDACTED` (the same object
+        when it holds none)."""
+        text = bytes(data).decode("utf-8", "surrogateescape")
+        shown = self.text(text)
+        if shown == text:
+            return data
+        return shown.encode("utf-8", "surrogateescape")
+
+
+#: How deep :meth:`Redactor.value` walks: past it (a cycle, or nesting no store would take),
+#: a value is shown by its type alone.
+_MAX_WALK = 100
+
+
+class Redacted:
+    """What :meth:`Redactor.value` puts in place of an object that is not plain data (an
+    exception, an object whose ``repr`` quotes a secret): its ``repr``, scrubbed. Only that
+    text is kept; ``str()`` and ``repr()`` give it."""
+
+    __slots__ = ("shown",)
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+    __str__ = __repr__
+
+
+def _numbered(key: Any, taken: Mapping[Any, Any]) -> Any:
+    """``key`` (a redacted key another one was redacted to as well) made distinct: ``*** #2``."""
+    number = 2
+    while True:
+        shown = f"{key} #{number}" if isinstance(key, str) else Redacted(f"{_repr(key)} #{number}")
+        if shown not in taken:
+            return shown
+        number += 1
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # a repr that fails still leaves something to show
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _leaves(value: Any) -> Iterator[Any]:
@@ -267,6 +385,18 @@ class SecretFields:
         clear (enqueued before it was declared secret) is passed on, and redacted too."""
         opened, values = self._opened(kwargs, strict=True)
         return dict(opened), Redactor.of(values)
+
+    def opened(self, payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``payload`` (a claimed job's) with its sealed fields decrypted: the plaintext view
+        every key function gets; :class:`SecretKeyMissing` when no key opens one."""
+        return self._opened(payload, strict=True)[0]
+
+    def stood_in(self, payload: Mapping[str, Any], stand_in: Any) -> Mapping[str, Any]:
+        """``payload`` with each secret field present replaced by ``stand_in`` (copied along
+        the paths); ``payload`` itself when it holds none."""
+        for path in self.paths:
+            payload = _replaced(payload, path, lambda _value: stand_in)
+        return payload
 
     def redactor(self, payload: Mapping[str, Any]) -> Redactor:
         """The redactor of ``payload``'s secrets, for an attempt that failed: whatever no key

@@ -85,7 +85,8 @@ def tracing_for(tracer_provider: TracerProvider | None) -> Tracing | None:
     if not AVAILABLE:
         if tracer_provider is not None:
             raise ConfigurationError(
-                "tracer_provider: tracing needs opentelemetry-api: pip install 'sqlqueue[otel]'"
+                "tracer_provider: tracing needs opentelemetry-api: "
+                "pip install 'sqlalchemy-sqlqueue[otel]'"
             )
         return None
     if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
@@ -97,7 +98,7 @@ def tracing_for(tracer_provider: TracerProvider | None) -> Tracing | None:
 
 def _version() -> str | None:
     try:
-        return metadata.version("sqlqueue")
+        return metadata.version("sqlalchemy-sqlqueue")
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
         return None
 

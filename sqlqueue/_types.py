@@ -13,6 +13,7 @@ from sqlalchemy import JSON, BigInteger, DateTime, Double, Float, Integer, Strin
 from sqlalchemy.dialects.mysql import BINARY, VARBINARY
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.types import TypeDecorator
 
@@ -39,8 +40,29 @@ JsonDocument = JSON().with_variant(JSONB(), "postgresql")
 #: Floating-point numbers: MySQL's ``FLOAT`` is single precision, so ``DOUBLE`` there.
 Number = Float().with_variant(Double(), *MYSQL_NAMES)
 
+
+class _SQLiteDateTime(SQLITE_DATETIME):
+    """SQLite's ``DATETIME`` (ISO text), also read from a connection that parses it already:
+    Django's sqlite3 connections turn declared ``DATETIME`` columns into datetimes, and in a
+    test sqlqueue reads through such a connection (sqlqueue/django/_shared.py)."""
+
+    def result_processor(self, dialect: SADialect, coltype: object) -> Any:
+        parse = super().result_processor(dialect, coltype)
+        if parse is None:  # pragma: no cover - SQLAlchemy always parses SQLite's text
+            return None
+
+        def process(value: Any) -> Any:
+            return value if value is None or isinstance(value, datetime) else parse(value)
+
+        return process
+
+
 #: Timestamps: MySQL's ``DATETIME`` drops the fraction unless it is declared with six digits.
-_TIMESTAMP = DateTime(timezone=True).with_variant(MYSQL_DATETIME(fsp=6), *MYSQL_NAMES)
+_TIMESTAMP = (
+    DateTime(timezone=True)
+    .with_variant(MYSQL_DATETIME(fsp=6), *MYSQL_NAMES)
+    .with_variant(_SQLiteDateTime(timezone=True), "sqlite")  # type: ignore[no-untyped-call]
+)
 
 
 def as_utc(value: datetime) -> datetime:

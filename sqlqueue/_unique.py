@@ -17,9 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlqueue._errors import ConfigurationError, EnqueueError
+from sqlqueue._errors import ConfigurationError, EnqueueError, PayloadError
+from sqlqueue._payload import MAX_DEPTH, MAX_INT
 
-__all__ = ["STATUSES", "Unique", "UniqueCheck", "unique_key"]
+__all__ = [
+    "STATUSES",
+    "Unique",
+    "UniqueCheck",
+    "unique_digest",
+    "unique_key",
+    "unique_text",
+    "unique_values",
+]
 
 #: What ``Unique.states`` may name: every status a unique job can have. Not ``waiting``: only
 #: a workflow step waits, and a step cannot be unique (see sqlqueue/_enqueue_workflow.py).
@@ -91,11 +100,14 @@ class Unique:
 
 @dataclass(frozen=True)
 class UniqueCheck:
-    """What the store needs to enforce one row's uniqueness: the statuses that block, and
-    whether a waiting job is replaced."""
+    """What the store needs to enforce one row's uniqueness: the statuses that block, whether
+    a waiting job is replaced, and the other keys the same job may be held under."""
 
     states: tuple[str, ...]
     replace: bool
+    #: The job's key under the queue's older encryption keys, for a key derived from a secret
+    #: field (a keyed hash, one per key): a job enqueued before a key rotation holds one.
+    also: tuple[str, ...] = ()
 
 
 def unique_key(
@@ -103,7 +115,21 @@ def unique_key(
 ) -> str:
     """The SHA-256 hex digest of the task, the ``by`` values and the period bucket of ``now``
     (Unix seconds; the current time by default). Raises :class:`~sqlqueue.EnqueueError` when
-    the payload lacks a ``by`` key or the values are not JSON."""
+    the payload lacks a ``by`` key or the values are not JSON. (A key that depends on a secret
+    field is an HMAC of the same text instead: see sqlqueue/_secret_keys.py.)"""
+    return unique_digest(
+        unique_text(job_type, unique, unique_values(job_type, unique, payload), now)
+    )
+
+
+def unique_digest(text: str) -> str:
+    """The SHA-256 hex digest of a unique key's text (:func:`unique_text`)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def unique_values(job_type: str, unique: Unique, payload: Mapping[str, Any]) -> Any:
+    """What makes a job of ``job_type`` "the same" as another: the ``by`` function's answer,
+    or the values of the ``by`` keys, checked to be JSON that can be written."""
     if callable(unique.by):
         try:
             values: Any = unique.by(payload)
@@ -119,11 +145,23 @@ def unique_key(
                 f"{missing[0]!r} key"
             )
         values = [payload[name] for name in unique.by]
+    problem = _unbounded(values, 0)
+    if problem is not None:  # named here, not a RecursionError or ValueError from json
+        raise PayloadError(
+            f"the unique key values of {job_type!r} must be JSON (str, numbers, lists, "
+            f"dicts): {problem}"
+        )
+    return values
+
+
+def unique_text(job_type: str, unique: Unique, values: Any, now: float | None = None) -> str:
+    """The canonical JSON text a unique key is the digest of: the task, ``values`` (from
+    :func:`unique_values`) and the period bucket of ``now``."""
     bucket = None
     if unique.period is not None:
         bucket = math.floor((time.time() if now is None else now) / unique.period)
     try:
-        text = json.dumps(
+        return json.dumps(
             [job_type, values, bucket], sort_keys=True, separators=(",", ":"), allow_nan=False
         )
     except (TypeError, ValueError) as error:
@@ -131,4 +169,26 @@ def unique_key(
             f"the unique key values of {job_type!r} must be JSON (str, numbers, lists, "
             f"dicts): {error}"
         ) from error
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _unbounded(value: Any, depth: int) -> str | None:
+    """What makes ``value`` impossible to write as JSON here (nested past
+    :data:`~sqlqueue._payload.MAX_DEPTH` levels, an integer past
+    :data:`~sqlqueue._payload.MAX_INT`), or ``None``. Only the digest is stored, so any text
+    is fine; the rest is ``json.dumps``'s to judge."""
+    if depth > MAX_DEPTH:
+        return f"they are nested more than {MAX_DEPTH} levels deep"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None if -MAX_INT < value < MAX_INT else "an integer has over 4,300 digits"
+    items: Any = (
+        value.values()
+        if isinstance(value, Mapping)
+        else value
+        if isinstance(value, list | tuple)
+        else ()
+    )
+    for item in items:
+        problem = _unbounded(item, depth + 1)
+        if problem is not None:
+            return problem
+    return None

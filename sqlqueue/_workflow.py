@@ -46,6 +46,12 @@ def check_step_name(name: object) -> str:
         )
     if name != name.strip() or "\x00" in name:
         raise WorkflowError(f"step name {name!r} has surrounding blanks or a NUL character")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as bad:  # a lone surrogate: no database stores it
+        raise WorkflowError(
+            f"step name {name!r} is not valid Unicode: a lone surrogate at position {bad.start}"
+        ) from None
     return name
 
 

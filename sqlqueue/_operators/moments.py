@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from sqlqueue._errors import ConfigurationError
-from sqlqueue._limits import EARLIEST, LATEST
+from sqlqueue._moments import EARLIEST, LATEST  # not _limits': SQLAlchemy, for the CLI parser
 
 __all__ = ["parse_duration", "parse_moment", "parse_run_time"]
 

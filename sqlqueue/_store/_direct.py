@@ -75,12 +75,20 @@ def can_commit_directly(engine: Engine) -> bool:
         return False
     if engine.get_execution_options():
         return False
-    dialect = type(engine.dialect)
+    dialect = engine.dialect
+    kind = type(dialect)
     return (
-        dialect.do_begin is DefaultDialect.do_begin
-        and dialect.do_commit is DefaultDialect.do_commit
-        and dialect.do_rollback is DefaultDialect.do_rollback
+        kind.do_begin is DefaultDialect.do_begin
+        and kind.do_commit is DefaultDialect.do_commit
+        and kind.do_rollback is DefaultDialect.do_rollback
+        # Nor replaced on this engine's dialect alone (a framework's connection lent to
+        # sqlqueue, whose transactions are savepoints: sqlqueue/django/_shared.py).
+        and _OWN_TRANSACTIONS.isdisjoint(vars(dialect))
     )
+
+
+#: The dialect's methods that begin and end a transaction on the driver's connection.
+_OWN_TRANSACTIONS = frozenset({"do_begin", "do_commit", "do_rollback"})
 
 
 #: What ``engine.begin()`` around one statement dispatches, as connection events.

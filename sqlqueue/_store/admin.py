@@ -370,9 +370,18 @@ class Admin:
     def cancel_batch(
         self, job_filter: JobFilter, *, limit: int, record: Record | None
     ) -> CancelBatch:
-        """See :func:`job_actions.cancel_batch`."""
-        return self._write(
+        """See :func:`job_actions.cancel_batch`. When it left jobs another transaction held,
+        wait for the holder of the first (:func:`job_actions.wait_for_holder`, a transaction
+        of its own) and say the filter is not exhausted: the next batch reads them again,
+        cancels those still waiting and leaves those the holder claimed. One row a wait: a
+        transaction waiting for several would hold the first while it waits for the next."""
+        batch = self._write(
             lambda conn: job_actions.cancel_batch(
                 conn, self.dialect, job_filter, limit=limit, record=record
             )
         )
+        if not batch.held:
+            return batch
+        first = batch.held[0]
+        self._write(lambda conn: job_actions.wait_for_holder(conn, self.dialect, first))
+        return batch._replace(exhausted=False)

@@ -27,6 +27,13 @@ other crosswise:
    upstreams have all ended, the ``on_dead="cancel"`` cascade, and an operator's cancel of a
    waiting step (:mod:`~sqlqueue._store.cancel`, :func:`job_actions.cancel_batch`).
 
+On InnoDB a statement locks a row as its entries in the indexes it goes through. The locking
+read of a write that names its rows' ids (every fenced transition, the heartbeat) goes by the
+primary key, the row before any other entry of it, as a write of the row does (``_by_key``
+in ``sqlqueue/dialects/_mysql_returning.py``): a heartbeat that took its jobs' rows through
+the status index held the entry a completion of one of them had to change while it waited for
+that row, and InnoDB aborted the completion.
+
 A step leaves ``waiting`` only under its workflow's row, so a transaction holding that row
 knows which of its job rows are in the last class. A transaction holding batch rows waits for
 no job row outside that class: where it may meet one (a filtered cancel's steps released

@@ -66,7 +66,9 @@ def _locked_dead(
 
 
 def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: str) -> Any:
-    """Dead job ``job_id``, locked, or the error that says why it cannot be ``action``-ed."""
+    """Dead job ``job_id``, locked, or the error that says why it cannot be ``action``-ed:
+    not dead, or handled already (requeued or discarded; the row lock makes two operators
+    acting on it at once take turns, so the second is told what the first did)."""
     row = conn.execute(dialect.lock_row(select(jobs).where(jobs.c.id == job_id))).mappings().first()
     row = row if row is not None else moved_row(conn, dialect, job_id)
     if row is None:
@@ -75,6 +77,12 @@ def _locked_one_dead(conn: Connection, dialect: Dialect, job_id: int, action: st
         raise JobStateError(f"job {job_id} is {row['status']}; only dead jobs can be {action}")
     if row["requeued_as"] is not None:
         raise JobStateError(f"job {job_id} was already requeued as job {row['requeued_as']}")
+    if row["discarded_at"] is not None:  # handled: a requeue now would run what was discarded
+        already = "already " if action == "discarded" else ""
+        raise JobStateError(
+            f"job {job_id} was {already}discarded by {row['discarded_by']} "
+            f"({row['discard_reason']})"
+        )
     return row
 
 
@@ -193,11 +201,7 @@ def _discard_values(dialect: Dialect, by: str, reason: str) -> dict[str, Any]:
 def discard_one(conn: Connection, dialect: Dialect, *, job_id: int, by: str, reason: str) -> Job:
     """Mark dead job ``job_id`` handled without running it; return it as it now is."""
     mark = lock_for_handling(conn, dialect)
-    row = _locked_one_dead(conn, dialect, job_id, "discarded")
-    if row["discarded_at"] is not None:
-        raise JobStateError(
-            f"job {job_id} was already discarded by {row['discarded_by']} ({row['discard_reason']})"
-        )
+    _locked_one_dead(conn, dialect, job_id, "discarded")
     forget_handled(conn, mark, [job_id])
     stmt = (
         update(jobs)

@@ -31,6 +31,7 @@ __all__ = [
     "read_job_actions",
     "record_actions",
     "reschedule_job",
+    "wait_for_holder",
 ]
 
 #: The statuses of jobs waiting for a run: what cancel, reschedule and run-now change.
@@ -142,19 +143,24 @@ def make_due(
 
 
 class CancelBatch(NamedTuple):
-    """One filtered cancel's transaction: the jobs it cancelled, and whether it read every
-    job the filter still matches (then no further batch is needed)."""
+    """One filtered cancel's transaction: the jobs it cancelled, whether it read every job the
+    filter still matches (then no further batch is needed), and the matching jobs it left
+    waiting because another transaction held their rows (see :func:`wait_for_holder`)."""
 
     cancelled: list[int]
     exhausted: bool
+    held: list[int]
 
 
 def cancel_batch(
     conn: Connection, dialect: Dialect, job_filter: JobFilter, *, limit: int, record: Record | None
 ) -> CancelBatch:
     """Cancel up to ``limit`` queued, failed or waiting jobs matching ``job_filter``, oldest
-    first (rows another transaction holds are skipped: a worker claiming one keeps it); return
-    their ids. Children of batches count in their batch in this transaction.
+    first; return their ids. Rows another transaction holds are skipped and returned as
+    ``held`` if they were still waiting when it read them: a worker claiming one keeps it, but
+    a holder may also leave it waiting (a claim that locks more rows than it leases, as
+    MariaDB's for a worker of several queues does), so the caller waits for the holder and
+    runs another batch. Children of batches count in their batch in this transaction.
 
     The rows are taken in the lock order of :mod:`sqlqueue._store.batches`: the queued and
     failed jobs (skipping those held), then every batch and workflow of the round in id
@@ -166,7 +172,7 @@ def cancel_batch(
 
     A step that ended or was claimed while this waited for its workflow is dropped, so fewer
     than ``limit`` may be cancelled although more match: ``exhausted`` says, from how many
-    candidates were read, whether another batch may find more."""
+    candidates were read, whether another batch may find more (jobs ``held`` aside)."""
     clauses = job_filter.clauses()
     steps = [
         (int(job_id), batch_id)
@@ -177,7 +183,7 @@ def cancel_batch(
             .limit(limit)
         )
     ]
-    taken = _take_queued(conn, dialect, clauses, limit, [job_id for job_id, _ in steps])
+    taken, held = _take_queued(conn, dialect, clauses, limit, [job_id for job_id, _ in steps])
     exhausted = len(taken) + len(steps) < limit
     queued = {job_id for job_id, _ in taken}  # a step released meanwhile: taken as queued
     steps = [(job_id, batch_id) for job_id, batch_id in steps if job_id not in queued]
@@ -186,12 +192,12 @@ def cancel_batch(
         + [(job_id, batch_id, True) for job_id, batch_id in steps]
     )[:limit]  # the oldest of both; only steps, never locked, fall past the cut
     if not chosen:
-        return CancelBatch([], exhausted)
+        return CancelBatch([], exhausted, held)
     hold_batches(conn, dialect, [int(batch_id) for _, batch_id, _ in chosen if batch_id])
     ids = [job_id for job_id, _, waiting in chosen if not waiting]
     kept = [job_id for job_id, _, waiting in chosen if waiting]
     if kept:  # still waiting, or released meanwhile (then queued, and skipped if claimed)
-        ids.extend(
+        got = [
             int(job_id)
             for job_id in conn.execute(
                 dialect.skip_locked(
@@ -200,9 +206,11 @@ def cancel_batch(
                     .order_by(jobs.c.id)
                 )
             ).scalars()
-        )
+        ]
+        ids.extend(got)
+        held = sorted([*held, *_still(conn, set(kept) - set(got), _CANCELLABLE)])
     if not ids:
-        return CancelBatch([], exhausted)
+        return CancelBatch([], exhausted, held)
     current = dialect.now()
     stmt = (
         update(jobs)
@@ -218,19 +226,41 @@ def cancel_batch(
         settle(conn, dialect, endings)
     cancelled = sorted(int(job_id) for job_id, _ in done)
     record_actions(conn, dialect, cancelled, record)
-    return CancelBatch(cancelled, exhausted)
+    return CancelBatch(cancelled, exhausted, held)
+
+
+def wait_for_holder(conn: Connection, dialect: Dialect, job_id: int) -> None:
+    """Wait until no other transaction holds job ``job_id``'s row: lock it, in a transaction
+    of the caller's that holds no other row and ends right after. A filtered cancel waits so
+    for a row it had to skip (:attr:`CancelBatch.held`), then reads it again in a batch of its
+    own: waiting in the batch instead, it would keep the row locked even where the holder
+    had claimed it, and a worker's round holding the batch's row could then wait for it
+    (recording the job's start) while the batch waited for the batch's row."""
+    conn.execute(dialect.lock_row(select(jobs.c.id).where(jobs.c.id == job_id))).all()
+
+
+def _still(conn: Connection, job_ids: Iterable[int], statuses: Sequence[str]) -> list[int]:
+    """Those of ``job_ids`` whose committed status is one of ``statuses`` (read without a
+    lock: a row a locking read skipped was held, not changed, if it still is)."""
+    wanted = sorted(job_ids)
+    if not wanted:
+        return []
+    query = select(jobs.c.id).where(jobs.c.id.in_(wanted), jobs.c.status.in_(statuses))
+    return sorted(int(job_id) for job_id in conn.execute(query).scalars())
 
 
 def _take_queued(
     conn: Connection, dialect: Dialect, clauses: Sequence[Any], limit: int, steps: Sequence[int]
-) -> list[tuple[int, int | None]]:
+) -> tuple[list[tuple[int, int | None]], list[int]]:
     """Lock the queued or failed jobs matching ``clauses`` that are among the ``limit`` oldest
     of them and the waiting ``steps`` (ids, ascending), skipping those another transaction
-    holds; ``(id, batch id)`` each. No row past that cut is locked: it would stay locked until
-    the commit for nothing, and claims would skip it. Read in id order without a lock and
-    locked by key, a page at a time past the ones held, so a claim taking the oldest at the
-    same moment does not leave the batch short."""
+    holds; ``(id, batch id)`` each, and the ids of the skipped ones still queued or failed.
+    No row past that cut is locked: it would stay locked until the commit for nothing, and
+    claims would skip it. Read in id order without a lock and locked by key, a page at a time
+    past the ones held, so a claim taking the oldest at the same moment does not leave the
+    batch short."""
     taken: list[tuple[int, int | None]] = []
+    held: list[int] = []
     after = 0
     while True:
         later = [job_id for job_id in steps if job_id > after]
@@ -262,8 +292,10 @@ def _take_queued(
             )
         ]
         taken.extend(locked)
+        if len(locked) < len(within):
+            held.extend(_still(conn, set(within) - {job_id for job_id, _ in locked}, WAITING))
         if len(within) < len(page) and len(locked) == len(within):
             break  # the cut is full: the steps fill what the page does not
         if len(page) < wanted and len(within) == len(page):
             break
-    return taken
+    return taken, held

@@ -6,7 +6,9 @@ enqueuers of one key take turns until their transactions end. Under the lock, lo
 with the key whose status is one the task's ``Unique.states`` name: none, and the row is
 inserted; one, and it is kept (its id returned, nothing written) or, with ``replace``, given
 the new payload and run time if it is still ``queued``. A job that leaves the states frees the
-key by that alone: no status change anywhere has to know about uniqueness.
+key by that alone: no status change anywhere has to know about uniqueness. A key derived from
+a secret field has one digest per encryption key (sqlqueue/_secret_keys.py): all of them are
+locked and looked for, so a rotation does not let a duplicate through.
 """
 
 from __future__ import annotations
@@ -48,6 +50,34 @@ def insert_unique(
     """Enqueue ``row`` (which has a ``unique_key``) under its key's lock; ``insert`` writes it
     when no job holds the key. Returns the job's id and what happened."""
     key = row["unique_key"]
+    assert key is not None  # split_unique sends only the rows that have one
+    options = dialect.table_options
+    # A key derived from a secret field is held under one digest per encryption key (a job
+    # enqueued before a rotation has an older one): each is locked, in one order for every
+    # enqueuer, so two whose key rings share a key take turns as one key's enqueuers do.
+    keys = sorted({key, *check.also}) if check.also else [key]
+    for each in keys:
+        _lock_key(dialect, conn, each)
+    held = jobs.c.unique_key == key if len(keys) == 1 else jobs.c.unique_key.in_(keys)
+    found = conn.execute(
+        dialect.lock_row(
+            select(jobs.c.id, jobs.c.status)
+            .where(held, jobs.c.status.in_(check.states))
+            .order_by(jobs.c.id.desc())
+            .limit(1)
+        ),
+        execution_options=options,
+    ).first()
+    if found is None:
+        return int(insert(row)), UniqueOutcome.INSERTED
+    job_id = int(found[0])
+    if check.replace and found[1] == "queued" and _replace(dialect, conn, job_id, row):
+        return job_id, UniqueOutcome.REPLACED
+    return job_id, UniqueOutcome.KEPT
+
+
+def _lock_key(dialect: Dialect, conn: Connection, key: str) -> None:
+    """Write ``key``'s row in ``sqlqueue_unique_keys`` if absent, and lock it."""
     options = dialect.table_options
     # Executed as it is (not through ``execute_returning``): on MariaDB/MySQL this is the no-op
     # ``ON DUPLICATE KEY UPDATE``, which takes the existing row's exclusive lock at once; an
@@ -65,26 +95,10 @@ def insert_unique(
             execution_options=options,
         ).first()
         if locked is not None:
-            break
+            return
         # Retention pruned the key's row between the two statements (it holds no job): write
         # it again, so concurrent enqueuers of the key still take turns on its lock.
-    else:
-        raise DatabaseError(f"the lock row of unique key {key!r} kept vanishing")
-    found = conn.execute(
-        dialect.lock_row(
-            select(jobs.c.id, jobs.c.status)
-            .where(jobs.c.unique_key == key, jobs.c.status.in_(check.states))
-            .order_by(jobs.c.id.desc())
-            .limit(1)
-        ),
-        execution_options=options,
-    ).first()
-    if found is None:
-        return int(insert(row)), UniqueOutcome.INSERTED
-    job_id = int(found[0])
-    if check.replace and found[1] == "queued" and _replace(dialect, conn, job_id, row):
-        return job_id, UniqueOutcome.REPLACED
-    return job_id, UniqueOutcome.KEPT
+    raise DatabaseError(f"the lock row of unique key {key!r} kept vanishing")
 
 
 def _replace(dialect: Dialect, conn: Connection, job_id: int, row: JobRow) -> bool:

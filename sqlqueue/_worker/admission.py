@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlqueue._errors import DatabaseError, DatabaseUnavailable, PermanentError, Snooze
 from sqlqueue._policies.circuit_breaker import CircuitBreaker, counts_as_failure
 from sqlqueue._policies.gatekey import GateKey, resolve_key
+from sqlqueue._secret_keys import keyed_key, reads_a_secret
 from sqlqueue._store.gates import BreakerCheck, RateCheck, Verdict
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._task import Task
@@ -64,6 +65,13 @@ async def admit(task: Task, job: ClaimedJob, runtime: Runtime) -> Admission | No
     if limit is None and breaker is None:
         return None
     payload = dict(job.payload)
+    if task.secrets is not None and (
+        (breaker is not None and callable(breaker.key))
+        or (limit is not None and callable(limit.key))
+    ):
+        # The plaintext, as every key function sees it (Concurrency's and Unique's at enqueue);
+        # SecretKeyMissing when no key opens it, and the job goes dead saying so.
+        payload = dict(task.secrets.opened(payload))
     breaker_key = _key("CircuitBreaker", breaker.key, payload, task) if breaker else None
     rate = (
         RateCheck(
@@ -103,13 +111,22 @@ async def admit(task: Task, job: ClaimedJob, runtime: Runtime) -> Admission | No
 
 
 def _key(kind: str, key: GateKey | None, payload: dict[str, Any], task: Task) -> str:
+    """The job's key for its ``kind`` of gate; a keyed hash of it when it reads a secret
+    field (see sqlqueue/_secret_keys.py): the gate's row must not name the secret."""
     try:
-        return resolve_key(f"{kind}.key", key, payload, task.name)
+        value = resolve_key(f"{kind}.key", key, payload, task.name)
     except Exception as error:
         raise BadGateKey(
             f"the {kind} key of task {task.name!r} failed for this payload: "
             f"{type(error).__name__}: {error}"
         ) from error
+    if (
+        task.secrets is not None
+        and callable(key)
+        and reads_a_secret(task.secrets, key, payload, value)
+    ):
+        return keyed_key(task.secrets, value)
+    return value
 
 
 def _deferral(

@@ -10,8 +10,9 @@ plan starts on a handler thread (:func:`start_direct`), any other runs in an asy
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -41,6 +42,8 @@ from sqlqueue._worker.threads import HandlerThreads, Ticket
 
 __all__ = ["Runtime", "execute", "start_direct"]
 
+log = logging.getLogger("sqlqueue.worker")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Runtime:
@@ -55,6 +58,8 @@ class Runtime:
     forget_context: Callable[[ClaimedJob], None]
     #: The worker's database thread: where the gates' statements run.
     db: DatabaseThread
+    #: The queues whose running jobs are capped (``max_running``), as last read.
+    capped_queues: Callable[[], Collection[str]] = frozenset
 
 
 async def execute(job: ClaimedJob, task: Task | None, runtime: Runtime) -> Outcome:
@@ -248,11 +253,30 @@ async def _watch(
             outcome = await asyncio.wait_for(ticket.future, timeout)
         return outcome
     except TimeoutError:
-        runtime.threads.abandon(ticket)
+        returned = runtime.threads.abandon(ticket)
+        if returned is not None and _limited(task, job, runtime):
+            # The thread was told to stop, but a blocking call ends only when it returns:
+            # until then the handler runs, so a job under a limit (its task's Concurrency, its
+            # queue's max_running) keeps its slots, which its outcome frees, until it has. Its
+            # lease is heartbeated meanwhile. An unlimited job's outcome is written at once and
+            # its worker slot serves again, beside the abandoned thread.
+            log.warning(
+                "%s (job %d) ran past its timeout of %g s under a concurrency limit: its "
+                "thread is interrupted, and the job keeps its slots until the handler returns",
+                task.name,
+                job.id,
+                task.timeout,
+            )
+            await returned
         raise _timed_out(task, job) from None
     except asyncio.CancelledError:
         runtime.threads.abandon(ticket)
         raise
+
+
+def _limited(task: Task, job: ClaimedJob, runtime: Runtime) -> bool:
+    """Whether ``job`` counts against a limit of running jobs shared by every worker."""
+    return task.concurrency is not None or job.queue in runtime.capped_queues()
 
 
 def _in_thread(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlqueue._errors import HandlerSignal, JobTimeout, PermanentError, Retry, Snooze
+from sqlqueue._moments import delay_problem
 from sqlqueue._policies.backoff import as_backoff
 from sqlqueue._scrub import clip, storable
 from sqlqueue._secrets import Redactor, SecretKeyMissing
@@ -35,6 +36,7 @@ __all__ = [
     "outcome_name",
     "storable",
     "succeeded",
+    "unstorable",
 ]
 
 log = logging.getLogger("sqlqueue.worker")
@@ -214,6 +216,41 @@ def _decide(job: ClaimedJob, task: Task | None, error: BaseException, elapsed: f
     return Outcome(job=job, failure=failure, elapsed=elapsed)
 
 
+def unstorable(outcome: Outcome, refusal: str) -> Outcome:
+    """What to write instead of ``outcome`` when the database refused it for its values
+    (``refusal``, the driver's first line) time after time: a failure that names the
+    refusal, with nothing of the handler's in it (its result, details, delay), so that this
+    one is storable. A handler that succeeded ends ``dead``: its work is done and running it
+    again could repeat it; a person decides. Otherwise the attempt failed: retried after the
+    default backoff, dead when it was the last."""
+    job = outcome.job
+    original = outcome.failure
+    if original is None:
+        what = "the handler succeeded, but its outcome could not be stored"
+    elif original.snooze:
+        what = "the outcome could not be stored (a snooze)"
+    else:
+        kind = original.errors[-1].get("kind") if original.errors else None
+        what = f"the outcome could not be stored (a failure: {kind or 'an error'})"
+    message = clip(storable(f"{what}: {refusal}"), _MAX_ERROR_CHARS)
+    entry = error_entry(
+        attempt=job.attempt,
+        at=job.started_at + timedelta(seconds=outcome.elapsed),
+        error=message,
+        kind="OutcomeNotStored",
+        details={"elapsed_seconds": round(outcome.elapsed, 6)},
+    )
+    failure = Failure(
+        job_id=job.id,
+        attempt=job.attempt,
+        dead=original is None or job.attempt >= job.max_attempts,
+        retry_in=as_backoff(None).delay(job.attempt),
+        last_error=message,
+        errors=[*job.errors, entry],
+    )
+    return Outcome(job=job, failure=failure, elapsed=outcome.elapsed)
+
+
 def _texts(
     job: ClaimedJob, task: Task | None, error: BaseException, elapsed: float
 ) -> tuple[str, dict[str, Any]]:
@@ -239,8 +276,9 @@ def _texts(
 
 def _signal_details(error: BaseException, redactor: Redactor | None) -> dict[str, Any]:
     """The ``details`` a handler attached to its :class:`Retry` or :class:`PermanentError`,
-    redacted and made storable; a note instead when they are not JSON or too large (never an
-    exception: the attempt must still get its outcome)."""
+    redacted (keys and values, of every type: see :meth:`Redactor.value`) and only then made
+    storable; a note instead when they are not JSON or too large (never an exception: the
+    attempt must still get its outcome)."""
     details = getattr(error, "details", None) if isinstance(error, HandlerSignal) else None
     if details is None:
         return {}
@@ -248,25 +286,40 @@ def _signal_details(error: BaseException, redactor: Redactor | None) -> dict[str
         plain = dict(details)
         if redactor is not None:
             plain = redactor.value(plain)
-        plain = _storable_json(plain)
-        encoded = json.dumps(plain, allow_nan=False, ensure_ascii=False)
     except Exception:
         return {"details_unstorable": _describe_value(details, redactor)}
+    try:
+        stored = _storable_json(plain, redactor)
+        encoded = json.dumps(stored, allow_nan=False, ensure_ascii=False)
+    except Exception:  # described from the redacted copy: its repr holds no secret's bytes
+        return {"details_unstorable": _describe_value(plain, redactor)}
     if len(encoded) > _MAX_DETAILS_CHARS:  # one entry per attempt: keep the history small
         return {"details_truncated": clip(encoded, _MAX_DETAILS_CHARS, redactor=redactor)}
-    assert isinstance(plain, dict)
-    return plain
+    assert isinstance(stored, dict)
+    return stored
 
 
-def _storable_json(value: Any) -> Any:
-    """``value`` with every string made :func:`storable` (PostgreSQL's JSON refuses NUL)."""
+def _storable_json(value: Any, redactor: Redactor | None) -> Any:
+    """``value`` with every string made :func:`storable` (PostgreSQL's JSON refuses NUL), and
+    every key a string: one that is not is ``str()``-ed, which its redaction came before (and
+    the text is scrubbed once more, for a key whose ``str`` says more than its ``repr``)."""
     if isinstance(value, str):
         return storable(value)
     if isinstance(value, dict):
-        return {storable(str(key)): _storable_json(item) for key, item in value.items()}
+        return {
+            _storable_key(key, redactor): _storable_json(item, redactor)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_storable_json(item) for item in value]
+        return [_storable_json(item, redactor) for item in value]
     return value
+
+
+def _storable_key(key: Any, redactor: Redactor | None) -> str:
+    if isinstance(key, str):
+        return storable(key)
+    text = str(key)
+    return storable(text if redactor is None else redactor.text(text))
 
 
 def _describe_value(value: Any, redactor: Redactor | None) -> str:
@@ -278,14 +331,20 @@ def _describe_value(value: Any, redactor: Redactor | None) -> str:
 
 
 def _backoff_delay(task: Task | None, job: ClaimedJob) -> float:
-    """The task's backoff for this attempt; a backoff that raises retries at the default
-    policy's delay instead (an outcome must always be decidable, or the job stays leased)."""
+    """The task's backoff for this attempt; a backoff that raises, or asks for a delay the
+    database cannot store (NaN, infinite, past the year 9999), retries at the default
+    policy's delay instead (an outcome must always be decidable and storable, or the job
+    stays leased)."""
     if task is None:
         return 0.0
     try:
-        return float(task.backoff.delay(job.attempt))
+        delay = task.backoff.delay(job.attempt)
+        problem = delay_problem(f"the backoff of {task.name}", delay)
+        if problem is not None:
+            raise ValueError(problem)
+        return float(delay)
     except Exception:
-        log.exception("the backoff of %s raised; using the default backoff", task.name)
+        log.exception("the backoff of %s failed; using the default backoff", task.name)
         return as_backoff(None).delay(job.attempt)
 
 

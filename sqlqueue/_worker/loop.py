@@ -246,6 +246,7 @@ class Worker:
             make_context=contexts.make,
             forget_context=contexts.forget,
             db=self._db,
+            capped_queues=lambda: self._claim_limits.queues,
         )
         completer = self._completer = Completer(
             self._store,
@@ -258,12 +259,20 @@ class Worker:
         )
         self._launcher = Launcher(self._tasks, runtime, completer, ended=self._finished)
         log.info(
-            "worker %s serving queues %s (slots: %d in all; lease %.1f s)",
+            "worker %s serving queues %s; lease %.1f s",
             self.worker_id,
-            {", ".join(pool.queues): pool.limit for pool in self._slots.pools},
-            self._slots.total,
+            self._slots.describe(),
             self.queue.lease_seconds,
         )
+        used = {task.queue for task in self._tasks.values()}
+        for name in [name for name in self.settings.queues or () if name not in used]:
+            log.warning(  # a typo in --queues would otherwise serve an empty queue in silence
+                "no registered task uses the queue %r (its tasks' queues: %s); it is served "
+                "only for jobs enqueued with queue=%r",
+                name,
+                ", ".join(sorted(used)),
+                name,
+            )
         loop = self._loop
         listener = self._listener = Listener(
             self.queue.engine,

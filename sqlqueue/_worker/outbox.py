@@ -12,6 +12,12 @@ claim by them): :meth:`Completer.write_alone` has :meth:`Completer.run` write th
 transactions, retried within tens of milliseconds (sqlqueue/_worker/retries.py) and in halves
 after each failure (so one failing statement throws away less), while the claim loop claims
 on; once they are written the claim loop carries the outcomes again.
+
+An outcome the database refuses for its values (``DatabaseRefused``: a value out of range, a
+character it cannot store) would fail that way for ever, its job's lease renewed by the
+heartbeat all along. Once the halving has it alone and refused three times in a row, a
+substitute failure that names the refusal is written in its place
+(:func:`~sqlqueue._worker.classify.unstorable`), and the worker goes on.
 """
 
 from __future__ import annotations
@@ -22,16 +28,21 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sqlqueue._errors import DatabaseError
+from sqlqueue._errors import DatabaseError, DatabaseRefused
 from sqlqueue._store.rows import Failure
 from sqlqueue._store.store import Store
-from sqlqueue._worker.classify import Outcome
+from sqlqueue._worker.classify import Outcome, unstorable
 from sqlqueue._worker.dbthread import DatabaseThread
 from sqlqueue._worker.retries import Backoff
 
-__all__ = ["Completer", "outcome_fields", "succeeded_batches"]
+__all__ = ["REFUSALS_BEFORE_SUBSTITUTE", "Completer", "outcome_fields", "succeeded_batches"]
 
 log = logging.getLogger("sqlqueue.worker")
+
+#: Times in a row the database refuses a lone outcome for its values before a substitute is
+#: written instead: a refusal that is a race (a unique key another transaction just let go)
+#: passes on a second try, one that is the value never does.
+REFUSALS_BEFORE_SUBSTITUTE = 3
 
 
 class Completer:
@@ -64,6 +75,8 @@ class Completer:
         self._for_good = False
         #: The most outcomes a batch of :meth:`run` takes (halved after each failure).
         self._limit: int | None = None
+        #: Refusals in a row of each job's lone outcome (see :meth:`_substitute`).
+        self._refusals: dict[int, int] = {}
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -153,6 +166,13 @@ class Completer:
             try:
                 landed = await self._db.call(partial(self._write, batch))
             except DatabaseError as error:
+                stored = await self._substitute(batch, error)
+                if stored is not None:
+                    self._backoff.succeeded()
+                    self.settle(*stored)
+                    self._on_written_alone(stored[0])
+                    self._ready.set()
+                    continue
                 delay = self._backoff.failed()
                 log.warning(
                     "could not record %d job outcome(s): %s; retrying in %.3f s",
@@ -167,9 +187,43 @@ class Completer:
                 continue
             self._backoff.succeeded()
             self._limit = None if self._limit is None else self._limit * 2
+            for outcome in batch:
+                self._refusals.pop(outcome.job.id, None)
             self.settle(batch, landed)
             self._on_written_alone(batch)
             self._ready.set()  # the rest, or the hand-back to the claim loop
+
+    async def _substitute(
+        self, batch: list[Outcome], error: DatabaseError
+    ) -> tuple[list[Outcome], set[int]] | None:
+        """When the database has refused a lone outcome for its values
+        :data:`REFUSALS_BEFORE_SUBSTITUTE` times in a row, write :func:`unstorable`'s
+        failure in its place and return it with the landed ids; ``None`` otherwise (and when
+        the substitute fails too: then the database, not the values, is at fault, and the
+        original is retried like any failed write)."""
+        if len(batch) != 1 or not isinstance(error, DatabaseRefused):
+            return None
+        (outcome,) = batch
+        refusals = self._refusals.get(outcome.job.id, 0) + 1
+        self._refusals[outcome.job.id] = refusals
+        if refusals < REFUSALS_BEFORE_SUBSTITUTE:
+            return None
+        substitute = unstorable(outcome, str(error))
+        try:
+            landed = await self._db.call(partial(self._write, [substitute]))
+        except DatabaseError as again:
+            log.warning(
+                "could not record job %d's substitute outcome either: %s", outcome.job.id, again
+            )
+            return None
+        del self._refusals[outcome.job.id]
+        log.error(
+            "job %d's outcome could not be stored (%s); recorded as %s instead",
+            outcome.job.id,
+            error,
+            "dead" if substitute.failure is not None and substitute.failure.dead else "failed",
+        )
+        return [substitute], landed
 
     def _write(self, batch: list[Outcome]) -> set[int]:
         succeeded, failures, results = outcome_fields(batch)

@@ -23,7 +23,7 @@ MISSED_BEATS = 3
 
 def _version() -> str:
     try:
-        return metadata.version("sqlqueue")
+        return metadata.version("sqlalchemy-sqlqueue")
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
         return "unknown"
 

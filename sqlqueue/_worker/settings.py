@@ -54,7 +54,8 @@ class WorkerSettings:
             raise ConfigurationError(f"metrics_interval must be > 0, got {self.metrics_interval!r}")
         if self.metrics_port is not None and find_spec("prometheus_client") is None:
             raise ConfigurationError(
-                "metrics_port needs prometheus-client: pip install 'sqlqueue[prometheus]'"
+                "metrics_port needs prometheus-client: "
+                "pip install 'sqlalchemy-sqlqueue[prometheus]'"
             )
         if self.queues is not None and (not self.queues or not all(self.queues)):
             raise ConfigurationError(f"queues must be non-empty names, got {self.queues!r}")

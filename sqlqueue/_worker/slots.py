@@ -61,6 +61,13 @@ class Pool:
         quick = self.average_seconds is not None and self.average_seconds <= QUICK_SECONDS
         return self.limit if quick else 0
 
+    def describe(self) -> str:
+        """``mail with 4 slots``, or ``default and mail sharing 4 slots``."""
+        slots = f"{self.limit} slot{'' if self.limit == 1 else 's'}"
+        if len(self.queues) == 1:
+            return f"{self.queues[0]} with {slots}"
+        return f"{', '.join(self.queues[:-1])} and {self.queues[-1]} sharing {slots}"
+
     def ran(self, seconds: float) -> None:
         """One of its jobs ran for ``seconds``."""
         average = self.average_seconds
@@ -111,6 +118,12 @@ class Slots:
     def total(self) -> int:
         """All slots of all pools."""
         return sum(pool.limit for pool in self.pools)
+
+    def describe(self) -> str:
+        """The pools as a worker's start line names them: ``default and mail sharing 4
+        slots``, or ``mail with 4 slots, reports with 1 slot (5 slots in all)``."""
+        pools = ", ".join(pool.describe() for pool in self.pools)
+        return pools if len(self.pools) == 1 else f"{pools} ({self.total} slots in all)"
 
     @property
     def queues(self) -> list[str]:

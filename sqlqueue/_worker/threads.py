@@ -1,9 +1,11 @@
 """The thread pool that runs synchronous handlers.
 
 Unlike ``concurrent.futures.ThreadPoolExecutor`` a thread can be *abandoned*: when a handler
-runs past its timeout the pool starts a replacement thread at once (so the worker's slot is not
-leaked), asks the stuck thread to stop by raising :class:`JobTimeout` inside it (this interrupts
-Python code such as a CPU loop, not a blocking C call), and lets it exit when its call returns.
+runs past its timeout the pool starts a replacement thread at once (the pool never runs short),
+asks the stuck thread to stop by raising :class:`JobTimeout` inside it (this interrupts Python
+code such as a CPU loop, not a blocking C call), and lets it exit when its call returns. The
+abandoner gets a future that resolves at that return: a timed-out job keeps its slot (and its
+concurrency limit's) until then, as the handler is still running.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Ticket:
         self.thread_id: int | None = None
         self.running = False
         self.abandoned = False
+        #: Set when the call was abandoned while running: resolves when the call returns.
+        self.returned: asyncio.Future[None] | None = None
 
 
 class HandlerThreads:
@@ -74,18 +78,22 @@ class HandlerThreads:
         self._inbox.put(ticket)
         return ticket
 
-    def abandon(self, ticket: Ticket) -> None:
-        """Give up on ``ticket``: replace its thread and interrupt the call if it is running."""
+    def abandon(self, ticket: Ticket) -> asyncio.Future[None] | None:
+        """Give up on ``ticket``: replace its thread and interrupt the call if it is running.
+        Return a future that resolves when that call has really returned (``None`` if it was
+        not running): until then the handler still runs, and still counts against limits."""
         with ticket.lock:
             if ticket.abandoned:
-                return
+                return ticket.returned
             ticket.abandoned = True
             # Nobody awaits this future any more: cancel it so the interrupted call's late
             # JobTimeout is not logged by asyncio as "Future exception was never retrieved".
             ticket.future.cancel()
             if ticket.running and ticket.thread_id is not None:
+                ticket.returned = ticket.future.get_loop().create_future()
                 _raise_in_thread(ticket.thread_id, JobTimeout)
                 self._spawn()
+            return ticket.returned
 
     def shutdown(self) -> None:
         """Let idle threads exit; stuck ones are daemons and do not hold the process."""
@@ -121,6 +129,12 @@ class HandlerThreads:
         with ticket.lock:
             ticket.running = False
             abandoned = ticket.abandoned
+            returned = ticket.returned
+        if returned is not None:
+            try:
+                returned.get_loop().call_soon_threadsafe(_resolve, returned)
+            except RuntimeError:
+                log.debug("event loop closed before an abandoned handler thread returned")
         self._finished.append((ticket.future, outcome))
         with self._settle_lock:
             schedule = not self._settle_scheduled
@@ -144,6 +158,12 @@ class HandlerThreads:
                 future.set_result(value)
             else:
                 future.set_exception(value)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    """On the event loop: an abandoned call has returned."""
+    if not future.done():
+        future.set_result(None)
 
 
 def _raise_in_thread(thread_id: int, exception: type[BaseException]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import URL, Engine, make_url
 
 from sqlqueue._errors import UnsupportedDatabase
-from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._base import BORROWED, BulkPath, Dialect, is_borrowed
 from sqlqueue.dialects._history import (
     LOCK_TIMEOUT_MS,
     HistoryPartition,
@@ -17,6 +17,7 @@ from sqlqueue.dialects.postgresql import PostgresDialect
 from sqlqueue.dialects.sqlite import SQLiteDialect
 
 __all__ = [
+    "BORROWED",
     "LOCK_TIMEOUT_MS",
     "BulkPath",
     "Dialect",
@@ -25,12 +26,12 @@ __all__ = [
     "dialect_for",
     "driver_hint",
     "history_partitions_of",
+    "is_borrowed",
     "with_driver",
 ]
 
-_DIALECTS: dict[str, type[Dialect]] = {
-    name: cls for cls in (SQLiteDialect, PostgresDialect, MySQLDialect) for name in cls.names
-}
+_CLASSES: tuple[type[Dialect], ...] = (SQLiteDialect, PostgresDialect, MySQLDialect)
+_DIALECTS: dict[str, type[Dialect]] = {name: cls for cls in _CLASSES for name in cls.names}
 
 
 def dialect_for(engine: Engine, schema: str | None = None) -> Dialect:
@@ -46,11 +47,19 @@ def dialect_for(engine: Engine, schema: str | None = None) -> Dialect:
     return cls(schema)
 
 
+#: A URL's other names for a database, and the SQLAlchemy name each stands for.
+_ALIASES: dict[str, str] = {alias: cls.names[0] for cls in _CLASSES for alias in cls.url_aliases}
+
+
 def with_driver(url: str | URL) -> URL:
     """``url`` with sqlqueue's driver when it names only the database: ``mysql://`` and
     ``mariadb://`` use PyMySQL (SQLAlchemy's default, mysqlclient, needs a C client library),
-    ``postgresql://`` psycopg 3, as SQLAlchemy 2.1 already does."""
+    ``postgresql://`` psycopg 3, as SQLAlchemy 2.1 already does. ``postgres://``, which
+    hosting providers hand out and SQLAlchemy no longer reads, is taken as ``postgresql://``."""
     parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend in _ALIASES:
+        parsed = parsed.set(drivername=_ALIASES[backend] + parsed.drivername[len(backend) :])
     cls = _DIALECTS.get(parsed.get_backend_name())
     if cls is None or cls.driver is None or "+" in parsed.drivername:
         return parsed
@@ -60,11 +69,11 @@ def with_driver(url: str | URL) -> URL:
 def driver_hint(url: str | URL) -> str:
     """What to install for ``url``'s driver: the sqlqueue extra of its database, and the URL
     form that uses it when ``url`` names a driver sqlqueue does not install."""
-    parsed = make_url(url)
+    parsed = with_driver(url)
     cls = _DIALECTS.get(parsed.get_backend_name())
     if cls is None or cls.extra is None:
         return "install the driver its URL names"
-    hint = f'pip install "sqlqueue[{cls.extra}]"'
+    hint = f'pip install "sqlalchemy-sqlqueue[{cls.extra}]"'
     if parsed.get_driver_name() != cls.driver:
         hint += f" and use {parsed.get_backend_name()}+{cls.driver}://…"
     return hint

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Result,
     Select,
     Table,
+    event,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.sql.elements import ColumnElement
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 from sqlqueue._errors import (
     ConfigurationError,
     DatabaseError,
+    DatabaseRefused,
     DatabaseUnavailable,
     SchemaNotMigrated,
     SqlqueueError,
@@ -49,9 +51,11 @@ from sqlqueue.dialects._claiming import (
 )
 
 __all__ = [
+    "BORROWED",
     "WAKE_CHANNEL",
     "BulkPath",
     "Dialect",
+    "is_borrowed",
     "wake_channel",
 ]
 
@@ -63,6 +67,23 @@ WAKE_CHANNEL = "sqlqueue"
 
 #: The longest channel name PostgreSQL takes (NAMEDATALEN - 1 bytes).
 _MAX_CHANNEL_BYTES = 63
+
+
+#: The key in a pooled connection's ``info`` that marks it *borrowed*: its transactions are
+#: its owner's (a framework's connection in a test, which begins, commits and rolls back as its
+#: own code says), so a statement that would start a transaction or set its characteristics
+#: (``BEGIN IMMEDIATE``, ``SET TRANSACTION``, a ``PRAGMA``) is left out and the transaction the
+#: connection's engine begins (a savepoint, where the owner has one open) is what it gets.
+BORROWED = "sqlqueue.borrowed"
+
+
+def is_borrowed(conn: Connection) -> bool:
+    """Whether ``conn`` runs on a borrowed connection (see :data:`BORROWED`)."""
+    return bool(conn.info.get(BORROWED))
+
+
+def _mark_borrowed(dbapi_connection: Any, record: Any) -> None:
+    record.info[BORROWED] = True
 
 
 class BulkPath(enum.Enum):
@@ -98,6 +119,9 @@ class Dialect(Claiming):
 
     #: The SQLAlchemy dialect names this class serves.
     names: ClassVar[tuple[str, ...]] = ()
+    #: Other names a URL may give its database (SQLAlchemy knows them not), read as the
+    #: first of ``names`` by ``with_driver``.
+    url_aliases: ClassVar[tuple[str, ...]] = ()
     #: The driver a URL naming only the database (``mysql://``) gets, and the sqlqueue extra
     #: that installs it (``None``: the standard library's, no extra).
     driver: ClassVar[str | None] = None
@@ -161,6 +185,12 @@ class Dialect(Claiming):
         #: open itself (the caller's, a handler's transaction): see ``_schema.table_options``.
         self.table_options = table_options(schema)
         self.wake_channel = wake_channel(schema)
+        #: How the app that built this dialect makes sqlqueue's tables, when that is not
+        #: ``sqlqueue migrate`` (a framework's own command): what errors tell to run.
+        self.migrated_by: str | None = None
+        #: The engine of the Queue this dialect writes for (set when the Queue binds it):
+        #: a connection from another engine may be to another database (``check_connection``).
+        self.home: Engine | None = None
 
     def _check_schema(self, schema: object) -> None:
         if not self.supports_schemas:
@@ -182,6 +212,8 @@ class Dialect(Claiming):
 
     def migrate_command(self) -> str:
         """The command that creates this dialect's tables, for error messages."""
+        if self.migrated_by is not None:
+            return self.migrated_by
         if self.schema is None:
             return "`sqlqueue migrate` (or sqlqueue.migrate(engine))"
         return (
@@ -193,6 +225,20 @@ class Dialect(Claiming):
 
     def prepare_engine(self, engine: Engine) -> None:
         """Check the server and install per-connection settings; called once per engine."""
+
+    def configure_database(self, dbapi_connection: Any) -> None:
+        """Set, from a connection outside any transaction that sqlqueue did not configure (a
+        framework's, migrating), what the database itself keeps for every later connection:
+        nothing here (SQLite's journal mode)."""
+
+    def borrow(self, engine: Engine) -> None:
+        """Make ``engine``, whose one connection a framework lends to sqlqueue (a test's),
+        work as sqlqueue's own engines do without touching the session: its connections are
+        marked :data:`BORROWED` (instead of :meth:`prepare_engine`'s settings); a backend
+        whose framework decodes some type otherwise puts sqlqueue's decoding back, for
+        sqlqueue's statements only."""
+        if not event.contains(engine, "connect", _mark_borrowed):
+            event.listen(engine, "connect", _mark_borrowed)
 
     @contextmanager
     def migration_lock(self, conn: Connection) -> Iterator[None]:
@@ -274,7 +320,7 @@ class Dialect(Claiming):
     def check_connection(self, conn: Connection | Engine) -> None:
         """Refuse a connection to another kind of database than this dialect writes for (a
         Queue on PostgreSQL handed a SQLite test connection): its statements would fail there
-        with errors that point elsewhere."""
+        with errors that point elsewhere. Then :meth:`check_same_database`."""
         found = conn.dialect.name
         if found not in self.names:
             raise ConfigurationError(
@@ -283,6 +329,20 @@ class Dialect(Claiming):
                 "or build the Queue on this one (in tests: the sqlqueue_queue fixture's Queue "
                 "and sqlqueue_engine)"
             )
+        home = self.home
+        engine = conn if isinstance(conn, Engine) else conn.engine
+        if home is not None and engine is not home:
+            self.check_same_database(home, engine)
+
+    def check_same_database(self, home: Engine, other: Engine) -> None:
+        """Refuse ``other`` where it is known to reach another database than ``home``, the
+        Queue's engine (only where the URLs tell for sure: a SQLite file; a server's database
+        can be reached by many names, a pooler's among them). Nothing here by default."""
+
+    def url_problem(self, url: URL) -> str | None:
+        """What makes ``url`` unusable before anything is opened, said to follow the URL in
+        one sentence with what to do (``"names no database: …"``); ``None`` if nothing."""
+        return None
 
     def missing_database(self, url: URL) -> str | None:
         """Where ``url`` names a database that does not exist and opening it would create it
@@ -291,7 +351,8 @@ class Dialect(Claiming):
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
         """When the oldest transaction that has written and not yet ended began (other than
-        ``conn``'s), where the database says; ``None`` when none is open or it cannot tell. A
+        ``conn``'s, which holds a row lock already); ``None`` when none is open. Where the
+        database's view may be out of date, a time no open write can be older than. A
         single-writer database needs none: its writes commit before the next writer starts."""
         return None
 
@@ -366,7 +427,11 @@ class Dialect(Claiming):
             advice = self._setup_advice(error)
             if advice is not None:
                 return DatabaseError(advice)
-            if error.connection_invalidated or self._is_unavailable(error):
+            if error.connection_invalidated:
+                return DatabaseUnavailable(self._unavailable_message(error))
+            if self._is_refused(error):
+                return DatabaseRefused(_first_line(error))
+            if self._is_unavailable(error):
                 return DatabaseUnavailable(self._unavailable_message(error))
             return DatabaseError(f"{type(error.orig).__name__}: {str(error.orig).strip()}")
         if isinstance(error, sa_exc.DisconnectionError | sa_exc.TimeoutError):
@@ -384,6 +449,12 @@ class Dialect(Claiming):
     def _is_unavailable(self, error: sa_exc.DBAPIError) -> bool:
         """Whether the error means "cannot reach the database now" (worth retrying later)."""
         return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError)
+
+    def _is_refused(self, error: sa_exc.DBAPIError) -> bool:
+        """Whether the database refused the statement for its values: the one place that
+        tells a write that can never succeed from one worth retrying (checked before
+        :meth:`_is_unavailable`, whose driver classes mix the two)."""
+        return isinstance(error, sa_exc.IntegrityError | sa_exc.DataError)
 
     @abc.abstractmethod
     def _unavailable_message(self, error: sa_exc.DBAPIError) -> str:
@@ -432,3 +503,10 @@ class Dialect(Claiming):
         """Whether an idle pooled connection is known dead without a round trip (the server
         closed it); ``False`` when unsure."""
         return False
+
+
+def _first_line(error: sa_exc.DBAPIError) -> str:
+    """The driver error's class and first line: the lines after it (PostgreSQL's ``DETAIL:
+    Failing row contains …``) quote the row's values, a payload's among them."""
+    text = str(error.orig).strip().splitlines()
+    return f"{type(error.orig).__name__}: {text[0] if text else ''}"

@@ -4,6 +4,9 @@
   ``SELECT id … FOR UPDATE`` (or the statement's own lock query, the claim's ``SKIP LOCKED``
   one), run the UPDATE restricted to those ids, then select the returned columns by id. The
   rows stay locked until the transaction ends, so what is read back is what was written.
+  Where the WHERE clause lists the keys (every fenced transition: ``id IN (…)``), the lock
+  query goes by the primary key (``FORCE INDEX (PRIMARY)``), never through a secondary
+  index: see :func:`_by_key`.
 * ``DELETE … RETURNING`` and ``INSERT … RETURNING`` (MariaDB has them, MySQL not): natively
   where the server can, else the rows are read before the DELETE, or by the inserted id after
   each INSERT.
@@ -50,7 +53,13 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.mysql import Insert as MySQLInsert
-from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BindParameter,
+    BooleanClauseList,
+    ClauseElement,
+)
 
 from sqlqueue._errors import DatabaseUnavailable
 
@@ -194,13 +203,50 @@ def _update(conn: Conn, stmt: Update, params: Mapping[str, Any] | None) -> Rows:
     key = _key(table)
     lock: Select[Any] | None = stmt.get_execution_options().get(LOCK_OPTION)
     if lock is None:
-        lock = select(key).where(_where(stmt)).order_by(key).with_for_update()
+        lock = _by_key(select(key).where(_where(stmt)).order_by(key).with_for_update(), key)
     ids = list(conn.execute(lock, params).scalars())
     if not ids:
         return _read_back(conn, stmt, false())
     chosen = key.in_(bindparam("sqlqueue_ids", expanding=True))
     conn.execute(_without_returning(stmt).where(chosen), {**(params or {}), "sqlqueue_ids": ids})
     return _read_back(conn, stmt, key.in_(ids), key)
+
+
+#: The index hint that has a statement find its rows by the primary key.
+_PRIMARY = "FORCE INDEX (PRIMARY)"
+
+
+def _by_key(lock: Select[Any], key: Any) -> Select[Any]:
+    """``lock`` (a locking read of ``key``'s table) through the primary key when its WHERE
+    clause lists the keys (``key = …`` or ``key IN (…)`` of values among its conditions, not
+    of a subquery), else as it is.
+
+    A locking read through a secondary index locks the row's entry there, then the row. A
+    transaction that holds the row and changes that entry (a ``status`` the status index
+    holds) then waits for the reader, which waits for it: InnoDB aborts one of them. A
+    worker's heartbeat (``status = 'running' … id IN (…)``, which the planner may take by
+    ``ix_sqlqueue_jobs_status``) and a job completed in its handler's transaction met so, and
+    the aborted completion took the handler's work and an attempt with it. Going by the key,
+    a reader waits for the row before it holds any entry of it, as every writer of the row
+    does: the row is the one lock they meet on. (The UPDATE after it may go through any
+    index: its transaction holds the rows by then.)"""
+    where = lock.whereclause
+    if where is None:
+        return lock
+    terms = (
+        where.clauses
+        if isinstance(where, BooleanClauseList) and where.operator is operators.and_
+        else [where]
+    )
+    if any(
+        isinstance(term, BinaryExpression)
+        and term.operator in (operators.eq, operators.in_op)
+        and term.left.compare(key)
+        and isinstance(term.right, BindParameter)
+        for term in terms
+    ):
+        return lock.with_hint(key.table, _PRIMARY)
+    return lock
 
 
 def _where(stmt: Update | Delete) -> ColumnElement[bool]:
@@ -214,7 +260,8 @@ def _delete(conn: Conn, stmt: Delete, params: Mapping[str, Any] | None) -> Rows:
     table = stmt.table
     assert isinstance(table, Table)
     key = _key(table)
-    ids = list(conn.execute(select(key).where(_where(stmt)).with_for_update(), params).scalars())
+    lock = _by_key(select(key).where(_where(stmt)).with_for_update(), key)
+    ids = list(conn.execute(lock, params).scalars())
     rows = _read_back(conn, stmt, key.in_(ids) if ids else false(), params=params)
     buffered = rows.freeze()
     if ids:

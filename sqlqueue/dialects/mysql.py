@@ -25,14 +25,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     URL,
-    BigInteger,
     Connection,
     Engine,
     Float,
     Insert,
     Integer,
     Result,
-    Select,
     Table,
     Text,
     Update,
@@ -55,7 +53,8 @@ if TYPE_CHECKING:
 from sqlqueue._errors import DatabaseUnavailable, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
-from sqlqueue.dialects._base import Dialect
+from sqlqueue.dialects import _mysql_open_writes as open_writes
+from sqlqueue.dialects._base import Dialect, is_borrowed
 from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON
 from sqlqueue.dialects._mysql_returning import (
     LOCK_OPTION,
@@ -77,6 +76,10 @@ _RETRYABLE = frozenset({1205, 1213})
 #: shutting down, cannot connect, gone away, lost during a query, connection killed.
 _UNREACHABLE = frozenset({1040, 1053, 1077, 1927, 2002, 2003, 2005, 2006, 2013, 2055, 4031})
 _NO_SUCH_TABLE = 1146
+#: Codes of statements refused for their values that PyMySQL raises as OperationalError or
+#: InternalError: a wrong datetime or string value, a BIGINT or datetime out of range,
+#: invalid JSON, a CHECK constraint, a value too large for the packet.
+_REFUSED = frozenset({1292, 1366, 1367, 1441, 1690, 3140, 4025, 1153})
 #: The statuses a claim takes jobs from (the claim index's predicate elsewhere).
 _CLAIMABLE = ("queued", "failed")
 #: Tries of a write transaction that deadlocked or timed out waiting for a lock.
@@ -165,6 +168,14 @@ class MySQLDialect(Dialect):
     supports_relaxed_commit: ClassVar[bool] = False
     #: DDL commits implicitly: a failed migration keeps the statements before the failure.
     supports_transactional_ddl: ClassVar[bool] = False
+
+    def url_problem(self, url: URL) -> str | None:
+        """A URL naming no database: the server lets the connection in, and SQLAlchemy then
+        fails on sqlqueue's first table with a bare assertion."""
+        if url.database:
+            return None
+        example = url.set(database="jobs").render_as_string(hide_password=True)
+        return f"names no database: add one, as in {example} (CREATE DATABASE jobs first)"
 
     @contextmanager
     def migration_lock(self, conn: Connection) -> Iterator[None]:
@@ -316,20 +327,17 @@ class MySQLDialect(Dialect):
         return run_returning(conn, stmt, params)
 
     def oldest_open_write(self, conn: Connection) -> datetime | None:
-        """The start of the oldest other InnoDB transaction of a session using this database
-        that has changed or locked rows, one second early (``trx_started`` has whole seconds,
-        in the server's time zone, so it is measured against ``NOW()`` and moved onto the UTC
-        clock). Sessions of other databases are left out, as on PostgreSQL: their writes
-        cannot land in our tables, and a busy neighbour on the server held the counts back."""
-        started: datetime | None = conn.execute(
-            select_oldest_write(),
-        ).scalar()
-        return started
+        """From ``information_schema.innodb_trx``, which InnoDB serves from a copy it may not
+        have refreshed: see ``dialects/_mysql_open_writes.py`` for how a stale copy is told
+        and what is answered then."""
+        return open_writes.oldest_open_write(conn)
 
     def begin_snapshot(self, conn: Connection) -> None:
         """``REPEATABLE READ, READ ONLY`` for the next transaction: at the session's READ
-        COMMITTED each statement would see its own snapshot."""
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        COMMITTED each statement would see its own snapshot. (Not on a borrowed connection:
+        its owner's transaction is already under way.)"""
+        if not is_borrowed(conn):
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
     def conflict_insert(self, table: Table) -> Any:
         """An INSERT that knows ``on_conflict_do_nothing`` (see :class:`ConflictInsert`)."""
@@ -358,6 +366,11 @@ class MySQLDialect(Dialect):
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return _error_code(error) == _NO_SUCH_TABLE
 
+    def _is_refused(self, error: sa_exc.DBAPIError) -> bool:
+        """PyMySQL's DataError and IntegrityError, and the refusals it files under
+        OperationalError (see ``_REFUSED``)."""
+        return super()._is_refused(error) or _error_code(error) in _REFUSED
+
     def _is_unavailable(self, error: sa_exc.DBAPIError) -> bool:
         """Unreachable servers and lock conflicts that outlived the retries; PyMySQL raises
         OperationalError for plenty of statement errors too."""
@@ -371,36 +384,3 @@ class MySQLDialect(Dialect):
         if _error_code(error) in _RETRYABLE:
             return f"the database kept refusing a transaction over locks: {text}"
         return f"cannot reach MariaDB/MySQL: {text}"
-
-
-def select_oldest_write() -> Select[Any]:
-    """See :meth:`MySQLDialect.oldest_open_write`."""
-    from sqlalchemy import column, select, table
-
-    trx = table(
-        "innodb_trx",
-        column("trx_started"),
-        column("trx_mysql_thread_id"),
-        column("trx_rows_modified"),
-        column("trx_rows_locked"),
-        schema="information_schema",
-    )
-    sessions = table("processlist", column("id"), column("db"), schema="information_schema")
-    age = func.timestampdiff(
-        literal_column("MICROSECOND"), func.min(trx.c.trx_started), func.now(literal_column("6"))
-    )
-    micros = -(age + literal_column("1000000", BigInteger()))
-    return select(
-        func.timestampadd(
-            literal_column("MICROSECOND"),
-            micros,
-            func.utc_timestamp(literal_column("6")),
-            type_=UtcDateTime(),
-        )
-    ).where(
-        trx.c.trx_mysql_thread_id != func.connection_id(),
-        trx.c.trx_mysql_thread_id.in_(
-            select(sessions.c.id).where(sessions.c.db == func.database())
-        ),
-        (trx.c.trx_rows_modified > 0) | (trx.c.trx_rows_locked > 0),
-    )

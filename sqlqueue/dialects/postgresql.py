@@ -26,6 +26,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     cast,
+    event,
     extract,
     func,
     literal_column,
@@ -41,7 +42,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
-from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._base import BulkPath, Dialect, is_borrowed
 from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_TIMESTAMPS
 from sqlqueue.dialects._history import HistoryPartitions
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresDialect"]
 
+#: SQLSTATE classes of statements refused for their values (see ``_is_refused``).
+_REFUSED_CLASSES = frozenset({"22", "23", "54"})
 _UNDEFINED_TABLE = "42P01"
 _UNDEFINED_SCHEMA = "3F000"
 _ID_ARRAY = ARRAY(BigInteger())
@@ -64,6 +67,8 @@ class PostgresDialect(HistoryPartitions, Dialect):
     """PostgreSQL ≥ 12 through psycopg 3."""
 
     names: ClassVar[tuple[str, ...]] = ("postgresql",)
+    #: ``postgres://``, as hosting providers hand URLs out (SQLAlchemy dropped it in 1.4).
+    url_aliases: ClassVar[tuple[str, ...]] = ("postgres",)
     driver: ClassVar[str | None] = "psycopg"
     extra: ClassVar[str | None] = "postgres"
     supports_skip_locked: ClassVar[bool] = True
@@ -163,10 +168,20 @@ class PostgresDialect(HistoryPartitions, Dialect):
         ).scalar()
         return started
 
+    def borrow(self, engine: Engine) -> None:
+        """As every dialect does, and: Django's psycopg connections read ``jsonb`` as text
+        (its JSONField decodes it), so sqlqueue's statements get psycopg's JSON loaders back,
+        on their own cursors."""
+        super().borrow(engine)
+        if not event.contains(engine, "before_cursor_execute", _json_decoded):
+            event.listen(engine, "before_cursor_execute", _json_decoded)
+
     def begin_snapshot(self, conn: Connection) -> None:
         """``REPEATABLE READ, READ ONLY``: under the default READ COMMITTED each statement has
-        its own snapshot, and a job finishing between two counts was counted twice."""
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        its own snapshot, and a job finishing between two counts was counted twice. (Not on
+        a borrowed connection: its owner's transaction is already under way.)"""
+        if not is_borrowed(conn):
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def end_read(self, conn: Connection) -> None:
         """COMMIT: psycopg forgets every prepared statement of the connection at each ROLLBACK
@@ -285,6 +300,15 @@ class PostgresDialect(HistoryPartitions, Dialect):
 
     def _is_missing_table(self, error: sa_exc.DBAPIError) -> bool:
         return getattr(error.orig, "sqlstate", None) in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA)
+
+    def _is_refused(self, error: sa_exc.DBAPIError) -> bool:
+        """SQLSTATE classes 22 (data exception: out of range, NUL in text), 23 (integrity
+        constraint) and 54 (program limit exceeded: a value too large; psycopg files it under
+        OperationalError, with the outages), and psycopg's own refusals before sending."""
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        if sqlstate is None:
+            return super()._is_refused(error)
+        return str(sqlstate)[:2] in _REFUSED_CLASSES
 
     def _setup_advice(self, error: sa_exc.DBAPIError) -> str | None:
         """psycopg's server-side prepared statements missing or doubled: the connection goes
@@ -423,3 +447,18 @@ def _copy_statement(schema: str | None, table: str, columns: tuple[str, ...]) ->
         )
         _COPY_STATEMENTS[(schema, table, columns)] = found
     return found
+
+
+def _json_decoded(
+    conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+) -> None:
+    """psycopg 3's JSON loaders on ``cursor`` (whose adapters are its own copy of the
+    connection's): ``jsonb`` and ``json`` columns come back decoded, whatever the connection's
+    owner registered."""
+    adapters = getattr(cursor, "adapters", None)
+    if adapters is None:  # not psycopg 3: nothing was changed
+        return
+    from psycopg.types.json import JsonbLoader, JsonLoader
+
+    adapters.register_loader("jsonb", JsonbLoader)
+    adapters.register_loader("json", JsonLoader)

@@ -7,6 +7,7 @@ Claims are an atomic ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING`` u
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,7 +40,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlqueue._errors import ConfigurationError, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
-from sqlqueue.dialects._base import BulkPath, Dialect
+from sqlqueue.dialects._base import BulkPath, Dialect, is_borrowed
 from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS
 
 __all__ = [
@@ -204,12 +205,46 @@ class SQLiteDialect(Dialect):
             # ones stay valid and are discarded when returned.)
             engine.dispose()
 
+    def configure_database(self, dbapi_connection: Any) -> None:
+        """WAL, as sqlqueue's own connections set it (the file keeps it): set when the tables
+        are made, it is not first asked for by a connection of sqlqueue's while another holds
+        a write transaction (the switch waits for every other one to end)."""
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    def url_problem(self, url: URL) -> str | None:
+        """A file in a directory that is not there: SQLite creates the file, never its
+        directory, and says only "unable to open database file"."""
+        database = url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        directory = Path(database).parent
+        if directory.is_dir():
+            return None
+        state = "is not a directory" if directory.exists() else "does not exist"
+        return f"is a file in {str(directory)!r}, which {state}: create it, or fix the path"
+
     def missing_database(self, url: URL) -> str | None:
         """A file path that is not there: reading it must not create it empty."""
         database = url.database
         if not database or database == ":memory:" or database.startswith("file:"):
             return None
         return None if Path(database).exists() else f"there is no SQLite database at {database}"
+
+    def check_same_database(self, home: Engine, other: Engine) -> None:
+        """Refuse a connection to another SQLite file than the Queue's: a test that rebinds the
+        app's Queue to its own file, handed the app's own engine, would write the job into
+        the app's database and find none in its own."""
+        mine, theirs = _file_of(home.url), _file_of(other.url)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ConfigurationError(
+                f"this Queue's database is the SQLite file {mine}, but the connection it was "
+                f"given is to {theirs}: enqueue through a connection of the Queue's engine "
+                "(in tests: sqlqueue_engine, the file the sqlqueue_queue fixture serves)"
+            )
 
     def async_url(self, url: URL) -> URL:
         """The standard library driver's asyncio twin: aiosqlite."""
@@ -218,18 +253,26 @@ class SQLiteDialect(Dialect):
     def begin_snapshot(self, conn: Connection) -> None:
         """A deferred ``BEGIN``: in WAL mode the first read fixes the snapshot for the whole
         transaction (the driver starts none for plain reads)."""
-        conn.exec_driver_sql("BEGIN")
+        if is_borrowed(conn):
+            _begin_borrowed(conn)
+        else:
+            conn.exec_driver_sql("BEGIN")
 
     def begin_write(self, conn: Connection) -> None:
         """``BEGIN IMMEDIATE``: take the write lock now, so a later write cannot hit SQLITE_BUSY."""
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if is_borrowed(conn):
+            _begin_borrowed(conn)
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     @contextmanager
     def write_transaction(self, conn: Connection, *, relaxed: bool = False) -> Iterator[None]:
         """``BEGIN IMMEDIATE``; ``relaxed`` runs it at ``synchronous = NORMAL``: in WAL mode the
         commit then skips its fsync (~0.2 ms here), and a power loss may undo the latest such
         commits but never corrupts the file. The connection's own level is put back after."""
-        level = _relaxed_level(conn) if relaxed else None
+        # A borrowed connection's session is its owner's (and PRAGMA synchronous cannot
+        # change inside the transaction it is in).
+        level = _relaxed_level(conn) if relaxed and not is_borrowed(conn) else None
         try:
             self.begin_write(conn)
             yield
@@ -305,8 +348,9 @@ class SQLiteDialect(Dialect):
 
     def claim_moment(self, value: Any) -> datetime:
         """A stored timestamp (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC), as :meth:`claim_returning`
-        returns it, as an aware datetime."""
-        return as_utc(datetime.fromisoformat(value))
+        returns it, as an aware datetime (a datetime already, from a connection that parses
+        declared ``DATETIME`` columns itself: Django's, lent to sqlqueue in a test)."""
+        return as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(value))
 
     def conflict_insert(self, table: Table) -> Any:
         """This backend's INSERT construct (``ON CONFLICT`` support)."""
@@ -341,3 +385,19 @@ class SQLiteDialect(Dialect):
         """``json_extract(array, '$[index]')``."""
         element: ColumnElement[Any] = func.json_extract(array, f"$[{index}]", type_=type_)
         return element
+
+
+def _begin_borrowed(conn: Connection) -> None:
+    """The borrowed connection's own kind of transaction (its engine's ``begin``), where this
+    dialect would otherwise send its ``BEGIN``."""
+    if not conn.in_transaction():
+        conn.begin()
+
+
+def _file_of(url: URL) -> str | None:
+    """The real path of the SQLite file ``url`` names; ``None`` for an in-memory database, a
+    ``file:`` URI or an engine built by a ``creator`` (no file in its URL)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return os.path.realpath(database)  # a relative path: from here, as the driver opens it
