@@ -1,4 +1,4 @@
-"""Email as a built-in job kind: ``pip install "sqlqueue[email]"`` (aiosmtplib).
+"""Email as a built-in job kind: ``pip install "sqlalchemy-sqlqueue[email]"`` (aiosmtplib).
 
 A :class:`Mailer` registers one ordinary task on your Queue; ``mailer.send(conn, …)`` enqueues a
 message in your transaction, and workers deliver it over SMTP::
@@ -29,7 +29,9 @@ from __future__ import annotations
 try:
     import aiosmtplib  # noqa: F401  (only to say what to install)
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError('sqlqueue.email needs aiosmtplib: pip install "sqlqueue[email]"') from error
+    raise ImportError(
+        'sqlqueue.email needs aiosmtplib: pip install "sqlalchemy-sqlqueue[email]"'
+    ) from error
 
 from sqlqueue.email._config import SMTP, Content
 from sqlqueue.email._errors import (

@@ -11,7 +11,9 @@
         └── PermanentError
             ├── SMTPPermanentError    5xx reply: dead at once, code and text in last_error
             ├── TemplateChanged       the template's version moved and on_template_change="fail"
-            └── UnsafeHeader          a rendered header holds a line break (decoded): never sent
+            └── UnsafeHeader          a rendered header holds a line break or control
+                                      character (decoded), or a stored address is not one
+                                      send() takes: never sent
 
 The signals are what the email task raises so that the worker does the right thing; an app sees
 them as the ``kind`` of a job's errors, and in its ``last_error``.
@@ -41,7 +43,9 @@ class UnknownTemplate(EmailInputError, LookupError):
 
 
 class InvalidAddress(EmailInputError):
-    """A recipient or the sender is not exactly one valid email address."""
+    """A recipient or the sender is not exactly one valid mailbox (not a list, not a group),
+    or holds what a reader would misread: a control character, or an encoded word that
+    decodes to address syntax or to another encoded word."""
 
 
 class SMTPTemporaryError(Retry):
@@ -67,8 +71,10 @@ class TemplateChanged(PermanentError):
 
 
 class UnsafeHeader(PermanentError):
-    """A header of the message (a template's rendered subject, an address) holds a line break,
-    as written or once its RFC 2047 encoded words are decoded, or the generated message's
-    headers are not the ones it was given: the message is not sent, and retrying cannot help.
+    """A header of the message (a template's rendered subject, an address) holds a line break
+    or another control character, as written or once its RFC 2047 encoded words are decoded;
+    an address stored in the job is not one ``Mailer.send`` takes (a row written around it);
+    or the generated message's headers are not the ones it was given, or a line of it is
+    longer than 998 bytes: the message is not sent, and retrying cannot help.
     Subjects and addresses given to ``Mailer.send`` are refused there (:class:`EmailInputError`,
     :class:`InvalidAddress`); this is for what only an attempt renders."""

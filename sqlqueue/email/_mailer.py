@@ -92,6 +92,11 @@ class Mailer:
     across all workers; without a ``key`` of their own they are keyed by the SMTP provider
     (``smtp:host:port``), so Mailers sharing a provider share its limit. ``on_template_change``
     decides what a job does whose template changed version since it was enqueued.
+
+    ``secret_fields`` names entries of a template's ``context`` (dotted paths, e.g. ``token``
+    or ``user.reset_token``) that must not rest in clear: they are encrypted in the job's row
+    with the Queue's ``encryption_keys``, decrypted only for the template, and shown as
+    ``***`` everywhere else, as a task's ``secret_fields`` are (see the secrets guide).
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class Mailer:
         rate_limit: RateLimit | None = None,
         circuit_breaker: CircuitBreaker | None = None,
         on_template_change: TemplateChangePolicy = "render_new",
+        secret_fields: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(jobs, Queue):
             raise ConfigurationError(f"Mailer needs a sqlqueue.Queue first, got {jobs!r}")
@@ -143,6 +149,7 @@ class Mailer:
             backoff=backoff,
             rate_limit=rate_limit,
             circuit_breaker=circuit_breaker,
+            secret_fields=_context_paths(secret_fields),
         )(self._deliver)
 
     def __repr__(self) -> str:
@@ -501,6 +508,25 @@ class Mailer:
         return rendered, {
             "template": {"name": name, "version": current.version, "enqueued_version": enqueued}
         }
+
+
+def _context_paths(fields: Sequence[str] | None) -> list[str] | None:
+    """The task's ``secret_fields`` for a Mailer's: each path is one into the ``context``.
+    The paths themselves are checked with the task (``Queue.task``)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str) or not isinstance(fields, Sequence):
+        raise ConfigurationError(
+            f"secret_fields must be a list of names in a template's context, e.g. "
+            f"['token'], got {fields!r}"
+        )
+    for field in fields:
+        if not isinstance(field, str) or not field:
+            raise ConfigurationError(
+                f"secret_fields holds {field!r}; each is a name (or dotted path) in a "
+                "template's context, e.g. 'token' or 'user.reset_token'"
+            )
+    return [f"context.{field}" for field in fields]
 
 
 #: The longest dedup key the jobs' ``idempotency_key`` and the ledger's ``key`` hold.

@@ -21,7 +21,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from email.message import EmailMessage
 
 import aiosmtplib
 
@@ -29,6 +28,7 @@ from sqlqueue import HandlerSignal
 from sqlqueue.email._config import SMTP
 from sqlqueue.email._connections import ConnectionPool
 from sqlqueue.email._errors import SMTPPermanentError, SMTPTemporaryError
+from sqlqueue.email._message import OutgoingMessage
 from sqlqueue.email._wire import send
 
 __all__ = ["Delivery", "deliver", "explain"]
@@ -56,7 +56,7 @@ class Delivery:
 
 async def deliver(
     smtp: SMTP,
-    message: EmailMessage,
+    message: OutgoingMessage,
     *,
     sender: str,
     recipients: Sequence[str],

@@ -12,22 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from email.headerregistry import Address
-from email.message import EmailMessage
 
 import aiosmtplib
 from aiosmtplib import SMTPResponse
 
 from sqlqueue.email._errors import SMTPPermanentError
+from sqlqueue.email._fold import fold_addresses
 from sqlqueue.email._headers import flatten
+from sqlqueue.email._message import OutgoingMessage
 
 __all__ = ["ascii_address", "send"]
 
-#: The headers whose addresses take their ASCII form for a server without SMTPUTF8.
-_ADDRESS_HEADERS = ("From", "To")
-
 
 async def send(
-    client: aiosmtplib.SMTP, message: EmailMessage, sender: str, recipients: Sequence[str]
+    client: aiosmtplib.SMTP, message: OutgoingMessage, sender: str, recipients: Sequence[str]
 ) -> tuple[dict[str, SMTPResponse], str]:
     """Send ``message`` from ``sender`` to ``recipients`` (bare addresses) over ``client``:
     aiosmtplib's ``send_message``, but with sqlqueue's checked bytes and the IDNA fallback.
@@ -73,21 +71,22 @@ def ascii_address(address: str) -> str:
     return f"{local}@{ascii_domain}"
 
 
-def _with_ascii_headers(message: EmailMessage) -> EmailMessage:
-    """A copy of ``message`` whose address headers hold ASCII addresses (display names stay:
-    the SMTP policy encodes them as RFC 2047 words)."""
-    copy = EmailMessage(policy=message.policy)
-    for name, value in message.items():
-        if name in _ADDRESS_HEADERS:
-            addresses = [
-                Address(
-                    display_name=address.display_name,
-                    addr_spec=ascii_address(address.addr_spec),
-                )
-                for address in value.addresses
-            ]
-            copy[name] = addresses
+def _with_ascii_headers(message: OutgoingMessage) -> OutgoingMessage:
+    """A copy of ``message`` whose address headers hold ASCII addresses, written again from
+    the parsed addresses it keeps (display names stay as they were written); every other
+    header and the body as they are."""
+    copy = OutgoingMessage(policy=message.policy)
+    copy.addresses = {
+        name: tuple(
+            Address(display_name=address.display_name, addr_spec=ascii_address(address.addr_spec))
+            for address in addresses
+        )
+        for name, addresses in message.addresses.items()
+    }
+    for name, value in message.raw_items():
+        if name in copy.addresses:
+            copy.set_raw(name, fold_addresses(name, copy.addresses[name]))
         else:
-            copy[name] = value
+            copy.set_raw(name, value)
     copy.set_payload(message.get_payload())
     return copy

@@ -1,7 +1,7 @@
 """Webhooks as a built-in job kind: signed deliveries to partner endpoints, retried only when
 the receiver can recover, never sent twice by sqlqueue's own doing, one endpoint unable to slow
-the others. Sending needs the extra ``pip install 'sqlqueue[webhooks]'`` (httpx); receivers
-can import :func:`verify` without it::
+the others. Sending needs the extra ``pip install 'sqlalchemy-sqlqueue[webhooks]'`` (httpx);
+receivers can import :func:`verify` without it::
 
     from sqlqueue.webhooks import Webhooks, verify, WebhookVerificationError
 

@@ -21,9 +21,20 @@ __all__ = ["Address", "forbidden_because", "resolve"]
 
 Address = IPv4Address | IPv6Address
 
-#: Cloud instance metadata services (AWS, GCP, Azure, OpenStack; AWS over IPv6; Alibaba).
+#: Cloud platform addresses a host reaches only from inside its cloud: the instance metadata
+#: services (AWS, GCP, Azure, OpenStack; AWS over IPv6; Alibaba) and Azure's host-only
+#: WireServer (``168.63.129.16``: DHCP, DNS, the VM agent), which Python calls global.
 _METADATA = frozenset(
-    ipaddress.ip_address(text) for text in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+    ipaddress.ip_address(text)
+    for text in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16")
+)
+#: Ranges Python's ``is_global`` still calls public that no delivery should reach: IPv6
+#: site-local (``fec0::/10``, deprecated by RFC 3879 but still routed inside some sites) and
+#: the 6to4 relay anycast (``192.88.99.0/24``, deprecated by RFC 7526: it relays to whatever
+#: an attacker's 6to4 address embeds).
+_UNROUTED = (
+    (ipaddress.ip_network("fec0::/10"), "a site-local address"),
+    (ipaddress.ip_network("192.88.99.0/24"), "a 6to4 relay address"),
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
@@ -51,6 +62,7 @@ def forbidden_because(address: Address) -> str | None:
             return f"{reason} ({embedded} inside {address})" if reason else None
     checks = (
         (address in _METADATA, "a cloud metadata address"),
+        *((address in network, reason) for network, reason in _UNROUTED),
         (address.is_loopback, "a loopback address"),
         (address.is_unspecified, "the unspecified address"),
         (address.is_link_local, "a link-local address"),

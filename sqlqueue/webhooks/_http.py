@@ -3,27 +3,42 @@
 The request goes to the checked IP address itself, with the original host in the ``Host``
 header and as the TLS server name (SNI, and the name the certificate is verified against), so
 the guard's verdict is about the very address connected to. Redirects are never followed, no
-proxy from the environment is used, and only the first 1 KiB of the answer's body is read: a
+proxy from the environment is used, and only the first 2 KiB of the answer's body are read: a
 receiver cannot make a worker download a large (or endless) response.
+
+Everything the receiver wrote that is kept (in the job's result or its error history: the body's
+excerpt, the reason phrase, ``Location``, ``Retry-After``, a transport error's text) is scrubbed
+as any stored text is (:func:`sqlqueue._scrub.clip`): the endpoint's signing secrets redacted
+(a receiver may echo them in a debugging answer), a URL's password hidden, then cut (the body
+to its first 1,024 characters), so a secret straddling the cut is not kept in part either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 
 import httpx
 
+from sqlqueue._scrub import clip, hide_passwords
+from sqlqueue._secrets import Redactor
 from sqlqueue.webhooks._guard import resolve
+from sqlqueue.webhooks._signing import SECRET_PREFIX
 
-__all__ = ["EXCERPT_BYTES", "Answer", "post"]
+__all__ = ["EXCERPT_BYTES", "EXCERPT_CHARS", "Answer", "post"]
 
+#: How much of a response body is read: more than is kept, so that the cut comes after the
+#: redaction and a secret at the edge of what is kept is still recognised.
+EXCERPT_BYTES = 2048
 #: How much of a response body is kept (in the result or the error history).
-EXCERPT_BYTES = 1024
+EXCERPT_CHARS = 1024
+#: How much of any other text of the receiver's is kept (reason phrase, headers, errors).
+_TEXT_CHARS = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,13 +88,57 @@ async def post(
     timeout: float,
     allow_private: bool,
     ssl_context: ssl.SSLContext,
+    secrets: Sequence[str] = (),
 ) -> Answer:
     """POST ``body`` to ``url`` within ``timeout`` seconds in all (lookup, connection, answer).
 
     Raises :class:`~sqlqueue.webhooks.DeliveryRefused` when the guard refuses the address
     (nothing is sent) and :class:`~sqlqueue.webhooks.DeliveryFailed` when the name does not
-    resolve; any other outcome is an :class:`Answer`.
+    resolve; any other outcome is an :class:`Answer`, its texts scrubbed of ``secrets`` (the
+    endpoint's signing secrets) and of URL passwords.
     """
+    answer = await _post(
+        url,
+        headers=headers,
+        body=body,
+        timeout=timeout,
+        allow_private=allow_private,
+        ssl_context=ssl_context,
+    )
+    return _scrubbed(answer, secrets)
+
+
+def _scrubbed(answer: Answer, secrets: Sequence[str]) -> Answer:
+    """``answer`` with every text the receiver wrote redacted, then cut."""
+    redactor = Redactor.of(
+        [form for secret in secrets for form in (secret, secret.removeprefix(SECRET_PREFIX))]
+    )
+
+    def scrub(text: str | None, limit: int = _TEXT_CHARS) -> str | None:
+        if text is None:
+            return None
+        return clip(hide_passwords(text), limit, redactor=redactor)
+
+    return dataclasses.replace(
+        answer,
+        reason=scrub(answer.reason) or "",
+        body=scrub(answer.body, EXCERPT_CHARS) or "",
+        retry_after=scrub(answer.retry_after),
+        location=scrub(answer.location),
+        error=scrub(answer.error),
+    )
+
+
+async def _post(
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    timeout: float,
+    allow_private: bool,
+    ssl_context: ssl.SSLContext,
+) -> Answer:
+    """:func:`post`, the answer's texts as the receiver sent them."""
     target = httpx.URL(url)
     host = target.host
     started = time.monotonic()
@@ -137,7 +196,8 @@ async def post(
 
 
 async def _excerpt(response: httpx.Response) -> str:
-    """The first :data:`EXCERPT_BYTES` of the (decoded) body, as text; the rest is not read."""
+    """The first :data:`EXCERPT_BYTES` of the (decoded) body, as text; the rest is not read.
+    (:func:`_scrubbed` keeps :data:`EXCERPT_CHARS` of it.)"""
     kept = bytearray()
     async for chunk in response.aiter_bytes():
         kept += chunk

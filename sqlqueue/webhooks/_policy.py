@@ -18,6 +18,7 @@ import email.utils
 import math
 from datetime import UTC, datetime
 
+from sqlqueue._digits import ascii_number
 from sqlqueue.webhooks._endpoints import Endpoint
 from sqlqueue.webhooks._errors import DeliveryFailed, DeliveryRejected
 from sqlqueue.webhooks._http import Answer
@@ -34,8 +35,11 @@ def retry_after_seconds(value: str | None, *, now: datetime, cap: float) -> floa
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
-        seconds = float(text)
+    number = ascii_number(text)
+    if number is not None:
+        seconds = float(number)
+    elif text[:1].isdigit():  # digits, but not ASCII ones or too many: not a date either
+        return None
     else:
         try:
             when = email.utils.parsedate_to_datetime(text)

@@ -204,7 +204,7 @@ class Webhooks:
             import httpx
         except ImportError:  # pragma: no cover - depends on the installation
             raise ConfigurationError(
-                "Webhooks needs httpx: pip install 'sqlqueue[webhooks]'"
+                "Webhooks needs httpx: pip install 'sqlalchemy-sqlqueue[webhooks]'"
             ) from None
         if not isinstance(owner, Queue):
             raise ConfigurationError(f"Webhooks needs a sqlqueue.Queue, got {owner!r}")
@@ -469,6 +469,7 @@ class Webhooks:
             timeout=self.timeout,
             allow_private=self.allow_private_addresses,
             ssl_context=self._ssl_context,
+            secrets=found.secrets,
         )
         ctx.logger.debug("%s: %s", event_type, answer.describe())
         try:
