@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._errors import ConfigurationError, JobStateError
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._operators.moments import parse_run_time
-from sqlqueue._queue import Queue
 from sqlqueue.cli._ops import (
     EXIT_ALARM,
     every_job,
@@ -32,9 +32,12 @@ from sqlqueue.cli._ops import (
 )
 from sqlqueue.cli._text import json_text, parse_duration, short, spoken_duration, table
 
+if TYPE_CHECKING:  # the parser loads this module: no SQLAlchemy before a command runs
+    from sqlqueue._queue import Queue
+
 __all__ = ["add_acting_commands"]
 
-Handler = Callable[[Queue, argparse.Namespace], int]
+Handler = Callable[["Queue", argparse.Namespace], int]
 
 
 def add_acting_commands(
@@ -379,11 +382,8 @@ def _resume(queue: Queue, args: argparse.Namespace) -> int:
 
 def _limit(queue: Queue, args: argparse.Namespace) -> int:
     name, text = args.queue_name, args.limit.strip()
-    if text.lower() == "none":
-        maximum = None
-    elif text.isdigit():
-        maximum = int(text)
-    else:
+    maximum = None if text.lower() == "none" else ascii_number(text)
+    if maximum is None and text.lower() != "none":
         raise ConfigurationError(f"limit must be a whole number >= 1 or none, got {text!r}")
     queue.set_queue_limit(name, maximum)
     if args.json:

@@ -14,27 +14,17 @@ migrated.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlqueue._errors import ConfigurationError, DatabaseError, SqlqueueError
-from sqlqueue._logs import configure_logging
-from sqlqueue._migrate import migrate
-from sqlqueue._queue import Queue
-from sqlqueue._schema import SCHEMA_REVISION
-from sqlqueue.cli._common import (
-    EXIT_DATABASE,
-    EXIT_PROBLEM,
-    EXIT_USAGE,
-    UsageError,
-    check_schema,
-    open_engine,
-)
+from sqlqueue.cli._common import EXIT_DATABASE, EXIT_PROBLEM, EXIT_USAGE, UsageError
 from sqlqueue.cli._parser import build_parser
-from sqlqueue.cli._worker_cmd import run_worker
+
+if TYPE_CHECKING:
+    from sqlqueue._queue import Queue
 
 __all__ = ["main"]
 
@@ -60,9 +50,12 @@ def main(
 
 def _main(argv: Sequence[str] | None, given: Queue | None, prog: str) -> int:
     args = build_parser(prog, given=given is not None).parse_args(argv)
-    args.log_filter = configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
-        return _run(args, given)
+        # Only now, past --version, --help and the parser's usage errors: SQLAlchemy, the
+        # drivers and alembic load with the command that needs them.
+        from sqlqueue.cli._run import run
+
+        return run(args, given)
     except (UsageError, ConfigurationError) as error:
         return _fail(error, EXIT_USAGE)
     except DatabaseError as error:
@@ -74,56 +67,6 @@ def _main(argv: Sequence[str] | None, given: Queue | None, prog: str) -> int:
 def _fail(error: SqlqueueError, status: int) -> int:
     print(f"sqlqueue: error: {error}", file=sys.stderr)
     return status
-
-
-def _run(args: argparse.Namespace, given: Queue | None = None) -> int:
-    if args.command == "migrate":
-        return _migrate(args, given)
-    if args.command == "worker":
-        return run_worker(args, given)
-    if given is not None and not args.database_url:
-        schema = given.schema if args.schema is None else args.schema
-        check_schema(given.engine, schema)
-        queue = given if schema == given.schema else given.rebind(given.engine, schema=schema)
-        queue.admin.require_schema(SCHEMA_REVISION)
-        given_status: int = args.operate(queue, args)
-        return given_status
-    engine = open_engine(args.database_url, existing=True, schema=args.schema)
-    try:
-        queue = Queue(engine, schema=args.schema)
-        queue.admin.require_schema(SCHEMA_REVISION)
-        status: int = args.operate(queue, args)
-        return status
-    finally:
-        engine.dispose()
-
-
-def _migrate(args: argparse.Namespace, given: Queue | None = None) -> int:
-    """Migrate, and say so in one line: from which revision to which, or that there was
-    nothing to do (alembic's own log of each revision only with ``--verbose``)."""
-    if not args.verbose:
-        logging.getLogger("alembic").setLevel(logging.WARNING)
-    schema = args.schema
-    if given is not None and not args.database_url:
-        schema = given.schema if schema is None else schema
-        check_schema(given.engine, schema)
-        engine = given.engine
-    else:
-        engine = open_engine(args.database_url, schema=schema)
-    try:
-        admin = Queue(engine, schema=schema).admin
-        before = admin.schema_revision()
-        migrate(engine, schema=schema)
-        after = admin.schema_revision()
-    finally:
-        if engine is not getattr(given, "engine", None):
-            engine.dispose()
-    where = "" if schema is None else f" (schema {schema!r})"
-    if before == after:
-        print(f"sqlqueue: already up to date at revision {after}{where}")
-    else:
-        print(f"sqlqueue: migrated from {before or 'an empty database'} to {after}{where}")
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

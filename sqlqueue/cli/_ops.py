@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue._errors import ConfigurationError, JobNotFound
 from sqlqueue._job import Job, JobStatus
-from sqlqueue._queue import Queue
 from sqlqueue.cli._text import (
     batch_details,
     handling,
@@ -25,6 +24,9 @@ from sqlqueue.cli._text import (
 )
 from sqlqueue.cli._workers import worker_of, worker_text
 from sqlqueue.cli._workflows import add_workflow_commands, workflow_of
+
+if TYPE_CHECKING:  # the parser loads this module: no SQLAlchemy before a command runs
+    from sqlqueue._queue import Queue
 
 __all__ = [
     "EXIT_ALARM",
@@ -43,7 +45,7 @@ __all__ = [
 #: ``sqlqueue health`` found an alarm.
 EXIT_ALARM = 1
 
-Handler = Callable[[Queue, argparse.Namespace], int]
+Handler = Callable[["Queue", argparse.Namespace], int]
 
 
 def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentParser], None]) -> None:

@@ -29,7 +29,10 @@ def build_parser(prog: str = "sqlqueue", *, given: bool = False) -> argparse.Arg
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="print log records of this level and above (default INFO)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -57,9 +60,29 @@ def build_parser(prog: str = "sqlqueue", *, given: bool = False) -> argparse.Arg
         help="serve the tables in this PostgreSQL schema instead of the Queue's "
         f"(default: ${SCHEMA_VARIABLE})",
     )
-    worker_cmd.add_argument("--concurrency", type=int, default=4)
-    worker_cmd.add_argument("--poll-interval", type=float, default=1.0)
-    worker_cmd.add_argument("--shutdown-timeout", type=float, default=30.0)
+    worker_cmd.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="how many jobs it runs at once, in slots its queues share (default 4); "
+        "--queues name=slots gives each queue its own instead",
+    )
+    worker_cmd.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often an idle worker looks for due jobs, in seconds (default 1.0); on "
+        "PostgreSQL a new job also wakes it at once, unless --no-listen",
+    )
+    worker_cmd.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running jobs may take to finish before they go "
+        "back to the queue without losing an attempt (default 30; a second signal: at once)",
+    )
     worker_cmd.add_argument(
         "--no-listen",
         dest="listen",
@@ -77,13 +100,22 @@ def build_parser(prog: str = "sqlqueue", *, given: bool = False) -> argparse.Arg
     worker_cmd.add_argument(
         "--metrics-port",
         type=int,
-        help="serve Prometheus metrics on /metrics at this port (needs sqlqueue[prometheus])",
+        help=(
+            "serve Prometheus metrics on /metrics at this port "
+            "(needs sqlalchemy-sqlqueue[prometheus])"
+        ),
     )
     worker_cmd.add_argument(
         "--metrics-interval",
         type=float,
         default=15.0,
         help="re-read the queue gauges (one stats query) at most this often, seconds (15)",
+    )
+    worker_cmd.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print alembic's log (of a sqlqueue.migrate() that the app runs as it is "
+        "imported)",
     )
     worker_cmd.add_argument(
         "--burst",
@@ -97,8 +129,9 @@ def build_parser(prog: str = "sqlqueue", *, given: bool = False) -> argparse.Arg
 
     web_cmd = commands.add_parser(
         "web",
-        help="serve the internal web page (needs sqlqueue[web]) until interrupted",
-        description="Serve the internal web page (needs sqlqueue[web]) until interrupted: "
+        help="serve the internal web page (needs sqlalchemy-sqlqueue[web]) until interrupted",
+        description="Serve the internal web page (needs sqlalchemy-sqlqueue[web]) until "
+        "interrupted: "
         "the overview, the job list and each job, and requeue, discard, pause and resume. "
         "It has no login of its own: anyone who reaches it may act, so keep it on this "
         "machine, put it behind your own login, or pass --read-only. To mount it in your "

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from typing import TYPE_CHECKING
 
-from sqlqueue._queue import Queue
 from sqlqueue.cli._common import UsageError
+
+if TYPE_CHECKING:  # the parser loads this module: no SQLAlchemy before a command runs
+    from sqlqueue._queue import Queue
 
 __all__ = ["serve_web"]
 
@@ -22,7 +25,7 @@ def serve_web(queue: Queue, args: argparse.Namespace) -> int:
         from sqlqueue.web._serve import serve
     except ImportError as error:
         raise UsageError(
-            f'the web page needs its extra: pip install "sqlqueue[web]" ({error})'
+            f'the web page needs its extra: pip install "sqlalchemy-sqlqueue[web]" ({error})'
         ) from None
     serve(
         queue,

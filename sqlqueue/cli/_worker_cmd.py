@@ -9,8 +9,10 @@ import importlib
 import os
 import sys
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._queue import Queue
-from sqlqueue.cli._common import UsageError, check_schema, open_engine
+from sqlqueue.cli._common import UsageError
+from sqlqueue.cli._engine import check_schema, open_engine
 
 __all__ = ["load_queue", "parse_queues", "run_worker"]
 
@@ -43,9 +45,10 @@ def parse_queues(text: str) -> list[str] | dict[str, int]:
     limits: dict[str, int] = {}
     for item in items:
         name, _, number = item.partition("=")
-        if not name.strip() or not number.strip().isdigit():
+        slots = ascii_number(number.strip())
+        if not name.strip() or slots is None:
             raise UsageError(f"--queues: expected name=slots (e.g. mail=4,reports=1), got {item!r}")
-        limits[name.strip()] = int(number)
+        limits[name.strip()] = slots
     return limits
 
 

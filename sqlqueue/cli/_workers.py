@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue._job import Job, JobStatus
-from sqlqueue._queue import Queue
 from sqlqueue._worker_info import WorkerInfo
 from sqlqueue.cli._text import json_text, table
+
+if TYPE_CHECKING:  # the parser loads this module: no SQLAlchemy before a command runs
+    from sqlqueue._queue import Queue
 
 __all__ = ["add_workers_command", "worker_of", "worker_text"]
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlqueue._errors import JobNotFound
 from sqlqueue._job import Job
-from sqlqueue._queue import Queue
 from sqlqueue._workflow import WorkflowStatus
 from sqlqueue.cli._text import json_text, short, table
+
+if TYPE_CHECKING:  # the parser loads this module: no SQLAlchemy before a command runs
+    from sqlqueue._queue import Queue
 
 __all__ = ["add_workflow_commands", "workflow_of"]
 

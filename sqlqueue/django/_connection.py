@@ -10,7 +10,7 @@ connection stay Django's, and SQLAlchemy ending its own view of them touches nei
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from sqlqueue._enqueue import register_connection_type
 from sqlqueue._errors import ConfigurationError
 from sqlqueue.django._database import database_url
 
-__all__ = ["borrow_connection"]
+__all__ = ["borrow_connection", "engine_on"]
 
 
 def _nothing(dbapi_connection: Any) -> None:
@@ -44,7 +44,8 @@ class _Borrowing:
 
     def __init__(self, wrapper: BaseDatabaseWrapper) -> None:
         self.raw = wrapper.connection
-        self.engine = _borrowing_engine(wrapper, self)
+        self.engine = engine_on(wrapper, self.connect)
+        _leave_to_django(self.engine)
 
     def connect(self) -> Any:
         """The pool's creator: Django's current DB-API connection."""
@@ -69,12 +70,14 @@ def _engine_for(wrapper: BaseDatabaseWrapper) -> Engine:
     return borrowing.engine
 
 
-def _borrowing_engine(wrapper: BaseDatabaseWrapper, borrowing: _Borrowing) -> Engine:
-    """An engine whose one connection is Django's, with the SQLAlchemy driver Django uses."""
+def engine_on(wrapper: BaseDatabaseWrapper, creator: Callable[[], Any]) -> Engine:
+    """An engine whose one connection is ``creator()`` (Django's DB-API connection of
+    ``wrapper``), with the SQLAlchemy driver Django uses; how its transactions begin and end
+    is the caller's to set."""
     url: URL = database_url(wrapper.alias)
-    module = type(borrowing.raw).__module__.partition(".")[0]
+    module = type(wrapper.connection).__module__.partition(".")[0]
     options: dict[str, Any] = {
-        "creator": borrowing.connect,
+        "creator": creator,
         "poolclass": StaticPool,
         "pool_reset_on_return": None,
     }
@@ -83,14 +86,12 @@ def _borrowing_engine(wrapper: BaseDatabaseWrapper, borrowing: _Borrowing) -> En
         # mysqlclient): compile for the one Django's connection speaks.
         url = url.set(drivername=f"{wrapper.vendor}+{module.lower()}")
     try:
-        engine = create_engine(url, **options)
+        return create_engine(url, **options)
     except Exception as error:
         raise ConfigurationError(
             f"Django's {wrapper.alias!r} database connects with {module}, which SQLAlchemy "
             f"cannot drive here ({error}); install the driver sqlqueue uses for it"
         ) from error
-    _leave_to_django(engine)
-    return engine
 
 
 def _dbapi_of(url: URL) -> str:

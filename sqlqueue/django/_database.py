@@ -11,7 +11,7 @@ from sqlalchemy import URL
 from sqlqueue._errors import ConfigurationError
 from sqlqueue.dialects import with_driver
 
-__all__ = ["connect_options", "database_url"]
+__all__ = ["connect_options", "database_url", "settings_of"]
 
 #: ``OPTIONS`` that Django reads itself and never hands to the driver.
 _DJANGO_OPTIONS = frozenset(
@@ -20,7 +20,8 @@ _DJANGO_OPTIONS = frozenset(
 )
 
 
-def _settings(alias: str) -> dict[str, Any]:
+def settings_of(alias: str) -> dict[str, Any]:
+    """Django's settings of ``DATABASES[alias]`` as its connections read them now."""
     try:
         settings: dict[str, Any] = connections[alias].settings_dict
     except ConnectionDoesNotExist:
@@ -30,7 +31,7 @@ def _settings(alias: str) -> dict[str, Any]:
 
 def database_url(alias: str = DEFAULT_DB_ALIAS) -> URL:
     """The URL of ``DATABASES[alias]`` with the driver sqlqueue uses for that database."""
-    settings = _settings(alias)
+    settings = settings_of(alias)
     port = settings.get("PORT")
     try:
         return with_driver(
@@ -49,5 +50,5 @@ def database_url(alias: str = DEFAULT_DB_ALIAS) -> URL:
 
 def connect_options(alias: str = DEFAULT_DB_ALIAS) -> dict[str, Any]:
     """``DATABASES[alias]["OPTIONS"]`` that Django passes to the driver's ``connect``."""
-    options = _settings(alias).get("OPTIONS") or {}
+    options = settings_of(alias).get("OPTIONS") or {}
     return {key: value for key, value in options.items() if key not in _DJANGO_OPTIONS}

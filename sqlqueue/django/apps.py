@@ -12,7 +12,7 @@ __all__ = ["SqlqueueConfig"]
 
 
 class SqlqueueConfig(AppConfig):
-    """sqlqueue's app: no models (sqlqueue's tables are migrated by ``sqlqueue_migrate``)."""
+    """sqlqueue's app: no models; its migration runs sqlqueue's own revisions (``_tables.py``)."""
 
     name = "sqlqueue.django"
     label = "sqlqueue"
