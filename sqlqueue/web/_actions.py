@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._errors import ConfigurationError
 from sqlqueue.web._csrf import origin_problem, token_problem
 from sqlqueue.web._query import job_list_filter
@@ -157,9 +158,9 @@ async def limit_queue(request: Request) -> Response:
     name = field(form, "queue", "a queue")
     value = form.get("limit")
     text = value.strip() if isinstance(value, str) else ""
-    if text and not (text.isdigit() and len(text) <= 10):
+    limit = ascii_number(text, max_digits=10) if text else None
+    if text and limit is None:
         raise HTTPException(400, "the limit must be a whole number >= 1, or blank for none")
-    limit = int(text) if text else None
     try:
         await run_in_threadpool(settings.queue.set_queue_limit, name, limit)
     except ConfigurationError as error:

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._queue import Queue
 from sqlqueue.web._actions import checked, field, see
 from sqlqueue.web._query import MAX_JOB_ID, JobListFilter, job_list_filter
@@ -26,11 +27,12 @@ from sqlqueue.web._render import render
 __all__ = ["MAX_SELECTED", "BulkAction", "action_of", "bulk_of", "confirm_bulk", "run_bulk"]
 
 BulkName = Literal["requeue", "discard", "cancel"]
-#: The statuses each bulk action takes.
+#: The statuses each bulk action takes: those its operation takes (a cancel takes a workflow's
+#: ``waiting`` steps too), so that the confirmation counts what the action will change.
 APPLIES: dict[BulkName, tuple[str, ...]] = {
     "requeue": ("dead",),
     "discard": ("dead",),
-    "cancel": ("queued", "failed"),
+    "cancel": ("queued", "failed", "waiting"),
 }
 #: What the list's notice says was done, per action.
 PAST: dict[BulkName, str] = {"requeue": "requeued", "discard": "discarded", "cancel": "cancelled"}
@@ -121,9 +123,10 @@ def _ids(form: FormData) -> tuple[int, ...]:
     ids: list[int] = []
     for value in values:
         text = value.strip() if isinstance(value, str) else ""
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_JOB_ID:
+        job_id = ascii_number(text)
+        if job_id is None or not 1 <= job_id <= MAX_JOB_ID:
             raise HTTPException(400, f"job_id must be a job id, got {str(value)[:40]!r}")
-        ids.append(int(text))
+        ids.append(job_id)
     return tuple(dict.fromkeys(ids))
 
 

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sqlqueue._batch import BatchStatus
+from sqlqueue._digits import ascii_number
 from sqlqueue._job import Job, JobStatus
 from sqlqueue._job_action import JobAction
 from sqlqueue._operators.stats import Activity, Health
@@ -97,7 +98,7 @@ async def job_list(request: Request) -> Response:
     notice = {
         key: request.query_params[key]
         for key in ("requeued", "discarded", "cancelled")
-        if request.query_params.get(key, "").isdigit()
+        if ascii_number(request.query_params.get(key, "")) is not None
     }
     return render(
         request,

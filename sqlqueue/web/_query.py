@@ -10,6 +10,7 @@ from datetime import datetime
 
 from starlette.exceptions import HTTPException
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._errors import ConfigurationError
 from sqlqueue._job import JobStatus
 from sqlqueue._operators.moments import parse_moment
@@ -92,9 +93,9 @@ def job_list_filter(params: Mapping[str, object]) -> JobListFilter:
     before = _text(params, "before_id")
     before_id: int | None = None
     if before is not None:
-        if not before.isdigit() or not 1 <= int(before) <= MAX_JOB_ID:
+        before_id = ascii_number(before)
+        if before_id is None or not 1 <= before_id <= MAX_JOB_ID:
             raise HTTPException(400, f"before_id must be a job id, got {before!r}")
-        before_id = int(before)
     unhandled = _text(params, "unhandled")
     if unhandled not in (None, "1"):
         raise HTTPException(

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlqueue._digits import ascii_number
 from sqlqueue._errors import JobStateError
 from sqlqueue._job import TERMINAL, Job, JobStatus
 from sqlqueue._workflow import WorkflowStatus
@@ -71,9 +72,10 @@ def _start(params: Mapping[str, str]) -> int:
     text = params.get("start", "").strip()
     if not text:
         return 0
-    if not text.isdigit() or len(text) > 9:
+    start = ascii_number(text, max_digits=9)
+    if start is None:
         raise HTTPException(400, f"start must be a step's position (0, 200 …), got {text!r}")
-    return int(text)
+    return start
 
 
 def _read(
@@ -120,7 +122,7 @@ async def workflow_page(request: Request) -> Response:
             "blocked": set(workflow.blocked_by),
             "drawing": draw(workflow),
             "statuses": [status.value for status in JobStatus],
-            "requeued": int(requeued) if requeued.isdigit() and len(requeued) < 20 else None,
+            "requeued": ascii_number(requeued),
         },
     )
 
@@ -128,9 +130,10 @@ async def workflow_page(request: Request) -> Response:
 def _job_id(value: object) -> int:
     """A form's ``job_id``; 400 unless it is one."""
     text = value.strip() if isinstance(value, str) else ""
-    if not text.isdigit() or len(text) > 19 or not 1 <= int(text) <= MAX_JOB_ID:
+    job_id = ascii_number(text)
+    if job_id is None or not 1 <= job_id <= MAX_JOB_ID:
         raise HTTPException(400, f"job_id must be a job id, got {str(value)[:40]!r}")
-    return int(text)
+    return job_id
 
 
 async def requeue_step(request: Request) -> Response:
