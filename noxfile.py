@@ -1,8 +1,9 @@
 """Developer sessions: ``nox`` runs lint, typecheck and tests; ``nox -s NAME`` runs one.
 
-The test suite runs every backend test on a SQLite file and on PostgreSQL (default
+The test suite runs every backend test on a SQLite file, on PostgreSQL (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``, override with
-``SQLQUEUE_TEST_POSTGRES_URL``); ``wheel`` proves an installed wheel can migrate both. Run nox
+``SQLQUEUE_TEST_POSTGRES_URL``) and on MariaDB (``SQLQUEUE_TEST_MYSQL_URL``); ``wheel`` proves
+an installed wheel can migrate SQLite and PostgreSQL. Run nox
 from the project's environment (``pip install -e ".[dev]"``): ``wheel`` talks to PostgreSQL
 from the nox process itself.
 """
@@ -32,13 +33,13 @@ SQLALCHEMY_LINES = {"2.0": "sqlalchemy>=2.0.30,<2.1", "2.1": "sqlalchemy>=2.1,<2
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The conformance suite on SQLite and PostgreSQL (pass pytest arguments after ``--``)."""
+    """The conformance suite on SQLite, PostgreSQL and MariaDB (pytest arguments after ``--``)."""
     session.install(".[test]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session
-@nox.parametrize("backend", ["sqlite", "postgresql"])
+@nox.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 def tests_backend(session: nox.Session, backend: str) -> None:
     """The conformance suite on one backend only: ``nox -s "tests_backend(backend='sqlite')"``."""
     session.install(".[test]")
@@ -141,7 +142,7 @@ def wheel(session: nox.Session) -> None:
     scratch.mkdir()
 
     session.run("python", "-m", "pip", "wheel", str(ROOT), "--no-deps", "--wheel-dir", str(dist))
-    (built,) = dist.glob("sqlqueue-*.whl")
+    (built,) = dist.glob("sqlalchemy_sqlqueue-*.whl")
 
     session.run("python", "-m", "venv", str(clean))
     python = _executable(clean, "python")
@@ -183,6 +184,19 @@ def bench(session: nox.Session) -> None:
     """
     session.install(".[postgres]")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session
+def bench_compare(session: nox.Session) -> None:
+    """Two revisions' drain and enqueue figures, interleaved, each B/A with its spread; a change
+    beyond 5 % in every round is flagged (exit 3 when worse). Before a change to the claim,
+    completion or enqueue path is resolved (docs/development.md).
+
+    Arguments go to ``python -m bench compare``: ``nox -s bench_compare -- main`` (the working
+    tree against main), ``-- HEAD~1 HEAD --rounds 3 --backends postgresql``. Each revision gets
+    a virtualenv of its own (bench/compare_envs.py), so this one needs no sqlqueue.
+    """
+    session.run("python", "-m", "bench", "compare", *session.posargs)
 
 
 @nox.session
@@ -282,6 +296,30 @@ def coverage(session: nox.Session) -> None:
         session.run("coverage", "combine", "--quiet")
         session.run("coverage", "html", "--quiet")
         session.run("coverage", "report")
+
+
+@nox.session
+def bench_smoke(session: nox.Session) -> None:
+    """The benchmark harness end to end at a small size (``tests/test_bench_smoke.py``, marked
+    ``bench_smoke``, not in the default suite): run it before a change to the bench or to the
+    claim, completion or enqueue path is resolved."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "bench_smoke", "tests/test_bench_smoke.py", *session.posargs)
+
+
+@nox.session
+def independent(session: nox.Session) -> None:
+    """The tests marked ``backend_independent`` (a browser, SMTP, email headers) on every
+    backend, not only the first: run it when a change might make one of them depend on the
+    database (``tests/test_backend_independence.py`` says what such a test may not do)."""
+    session.install(".[test]")
+    session.run(
+        "pytest",
+        "-m",
+        "backend_independent",
+        *session.posargs,
+        env={"SQLQUEUE_TEST_EVERY_BACKEND": "1"},
+    )
 
 
 @nox.session

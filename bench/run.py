@@ -12,6 +12,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
     python -m bench --only fairness          # concurrency limits (bench/fairness.py)
     python -m bench --only workflows         # workflows' enqueue and drain (bench/workflows.py)
+    python -m bench compare main             # this tree against main (bench/compare.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
 per-run ratio of the two engines measured back to back. bench/README.md explains each figure.
@@ -31,13 +32,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+# fairness and mvcc import private sqlqueue modules: they are imported where they are used, so
+# `python -m bench compare` can run the drain and enqueue scenarios against older revisions.
 from bench import (
-    fairness,
     faults,
     memory,
     middleware,
     middleware_instructions,
-    mvcc,
     peers,
     report,
     side_by_side,
@@ -165,7 +166,6 @@ def _parser() -> argparse.ArgumentParser:
     add("--mvcc-warmup", type=float, default=60.0, help="mvcc: seconds before the hold (60)")
     add(
         "--mvcc-systems",
-        default=",".join(mvcc.DEFAULT_SYSTEMS),
         help="mvcc: systems side by side (sqlqueue,pgqueuer,raw; sqlqueue-nofloor: without its "
         "claim floor; sqlqueue-noprobe: the floor without its probe; raw-fillfactor, raw-floor, "
         "raw-timefloor, raw-hot: the raw layouts of bench/mvcc_layouts.py)",
@@ -173,7 +173,6 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--mvcc-output",
         type=Path,
-        default=mvcc.MvccOptions().output,
         help="mvcc: results go to OUTPUT.md, .png and .json (bench/results/mvcc)",
     )
     return parser
@@ -312,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _middleware(args, parser)
     if args.only == "fairness":
         args.only = "drain"  # the settings' backends and target; the scenario is fairness's own
+        from bench import fairness
+
         return fairness.run(
             _settings(args, parser),
             big=args.fairness_big,
@@ -466,8 +467,10 @@ def _workflows(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _mvcc(settings: Settings, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bench import mvcc
+
     try:
-        systems = mvcc.systems_of(args.mvcc_systems)
+        systems = mvcc.systems_of(args.mvcc_systems or ",".join(mvcc.DEFAULT_SYSTEMS))
     except ValueError as error:
         parser.error(f"--mvcc-systems: {error}")
     if args.mvcc_rate < 1 or args.mvcc_minutes <= 0 or args.mvcc_warmup < 0:
@@ -477,7 +480,7 @@ def _mvcc(settings: Settings, args: argparse.Namespace, parser: argparse.Argumen
         rate=args.mvcc_rate,
         minutes=args.mvcc_minutes,
         warmup_seconds=args.mvcc_warmup,
-        output=args.mvcc_output,
+        output=args.mvcc_output or mvcc.MvccOptions().output,
     )
     found = mvcc.run(settings, options)
     mvcc.save(found, options.output)
