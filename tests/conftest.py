@@ -17,6 +17,13 @@ import sqlalchemy as sa
 import sqlqueue
 import tests._hypothesis  # noqa: F401  (registers and loads the Hypothesis profiles)
 from sqlqueue.dialects import dialect_for
+from tests._support import drivers  # noqa: F401  (imported before any test: see there)
+from tests._support.databases import (
+    ServerSchema,
+    copy_sqlite_template,
+    drop_tables,
+    migrated_sqlite_template,
+)
 from tests.apps.processes import Workers
 
 POSTGRES_URL = os.environ.get(
@@ -72,7 +79,8 @@ def _server_database(
         pytest.skip(message)
     name = f"sqlqueue_test_{worker}_{secrets.token_hex(4)}"
     with admin.connect() as conn:
-        conn.exec_driver_sql(create.format(name=name))
+        for statement in create.format(name=name).split("; "):
+            conn.exec_driver_sql(statement)
     url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
@@ -87,7 +95,8 @@ def _postgres_database(worker: str) -> Iterator[str]:
         "PostgreSQL",
         POSTGRES_URL,
         worker,
-        create='CREATE DATABASE "{name}"',
+        # A throwaway database: commits need not wait for the disk (never the product's default).
+        create='CREATE DATABASE "{name}"; ALTER DATABASE "{name}" SET synchronous_commit = off',
         drop='DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
         isolation_level="AUTOCOMMIT",
     )
@@ -97,6 +106,37 @@ def _postgres_database(worker: str) -> Iterator[str]:
 def postgres_url(worker_id: str) -> Iterator[str]:
     """A database of its own for this test session (or xdist worker)."""
     yield from _postgres_database(worker_id)
+
+
+#: Run the tests marked ``backend_independent`` on every backend too (``nox -s independent``).
+EVERY_BACKEND = os.environ.get("SQLQUEUE_TEST_EVERY_BACKEND", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "backend_independent(reason): the test's subject is not the database (a browser, a "
+        "protocol, framework glue): it runs on the first backend of SQLQUEUE_TEST_BACKENDS "
+        "only, unless SQLQUEUE_TEST_EVERY_BACKEND=1 (tests/test_backend_independence.py "
+        "checks what such a test may do)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``backend_independent`` test runs on one backend, not each of them: its other
+    parametrizations are deselected."""
+    if EVERY_BACKEND:
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        chosen = callspec.params.get("backend", BACKENDS[0]) if callspec else BACKENDS[0]
+        marked = item.get_closest_marker("backend_independent") is not None
+        (drop if marked and chosen != BACKENDS[0] else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
@@ -121,43 +161,63 @@ def mysql_url(worker_id: str) -> Iterator[str]:
     yield from _mysql_database(worker_id)
 
 
-def _reset_mysql(url: str) -> None:
+def _kept_schema(url: str) -> Iterator[ServerSchema]:
+    schema = ServerSchema(url)
+    try:
+        yield schema
+    finally:
+        schema.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_schema(postgres_url: str) -> Iterator[ServerSchema]:
+    """The worker's PostgreSQL database, migrated once and cleaned before each test."""
+    yield from _kept_schema(postgres_url)
+
+
+@pytest.fixture(scope="session")
+def mysql_schema(mysql_url: str) -> Iterator[ServerSchema]:
+    """The worker's MariaDB/MySQL database, migrated once and cleaned before each test."""
+    yield from _kept_schema(mysql_url)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per test worker, copied for each test."""
+    return migrated_sqlite_template(tmp_path_factory.mktemp("template") / "sqlqueue.db")
+
+
+def _drop_tables(url: str) -> None:
+    """Drop every table of the server database at ``url`` (an unmigrated database)."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
-        tables = conn.execute(
-            sa.text(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
-            )
-        ).scalars()
-        for table in list(tables):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{table}`")
+        drop_tables(conn)
     engine.dispose()
 
 
-def _reset_postgres(url: str) -> None:
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        tables = conn.execute(
-            sa.text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-        ).scalars()
-        for table in list(tables):
-            conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}" CASCADE')
-    engine.dispose()
+#: What the tests that want an unmigrated database call, by the server they use.
+_reset_postgres = _reset_mysql = _drop_tables
+
+
+def migrated_url(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> str:
+    """The URL of a migrated, empty database of backend ``name`` for the requesting test."""
+    if name == "sqlite":
+        path = tmp_path / "sqlqueue.db"
+        copy_sqlite_template(request.getfixturevalue("sqlite_template"), path)
+        return f"sqlite:///{path}"
+    schema: ServerSchema = request.getfixturevalue(
+        "mysql_schema" if name == "mysql" else "postgres_schema"
+    )
+    schema.prepare()
+    return schema.url
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """An empty, migrated database: a SQLite file, PostgreSQL, or MariaDB/MySQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'sqlqueue.db'}"
-    elif request.param == "mysql":
-        url = request.getfixturevalue("mysql_url")
-        _reset_mysql(url)
-    else:
-        url = request.getfixturevalue("postgres_url")
-        _reset_postgres(url)
+    """An empty, migrated database: a SQLite file, PostgreSQL, or MariaDB/MySQL. Migrated
+    once per test worker; each test starts from emptied tables (tests/_support/databases.py)."""
+    url = migrated_url(request, request.param, tmp_path)
     engine = sa.create_engine(url)
-    sqlqueue.migrate(engine)
     try:
         yield Backend(name=request.param, url=url, engine=engine)
     finally:

@@ -58,11 +58,13 @@ class _CountingSMTP(SMTP):
 
 @dataclass
 class Received:
-    """One message the server accepted: its envelope and the parsed message."""
+    """One message the server accepted: its envelope, the parsed message, and its bytes as
+    they arrived (for what a parser would smooth over: line lengths, control bytes)."""
 
     sender: str
     recipients: list[str]
     message: EmailMessage
+    raw: bytes = b""
 
 
 @dataclass
@@ -116,6 +118,7 @@ class SMTPServer:
                     sender=envelope.mail_from,
                     recipients=list(envelope.rcpt_tos),
                     message=parsed,
+                    raw=bytes(envelope.original_content or envelope.content),
                 )
             )
             return f"250 2.0.0 Ok: queued as Q{len(self.received)}"

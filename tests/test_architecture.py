@@ -17,6 +17,7 @@ import pytest
 
 import sqlqueue
 import sqlqueue.dialects
+from tests._support.source import parse
 
 PACKAGE = Path(sqlqueue.__file__).resolve().parent
 #: Where backends may differ: the dialects, and the column types they choose between.
@@ -72,7 +73,7 @@ def _imports_backend(module: str) -> bool:
 
 def backend_branches(source: str) -> list[str]:
     """Every place in ``source`` that names a database in code, as ``line: what``."""
-    tree = ast.parse(source)
+    tree = parse(source)
     prose = _prose(tree)
     found: list[str] = []
     for node in ast.walk(tree):

@@ -11,6 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Minutes of CPU on every submission for no check of the product: these run with
+#: ``nox -s bench_smoke`` (``pytest -m bench_smoke``) before a change to the bench or the hot
+#: path is resolved, not in the default suite.
+pytestmark = pytest.mark.bench_smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -109,6 +116,30 @@ def test_only_narrows_the_peers_run_to_the_drains(postgres_url: str, tmp_path: P
     assert "| 10 in flight (jobs/s) |" in done.stdout
     assert "enqueue, 1 per transaction" not in done.stdout
     assert "pickup latency" not in done.stdout
+
+
+def test_compare_builds_a_revision_and_runs_both_sides_on_one_harness(tmp_path: Path) -> None:
+    """``python -m bench compare HEAD HEAD``: one virtualenv built (both sides are HEAD), the
+    harness run by each side's interpreter, the table and both files written."""
+    output = tmp_path / "compare.md"
+    done = _bench(
+        *("compare", "HEAD", "HEAD", "--rounds", "1", "--quick", "--backends", "sqlite"),
+        *("--only", "drain", "--drains", "1x10", "--async-drains", "none"),
+        *("--cache-dir", str(tmp_path / "cache"), "--output", str(output)),
+        timeout=300,
+    )
+    # The same code on both sides: one round on a busy machine may still flag it (exit 3).
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    saved = json.loads(output.with_suffix(".json").read_text())
+    (figure,) = saved["figures"]
+    assert figure["key"] == "drain.500.p1c10"
+    assert len(figure["ratios"]) == len(figure["raw_ratios"]) == 1
+    for side in saved["sides"].values():
+        installed = Path(side["imported"]["sqlqueue"]).resolve()
+        assert installed.is_relative_to((tmp_path / "cache").resolve()), installed
+    assert [r["order"] for r in saved["rounds"]] == ["AB"]
+    assert "drain 500, 1 proc x concurrency 10" in done.stdout
+    assert "load average (1/5/15 min) at start" in output.read_text()
 
 
 SMALL = ("--rows", "2000", "--dead", "600", "--queued", "200")

@@ -47,7 +47,8 @@ def dead_jobs(backend: Backend, count: int) -> tuple[sqlqueue.Queue, list[int]]:
 
 
 def test_version() -> None:
-    result = sqlqueue_cli("--version")
+    """The installed script in a new interpreter (``fresh``), as a user first runs it."""
+    result = sqlqueue_cli("--version", fresh=True)
     assert (result.returncode, result.stdout.strip()) == (0, f"sqlqueue {sqlqueue.__version__}")
 
 
@@ -107,12 +108,14 @@ def test_a_missing_driver_names_the_extra_that_installs_it(
 ) -> None:
     (tmp_path / f"{blocked}.py").write_text(
         f"raise ImportError(\"No module named '{blocked}'\")\n"
-    )  # stands in for a virtualenv without the driver
-    result = sqlqueue_cli("stats", "--database-url", url, env={"PYTHONPATH": str(tmp_path)})
+    )  # stands in for a virtualenv without the driver (a fresh interpreter: no driver imported)
+    result = sqlqueue_cli(
+        "stats", "--database-url", url, env={"PYTHONPATH": str(tmp_path)}, fresh=True
+    )
     assert result.returncode == 2, result.stderr
     line = one_error_line(result)
     assert "the driver for" in line
-    assert f'pip install "sqlqueue[{extra}]"' in line
+    assert f'pip install "sqlalchemy-sqlqueue[{extra}]"' in line
 
 
 @pytest.mark.parametrize(

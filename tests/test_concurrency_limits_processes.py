@@ -168,3 +168,54 @@ def test_a_per_key_limit_holds_for_fifty_keys_across_processes(backend, workers)
     assert len(by_tenant) == keys
     assert sampler.most <= 2
     assert max(at_once.values()) <= 2
+
+
+def test_a_timed_out_blocking_handler_keeps_its_limit_until_its_thread_returns(backend, workers):
+    """Concurrency(limit=1), timeout 0.5 s, handlers blocking 1.5 s in a call no interrupt
+    cuts short, 8 worker processes: never two at once, by the ledger or the table. Before,
+    the slot was freed at the timeout while the thread slept on: 3 ran at once."""
+    create_ledger(backend.engine)
+    producer: Any = sqlqueue.Queue(backend.engine)
+    producer.task("limits.blocking", max_attempts=1, concurrency=sqlqueue.Concurrency(limit=1))(
+        lambda **_: None
+    )
+    started = [workers.start(*OPTIONS, app=APP) for _ in range(8)]
+    for worker in started:
+        worker.wait_ready()
+    total = 4
+    with backend.engine.begin() as conn:
+        ids = [
+            producer.enqueue(
+                conn, "limits.blocking", {"key": f"b{n}", "seconds": 1.5}, idempotency_key=f"b{n}"
+            )
+            for n in range(total)
+        ]
+    with Sampler(backend.engine, "limits.blocking") as sampler:
+        wait_until(
+            lambda: all(_job(producer, job_id).status == "dead" for job_id in ids),
+            timeout=120,
+            what="every blocking job to time out",
+        )
+
+    # Every handler has returned (its finish is in the ledger), whenever its job ended.
+    def returned() -> list[Any] | None:
+        rows = read_ledger(backend.engine)
+        finished = len(rows) == total and all(row.finished is not None for row in rows)
+        return rows if finished else None
+
+    ledger = wait_until(returned, timeout=60, what="every handler to return")
+    at_once = _most_at_once([(row.started, row.finished) for row in ledger])
+    print(
+        f"\n    [{backend.name}] {total} jobs blocking 1.5 s past a 0.5 s timeout, limit 1, "
+        f"8 workers: at most {sampler.most} running (database), {at_once} at once (ledger)"
+    )
+    assert (len(ledger), at_once, sampler.most) == (total, 1, 1)
+    for job_id in ids:
+        job = _job(producer, job_id)
+        assert [error.kind for error in job.errors] == ["JobTimeout"], job.errors
+
+
+def _job(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    job = queue.get_job(job_id)
+    assert job is not None, job_id
+    return job

@@ -1,4 +1,4 @@
-"""The email kind against a real SMTP server (aiosmtpd on a free port of 127.0.0.1), on both
+"""The email kind against a real SMTP server (aiosmtpd on a free port of 127.0.0.1), on the
 database backends: delivery and headers, TLS and login, what each SMTP reply does to the job,
 the ledger that keeps a message from going out twice, dedup keys, template versions, and bad
 input refused before any row is written."""
@@ -34,6 +34,11 @@ pytestmark = [
     # The login tests use AUTH without TLS on purpose (the TLS test does both).
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning"),
 ]
+
+#: What the SMTP server's replies do to a job: the subject is the protocol, and what reaches the
+#: database goes through the worker's outcome writes that the conformance suite runs on every
+#: backend. The ledger, dedup, async-transaction and limit tests below stay on every backend.
+SMTP_PROTOCOL = pytest.mark.backend_independent("the SMTP protocol")
 
 SENDER = "Example <noreply@example.com>"
 FINAL = {"succeeded", "dead", "cancelled"}
@@ -113,6 +118,7 @@ def ledger(engine: sa.Engine) -> list[dict[str, Any]]:
 # -- delivery ---------------------------------------------------------------------------------
 
 
+@SMTP_PROTOCOL
 def test_a_templated_message_is_delivered_with_its_headers_and_parts(backend, queues, server):
     smtp, port = server
     queue, mailer = new_mailer(backend, queues, port)
@@ -157,6 +163,7 @@ def test_a_templated_message_is_delivered_with_its_headers_and_parts(backend, qu
     assert entry["reply"] == "250 2.0.0 Ok: queued as Q1"
 
 
+@SMTP_PROTOCOL
 def test_a_message_without_a_template_records_its_content_hash(backend, queues, server):
     smtp, port = server
     queue, mailer = new_mailer(backend, queues, port)
@@ -173,6 +180,7 @@ def test_a_message_without_a_template_records_its_content_hash(backend, queues, 
 # -- what each reply does: the status-code table ------------------------------------------------
 
 
+@SMTP_PROTOCOL
 @pytest.mark.parametrize("code", [421, 450, 451, 452])
 def test_a_4xx_reply_is_retried_with_the_backoff(backend, queues, server, code):
     smtp, port = server
@@ -185,6 +193,7 @@ def test_a_4xx_reply_is_retried_with_the_backoff(backend, queues, server, code):
     assert f"{code} 4.3.0 Try again later" in error.error
 
 
+@SMTP_PROTOCOL
 def test_451_twice_then_accepted_takes_three_attempts_and_delivers_once(backend, queues, server):
     smtp, port = server
     smtp.data_replies = ["451 4.7.1 Greylisted, try again", "451 4.7.1 Greylisted, try again"]
@@ -201,6 +210,7 @@ def test_451_twice_then_accepted_takes_three_attempts_and_delivers_once(backend,
     assert smtp.received[0].message["Message-ID"] == job.payload["message_id"]
 
 
+@SMTP_PROTOCOL
 @pytest.mark.parametrize("code", [550, 553, 554])
 def test_a_5xx_reply_sends_the_job_to_dead_at_once(backend, queues, server, code):
     smtp, port = server
@@ -216,6 +226,7 @@ def test_a_5xx_reply_sends_the_job_to_dead_at_once(backend, queues, server, code
     assert ledger(backend.engine) == []
 
 
+@SMTP_PROTOCOL
 def test_every_recipient_refused_with_550_is_dead_at_once(backend, queues, server):
     smtp, port = server
     smtp.refuse = {"ada@example.com": "550 5.1.1 <ada@example.com>: Recipient unknown"}
@@ -225,6 +236,7 @@ def test_every_recipient_refused_with_550_is_dead_at_once(backend, queues, serve
     assert "550 5.1.1 <ada@example.com>: Recipient unknown" in str(job.last_error)
 
 
+@SMTP_PROTOCOL
 def test_a_partial_refusal_succeeds_for_the_accepted_and_records_the_refused(
     backend, queues, server
 ):
@@ -301,6 +313,7 @@ def test_a_recipient_refused_with_4xx_gets_the_same_message_from_a_follow_up_job
     )
 
 
+@SMTP_PROTOCOL
 def test_only_the_4xx_refused_are_deferred_the_5xx_refused_never_retried(backend, queues, server):
     smtp, port = server
     smtp.refuse = {"cy@example.com": "550 5.1.1 <cy@example.com>: Recipient unknown"}
@@ -369,6 +382,7 @@ def test_a_follow_ups_dedup_key_is_stable_and_bounded():
     assert len(nested) <= 255
 
 
+@SMTP_PROTOCOL
 def test_a_dropped_connection_is_retried(backend, queues, server):
     smtp, port = server
     smtp.drops = 1
@@ -380,6 +394,7 @@ def test_a_dropped_connection_is_retried(backend, queues, server):
     assert "SMTPServerDisconnected" in error.error
 
 
+@SMTP_PROTOCOL
 def test_a_hung_server_costs_one_attempt_bounded_by_the_timeout(backend, queues):
     with hung_server() as port:
         smtp = SMTP(host="127.0.0.1", port=port, starttls=False, timeout=0.5)
@@ -394,6 +409,7 @@ def test_a_hung_server_costs_one_attempt_bounded_by_the_timeout(backend, queues)
     assert (job.errors[0].details or {})["elapsed_seconds"] < 5
 
 
+@SMTP_PROTOCOL
 def test_a_server_that_stalls_after_accepting_the_message_is_not_sent_to_again(
     backend, queues, server
 ):
@@ -405,6 +421,7 @@ def test_a_server_that_stalls_after_accepting_the_message_is_not_sent_to_again(
     assert (job.status, job.attempts, len(smtp.received)) == ("succeeded", 1, 1)
 
 
+@SMTP_PROTOCOL
 def test_a_server_that_is_down_is_retried(backend, queues):
     with refusing_port() as port:  # bound, not listening: connections are refused
         queue, mailer = new_mailer(backend, queues, port, backoff=[60])
@@ -429,6 +446,7 @@ def tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 PASSWORD = "s3cret-Pa55"
 
 
+@SMTP_PROTOCOL
 def test_starttls_with_a_self_signed_certificate_and_login(backend, queues, tmp_path):
     server_side, client_side = tls_contexts(tmp_path)
     smtp = SMTPServer()
@@ -447,6 +465,7 @@ def test_starttls_with_a_self_signed_certificate_and_login(backend, queues, tmp_
     assert smtp.logins == ["app"]  # the server requires STARTTLS before AUTH and MAIL
 
 
+@SMTP_PROTOCOL
 def test_an_untrusted_certificate_is_retried(backend, queues, tmp_path):
     server_side, _ = tls_contexts(tmp_path)
     smtp = SMTPServer()
@@ -460,6 +479,7 @@ def test_an_untrusted_certificate_is_retried(backend, queues, tmp_path):
     assert "CERTIFICATE_VERIFY_FAILED" in str(job.last_error)
 
 
+@SMTP_PROTOCOL
 def test_a_server_without_the_starttls_the_settings_ask_for_is_dead_at_once(
     backend, queues, server
 ):
@@ -472,6 +492,7 @@ def test_a_server_without_the_starttls_the_settings_ask_for_is_dead_at_once(
     assert str(job.last_error).endswith("check the Mailer's SMTP settings")
 
 
+@SMTP_PROTOCOL
 def test_a_refused_login_is_dead_at_once(backend, queues):
     smtp = SMTPServer()
     with smtp.running(auth=True) as port:
@@ -486,6 +507,7 @@ def test_a_refused_login_is_dead_at_once(backend, queues):
     )
 
 
+@SMTP_PROTOCOL
 def test_the_password_is_never_in_a_row_an_error_or_a_log_line(backend, queues, caplog):
     caplog.set_level(logging.DEBUG)
     smtp = SMTPServer()
@@ -637,6 +659,7 @@ def redeploy(
     return queue, mailer
 
 
+@SMTP_PROTOCOL
 def test_a_template_changed_since_enqueue_renders_the_new_version(backend, queues, server):
     smtp, port = server
     _, before = new_mailer(backend, queues, port)
@@ -649,6 +672,7 @@ def test_a_template_changed_since_enqueue_renders_the_new_version(backend, queue
     assert smtp.received[0].message["Subject"] == "Welcome aboard, Ada"
 
 
+@SMTP_PROTOCOL
 def test_a_template_changed_since_enqueue_can_fail_the_job(backend, queues, server):
     smtp, port = server
     _, before = new_mailer(backend, queues, port)
@@ -786,6 +810,7 @@ def test_an_async_template_and_an_orm_session(backend, queues, server):
     assert smtp.received[0].message["Subject"] == "Receipt for order 7"
 
 
+@SMTP_PROTOCOL
 def test_non_ascii_names_subjects_and_bodies_arrive_intact(backend, queues, server):
     smtp, port = server
     queue, mailer = new_mailer(backend, queues, port)
@@ -806,6 +831,7 @@ def test_non_ascii_names_subjects_and_bodies_arrive_intact(backend, queues, serv
 # -- reused connections -------------------------------------------------------------------------
 
 
+@SMTP_PROTOCOL
 def test_a_pool_sends_many_messages_over_one_connection(backend, queues, server):
     smtp, port = server
     config = SMTP(host="127.0.0.1", port=port, starttls=False, pool_size=2)
@@ -817,6 +843,7 @@ def test_a_pool_sends_many_messages_over_one_connection(backend, queues, server)
     assert len(set(smtp.peers)) == 1
 
 
+@SMTP_PROTOCOL
 def test_a_kept_connection_the_server_closed_is_replaced_without_a_failed_attempt(backend, queues):
     smtp = SMTPServer()
     # The server drops connections idle for 2 s: idle between two jobs, which the test waits

@@ -1,4 +1,9 @@
-"""Per-key ordering across worker processes, through a SIGKILL: zero overlaps within a key."""
+"""Per-key ordering across worker processes, through a SIGKILL: zero overlaps within a key.
+
+Only the worker that is killed holds short leases, and no reaper runs before it is killed: the
+jobs reaped are its own, after its death, whatever the machine's speed. (With 2 s leases in
+every worker, a loaded machine could reap a live job, whose next run then overlapped it.)
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,13 @@ from tests.apps.processes import wait_until
 
 GROUPS = 6
 PER_GROUP = 8
+#: Seconds far longer than the test: a lease that never expires, and a reaper interval that
+#: never comes, while it runs.
+NEVER = 3600.0
+#: The lease of the worker that is killed: its jobs come back this long after its death.
+DOOMED_LEASE = 2.0
+#: The victim job's queue, which only the doomed worker serves until it is killed.
+VICTIM_QUEUE = "victim"
 
 
 def test_no_two_jobs_of_a_key_overlap_even_when_a_worker_is_killed(backend, workers):
@@ -21,9 +33,16 @@ def test_no_two_jobs_of_a_key_overlap_even_when_a_worker_is_killed(backend, work
     producer: Any = sqlqueue.Queue(backend.engine)
     register_ledger_tasks(producer)
     options = ("--concurrency", "4", "--poll-interval", "0.05")
-    started = [workers.start(*options, lease_seconds=2) for _ in range(4)]
+    both_queues = ("--queues", f"default,{VICTIM_QUEUE}")
+    doomed = workers.start(
+        *options, *both_queues, lease_seconds=DOOMED_LEASE, reaper_interval=NEVER
+    )
+    started = [doomed] + [
+        workers.start(*options, lease_seconds=NEVER, reaper_interval=NEVER) for _ in range(3)
+    ]
     for worker in started:
         worker.wait_ready()
+        assert f"reaper every {NEVER:g} s" in worker.log(), worker.describe()
 
     victim_key = "g0-n1"
     with backend.engine.begin() as conn:
@@ -41,6 +60,8 @@ def test_no_two_jobs_of_a_key_overlap_even_when_a_worker_is_killed(backend, work
                     },
                     idempotency_key=key,
                     group_key=f"group:{g}",
+                    # Only the doomed worker serves it: its attempt 1 holds a short lease.
+                    **({"queue": VICTIM_QUEUE} if key == victim_key else {}),
                 )
 
     def victim_row():
@@ -56,11 +77,15 @@ def test_no_two_jobs_of_a_key_overlap_even_when_a_worker_is_killed(backend, work
         )
 
     row = wait_until(victim_row, timeout=30, what="the victim job to start")
-    killed = next(worker for worker in started if worker.pid == row.pid)
-    killed.send(signal.SIGKILL)
+    assert row.pid == doomed.pid
+    doomed.send(signal.SIGKILL)
     killed_at = time.time()
-    assert killed.wait(10) == -signal.SIGKILL
-    workers.start(*options, lease_seconds=2).wait_ready()
+    assert doomed.wait(10) == -signal.SIGKILL
+    # The one reaper of the test: it takes the doomed worker's leases once they expire, and
+    # every lease it and the others hold outlasts the test.
+    rescuer = workers.start(*options, *both_queues, lease_seconds=NEVER, reaper_interval=0.1)
+    rescuer.wait_ready()
+    assert "reaper every 0.1 s" in rescuer.log(), rescuer.describe()
 
     total = GROUPS * PER_GROUP
 

@@ -39,6 +39,7 @@ from sqlqueue._store.rows import ClaimedJob, _fill_every_field, claims_from_rows
 from sqlqueue._types import JsonDocument, UtcDateTime
 from sqlqueue._worker.classify import Outcome, succeeded
 from sqlqueue.dialects import dialect_for
+from tests._support.source import parse
 
 DIALECTS_DIR = Path(sqlqueue.__file__).parent / "dialects"
 #: What a dialect may import of sqlqueue, besides sqlqueue.dialects itself.
@@ -54,7 +55,7 @@ def _sqlqueue_imports(path: Path) -> set[str]:
     ``sqlqueue.x``, which is a module or a name of the package: either is the package's)."""
     package = "sqlqueue.dialects"
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):

@@ -1,9 +1,9 @@
 """Idempotency under real concurrency: many processes enqueue with one key at the same moment.
 
 Each contender (``tests/apps/idempotent_enqueue.py``) is its own process with its own
-connection and transaction; some commit, some roll back, one holds its transaction open. The
-unique index, not a check-then-insert, must leave exactly one job and give every committed
-caller its id.
+connection and transaction; some commit, some roll back, one holds its transaction open until
+the test has seen every other contender begin. The unique index, not a check-then-insert, must
+leave exactly one job and give every committed caller its id.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from tests.conftest import Backend
 pytestmark = pytest.mark.timeout(120)
 
 CONTENDERS = 12
-HOLD_SECONDS = 1.0
 
 
 class Contender:
     """One ``idempotent_enqueue`` process, driven line by line over its stdin and stdout."""
 
     def __init__(
-        self, backend: Backend, log_dir: Path, *, key: str, mode: str, hold: float = 0.0
+        self, backend: Backend, log_dir: Path, *, key: str, mode: str, hold: bool = False
     ) -> None:
         self.mode = mode
         self._stderr_path = log_dir / f"contender-{id(self)}.log"
@@ -48,8 +47,7 @@ class Contender:
                 key,
                 "--mode",
                 mode,
-                "--hold",
-                str(hold),
+                *(["--hold"] if hold else []),
             ],
             cwd=REPO_ROOT,
             env=child_env(backend.url),
@@ -95,8 +93,15 @@ class Contender:
 
     def go(self) -> None:
         """Start the contender's transaction."""
+        self._say("go")
+
+    def end(self) -> None:
+        """End a holding contender's transaction (as its mode says)."""
+        self._say("end")
+
+    def _say(self, line: str) -> None:
         assert self.popen.stdin is not None
-        self.popen.stdin.write("go\n")
+        self.popen.stdin.write(f"{line}\n")
         self.popen.stdin.flush()
 
     def finish(self, timeout: float = 60.0) -> dict[str, Any]:
@@ -149,19 +154,25 @@ def test_twelve_processes_racing_on_one_key_leave_one_job(
     backend: Backend, tmp_path: Path, contenders: list[Contender]
 ) -> None:
     key = "race:welcome_email:user:1"
-    # A third roll back; the first of them holds its transaction a second before it does.
+    # A third roll back; the first of them holds its transaction open until every contender
+    # has begun, then rolls back.
     modes = ["rollback"] * 4 + ["commit"] * (CONTENDERS - 4)
     for index, mode in enumerate(modes):
-        hold = HOLD_SECONDS if index == 0 else 0.0
-        contenders.append(Contender(backend, tmp_path, key=key, mode=mode, hold=hold))
+        contenders.append(Contender(backend, tmp_path, key=key, mode=mode, hold=index == 0))
+    holder = contenders[0]
     for contender in contenders:
         contender.wait_ready()
 
     for contender in random.sample(contenders, len(contenders)):
         contender.go()
+    for contender in contenders:
+        contender.event("began", timeout=60)
+    holder.event("enqueued", timeout=60)  # written, not committed: the key is held
+    holder.end()
     results = [contender.finish() for contender in contenders]
+    held = results[0]
     began = [result["began_at"] for result in results]
-    assert max(began) - min(began) < HOLD_SECONDS, "they all started while the holder held"
+    assert all(at < held["ending_at"] for at in began), "they all started while the holder held"
 
     stored = jobs_with_key(backend.engine, key)
     assert len(stored) == 1, f"exactly one job row for the key, got {stored}"
@@ -174,7 +185,7 @@ def test_a_key_whose_first_transaction_rolls_back_goes_to_a_later_enqueue(
     backend: Backend, tmp_path: Path, contenders: list[Contender]
 ) -> None:
     key = "race:first-rolls-back"
-    holder = Contender(backend, tmp_path, key=key, mode="rollback", hold=HOLD_SECONDS)
+    holder = Contender(backend, tmp_path, key=key, mode="rollback", hold=True)
     later = [Contender(backend, tmp_path, key=key, mode="commit") for _ in range(3)]
     contenders.extend([holder, *later])
     for contender in contenders:
@@ -184,6 +195,9 @@ def test_a_key_whose_first_transaction_rolls_back_goes_to_a_later_enqueue(
     holder.event("enqueued", timeout=30)  # its row is written, not committed: the key is held
     for contender in later:
         contender.go()
+    for contender in later:
+        contender.event("began", timeout=60)  # each is about to meet the held key
+    holder.end()
     held = holder.finish()
     results = [contender.finish() for contender in later]
 

@@ -20,6 +20,7 @@ import sqlqueue
 from sqlqueue._store.transactions import in_write
 from sqlqueue.dialects import dialect_for
 from tests._support import wait_until
+from tests._support.locks import waiting_for_a_lock
 from tests.apps.statement_faults import FailStatements
 
 ROWS = 50
@@ -50,16 +51,6 @@ def _counts(engine: sa.Engine) -> dict[int, int]:
     with engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT id, n FROM test_counters").all()
     return {int(row[0]): int(row[1]) for row in rows}
-
-
-def _waits_for_a_lock(engine: sa.Engine, connection_id: int) -> bool:
-    """Whether the session ``connection_id`` is waiting for a row lock now."""
-    query = sa.text(
-        "SELECT count(*) FROM information_schema.INNODB_TRX "
-        "WHERE trx_mysql_thread_id = :id AND trx_state = 'LOCK WAIT'"
-    )
-    with engine.connect() as conn:
-        return bool(conn.execute(query, {"id": connection_id}).scalar_one())
 
 
 def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
@@ -94,7 +85,7 @@ def test_a_deadlock_victim_is_run_again_and_then_succeeds(engine):
             assert others_locked.wait(20), errors
             first_locked.set()
             wait_until(
-                lambda: _waits_for_a_lock(engine, heavy_id[0]),
+                lambda: waiting_for_a_lock(engine, heavy_id[0]),
                 what="the heavy transaction to wait for row 1",
             )
         _bump(conn, 2)  # waits for the heavy one: the cycle closes, this one is the victim

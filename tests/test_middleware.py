@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import sqlqueue
-from sqlqueue._middleware import public_job
+from sqlqueue._middleware import for_sync_handlers, public_job
 from sqlqueue._store.rows import ClaimedJob
 from sqlqueue._worker.scheduler import Scheduler
 from sqlqueue.testing import drain
@@ -137,6 +137,32 @@ def test_a_sync_middleware_cannot_wrap_an_async_handler_whichever_comes_first(
     other.task("sync_ok")(lambda: None)
     with pytest.raises(sqlqueue.ConfigurationError, match="make it an `async def` middleware"):
         other.task("async_refused")(later.handler)
+
+
+def test_a_sync_middleware_for_sync_handlers_only_lets_async_handlers_go_without_it(
+    backend: Backend,
+) -> None:
+    """An integration's middleware that belongs on a handler's thread (Django's connections)
+    wraps every sync handler and is left out of async ones, instead of refusing them."""
+    queue = backend.queue()
+    trail: Trail = []
+    queue.middleware(for_sync_handlers(_sync_mw("threads", trail)))
+
+    @queue.task("nap")
+    async def nap() -> str:
+        trail.append(("handler", "napped"))
+        return "napped"
+
+    @queue.task("add")
+    def add(a: int, b: int) -> int:
+        trail.append(("handler", a + b))
+        return a + b
+
+    assert _run(queue, "nap", {}).result == "napped"
+    assert trail == [("handler", "napped")]
+    trail.clear()
+    assert _run(queue, "add", {"a": 1, "b": 2}).result == 3
+    assert trail == _expected(["threads"], "add", 3)
 
 
 def _one_argument(job: sqlqueue.Job) -> None:

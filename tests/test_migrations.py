@@ -325,6 +325,30 @@ def test_concurrent_first_migrations_take_turns(backend, tmp_path):
     assert _versions(backend.engine, VERSION_TABLE) == [HEAD]
 
 
+def test_a_session_lock_is_let_go_only_after_the_version_row_committed(backend):
+    """Where DDL commits at once (MariaDB), the migration lock is the session's (``GET_LOCK``):
+    the next migrator it lets in must read the newest version, or it runs the last revision
+    again ("Duplicate key name", seen with four concurrent first migrations)."""
+    if backend.capable("transactional_ddl"):
+        pytest.skip(f"{backend.name}'s migration lock ends with its transaction")
+    _drop_sqlqueue(backend.engine)
+    engine = sa.create_engine(backend.url)
+    reader = sa.create_engine(backend.url, isolation_level="READ COMMITTED")
+    seen: list[list[str]] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if "release_lock" in statement.lower():
+            seen.append(_versions(reader, VERSION_TABLE))
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    try:
+        sqlqueue.migrate(engine)
+    finally:
+        engine.dispose()
+        reader.dispose()
+    assert seen == [[HEAD]]
+
+
 def test_cli_migrate_without_a_database_says_how_to_give_one(tmp_path):
     result = _sqlqueue_cli("migrate", cwd=tmp_path)
 

@@ -260,14 +260,19 @@ def test_a_stalled_worker_cannot_overwrite_its_successors_attempt(
 
 SHUTDOWN_TIMEOUT = 3.0
 SHORT_JOB = 1.5
+#: The in-flight job no test here waits out: an hour, far past any deadline of the test.
+NEVER_ENDING_JOB = 3600.0
 
 
 def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
-    backend: Backend, queue: sqlqueue.Queue, workers: Workers
+    backend: Backend,
+    queue: sqlqueue.Queue,
+    workers: Workers,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     in_flight = [
         ledger_job("ledger.sleep", f"short:{n}", payload={"seconds": SHORT_JOB}) for n in range(3)
-    ] + [ledger_job("ledger.sleep", "long", payload={"seconds": 60})]
+    ] + [ledger_job("ledger.sleep", "long", payload={"seconds": NEVER_ENDING_JOB})]
     # Less urgent jobs that are due the whole time: a worker still claiming would take them.
     backlog = [ledger_job("ledger.record", f"backlog:{n}", priority=5) for n in range(4)]
     ids = enqueue_all(queue, in_flight + backlog)
@@ -287,7 +292,13 @@ def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
     status = worker.wait(timeout=SHUTDOWN_TIMEOUT + 15)
     took = time.time() - signalled_at
     assert status == 0, worker.describe()
-    assert SHUTDOWN_TIMEOUT - 0.5 <= took <= SHUTDOWN_TIMEOUT + 5, took
+    report(
+        capsys,
+        f"[{backend.name}] SIGTERM to exit with a long job in flight: {took:.2f} s "
+        f"(shutdown timeout {SHUTDOWN_TIMEOUT:g} s)",
+    )
+    # It waited out the grace for the long job (and no longer than the job: an hour).
+    assert took >= SHUTDOWN_TIMEOUT - 0.5, took
 
     ledger = {row.job_id: row for row in read_ledger(backend.engine)}
     assert set(ledger) == {*short_ids, long_id}, "no backlog job ever started"
@@ -312,8 +323,9 @@ def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
         assert (job.status, job.attempts, job.started_at) == (sqlqueue.JobStatus.QUEUED, 0, None)
 
 
-#: The in-flight job of the second-SIGTERM test, and the grace it is given: a minute.
-LONG_JOB = 60.0
+#: The in-flight job of the second-SIGTERM test, and the grace it is given: an hour, so a
+#: worker that waited for either could not exit while the test runs.
+LONG_JOB = NEVER_ENDING_JOB
 
 
 def test_a_second_sigterm_releases_in_flight_jobs_at_once(
@@ -338,13 +350,11 @@ def test_a_second_sigterm_releases_in_flight_jobs_at_once(
     )
     assert worker.popen.poll() is None, "the first SIGTERM waits for the in-flight job"
 
-    forced_at = time.time()
     worker.send(signal.SIGTERM)
+    # Waiting would take the job's hour (and the hour's grace): an exit at all is "did not
+    # wait", and the job's unfinished run below says it was cut, not waited for.
     status = worker.wait(timeout=45)
     assert status == 0, worker.describe()
-    # Waiting would take the job's 60 s (and the 60 s grace): half of it is the loaded
-    # machine's margin, and still tells "did not wait" from "waited".
-    assert time.time() - forced_at < LONG_JOB / 2, "the second SIGTERM does not wait"
 
     long_job = require_job(queue, long_id)
     assert (long_job.status, long_job.attempts) == (sqlqueue.JobStatus.QUEUED, 0)
@@ -356,18 +366,25 @@ def test_a_second_sigterm_releases_in_flight_jobs_at_once(
 
 
 def test_timeouts_fail_the_attempt_and_free_the_slot(
-    backend: Backend, queue: sqlqueue.Queue, workers: Workers
+    backend: Backend,
+    queue: sqlqueue.Queue,
+    workers: Workers,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     timed = [
         ledger_job("ledger.timed_spin", "spin", max_attempts=2),
-        ledger_job("ledger.timed_sleep", "sleep", max_attempts=2, payload={"seconds": 30}),
+        ledger_job(
+            "ledger.timed_sleep", "sleep", max_attempts=2, payload={"seconds": NEVER_ENDING_JOB}
+        ),
         ledger_job("ledger.timed_await", "await", max_attempts=2),
-        # Times out on attempt 1, then returns at once: a timeout is retried.
+        # Times out on attempt 1, then returns at once: a timeout is retried. Its ledger writes
+        # count against its timeout too: on a loaded machine a later attempt may time out as
+        # well (a write took over 0.5 s), so what is asserted is the order, not the count.
         ledger_job(
             "ledger.timed_sleep",
             "recovers",
-            max_attempts=3,
-            payload={"seconds": 30, "later_seconds": 0},
+            max_attempts=5,
+            payload={"seconds": NEVER_ENDING_JOB, "later_seconds": 0},
         ),
     ]
     after = [ledger_job("ledger.record", f"after:{n}", priority=1) for n in range(3)]
@@ -377,10 +394,11 @@ def test_timeouts_fail_the_attempt_and_free_the_slot(
 
     began = time.time()
     worker = workers.start("--concurrency", "1", "--burst", *FAST_POLL)
+    # 7 timed-out attempts of 0.5 s each on one slot; a leaked slot would wait for an hour's
+    # sleep, so the burst worker ends at all only if every timeout freed its slot.
     assert worker.wait(timeout=60) == 0, worker.describe()
     took = time.time() - began
-    # 7 timed-out attempts of 0.5 s each; a leaked slot would wait for a 30 s sleep.
-    assert took < 25, f"the burst took {took:.1f} s\n{worker.describe()}"
+    report(capsys, f"[{backend.name}] 7 timed-out attempts on one slot drained in {took:.1f} s")
     # An interrupted handler's late JobTimeout is nobody's business: no stray tracebacks.
     assert "Traceback" not in worker.log(), worker.describe()
 
@@ -392,8 +410,10 @@ def test_timeouts_fail_the_attempt_and_free_the_slot(
         assert job.last_error.startswith("JobTimeout: ")
         assert "timeout of 0.5 s" in job.last_error
     recovered = require_job(queue, recovers_id)
-    assert (recovered.status, recovered.attempts) == (sqlqueue.JobStatus.SUCCEEDED, 2)
-    assert [(e.attempt, e.kind) for e in recovered.errors] == [(1, "JobTimeout")]
+    assert recovered.status == sqlqueue.JobStatus.SUCCEEDED, recovered
+    assert recovered.attempts >= 2, recovered
+    timed_out = [(n, "JobTimeout") for n in range(1, recovered.attempts)]
+    assert [(e.attempt, e.kind) for e in recovered.errors] == timed_out
     for job_id in after_ids:
         job = require_job(queue, job_id)
         assert (job.status, job.attempts) == (sqlqueue.JobStatus.SUCCEEDED, 1)
@@ -404,7 +424,7 @@ def test_timeouts_fail_the_attempt_and_free_the_slot(
         spin_id: [1, 2],
         sleep_id: [1, 2],
         await_id: [1, 2],
-        recovers_id: [1, 2],
+        recovers_id: list(range(1, recovered.attempts + 1)),
         **{job_id: [1] for job_id in after_ids},
     }
     last_timed_start = max(row.started for row in ledger if row.job_id not in after_ids)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pkgutil
+import subprocess
+import sys
+
+import pytest
 
 import sqlqueue
 
@@ -16,6 +20,7 @@ PUBLIC = {
     "Concurrency",
     "ConfigurationError",
     "DatabaseError",
+    "DatabaseRefused",
     "DatabaseUnavailable",
     "EnqueueError",
     "ErrorCount",
@@ -71,6 +76,27 @@ def test_all_names_exactly_the_public_api():
         assert getattr(sqlqueue, name) is not None
 
 
+def test_importing_sqlqueue_loads_each_public_name_when_used() -> None:
+    """``import sqlqueue`` loads nothing else; every public name is still there, and one
+    name loads what it needs only."""
+    script = (
+        "import sys, sqlqueue\n"
+        "before = {m.partition('.')[0] for m in sys.modules}\n"
+        "print(set(sqlqueue.__all__) <= set(dir(sqlqueue)))\n"
+        "sqlqueue.Retry\n"
+        "after = {m.partition('.')[0] for m in sys.modules}\n"
+        "print(sorted(before & {'sqlalchemy', 'alembic'}), sorted(after & {'sqlalchemy'}))\n"
+        "print(all(getattr(sqlqueue, name) is not None for name in sqlqueue.__all__))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["True", "[] []", "True"]
+    with pytest.raises(AttributeError, match="has no attribute 'Queu'"):
+        sqlqueue.Queu  # noqa: B018  # a typo still fails as it should
+
+
 def test_every_error_derives_from_sqlqueue_error():
     for name in PUBLIC:
         value = getattr(sqlqueue, name)
@@ -93,9 +119,11 @@ def test_the_framework_integrations_name_exactly_their_public_api():
     assert set(sqlqueue.asgi.__all__) == {"Lifespan", "lifespan"}
     assert set(sqlqueue.flask.__all__) == {"COMMANDS", "init_app"}
     assert set(sqlqueue.django.__all__) == {"database_url", "queue"}
-    # Django's conventions name these: the app's config and its management commands.
+    # Django's conventions name these: the app's config, its management commands and its
+    # migrations.
     modules = {info.name for info in pkgutil.iter_modules(sqlqueue.django.__path__)}
-    assert modules - {"apps", "management"} == {n for n in modules if n.startswith("_")}
+    django_names = {"apps", "management", "migrations"}
+    assert modules - django_names == {n for n in modules if n.startswith("_")}
 
 
 EMAIL_PUBLIC = {

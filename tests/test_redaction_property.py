@@ -9,10 +9,19 @@ large, not JSON) and its result; then every column of the job row, every log rec
 span (attributes, events, status) is read.
 Two secret fields that overlap in the text are tried too: redacting one at a time split the
 other. The progress note is the app's own text (documented) and is not looked at.
+
+The shapes properties (issue 44, item 1) put the secrets — a text, a card number as text and a
+number — where a walk over string values alone misses them: in keys (text, bytes, tuples,
+frozensets, the number itself), bytes, tuples, nested containers and exception args, in the
+details of a ``Retry`` and a ``PermanentError``, in a result and in the args of a raised
+error; then no 8-character slice of a secret may be in the row, the log, the spans, the
+output of ``sqlqueue jobs show --json`` or the web page's job page. A unit property drives
+:meth:`~sqlqueue._secrets.Redactor.value` alone, with many more shapes.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from typing import Any
@@ -20,7 +29,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -30,7 +39,9 @@ import sqlqueue
 from sqlqueue._schema import jobs
 from sqlqueue._scrub import clip, storable
 from sqlqueue._secrets import Redactor
-from tests._support import drain
+from sqlqueue.web import create_app
+from tests._support import drain, run_cli
+from tests._support.web import browser_client
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(600)
@@ -245,5 +256,278 @@ def test_property_no_run_of_a_secret_is_stored_or_logged(
         framing = {window for secret in secrets for window in windows(secret) if window in control}
         assert set(leaks(secrets, stored)) <= framing
         assert set(leaks(secrets, logged)) <= framing
+
+    check()
+
+
+# -- secrets in keys, bytes, tuples and exception args: every view ------------------------------
+#
+# Issue 44, item 1: a handler puts its secrets where a walk over string values alone misses
+# them — a mapping's keys (text, bytes, a tuple, the secret number itself), bytes, tuples,
+# sets, an exception's args, nested — in its ``Retry`` and ``PermanentError`` details, its
+# result and the args of the error it raises. No 8-character slice of a secret (as it is, or as
+# ``repr``, ``ascii``, JSON or a ``bytes`` ``repr`` writes it) may reach the job's row, a log
+# record, a span, ``sqlqueue jobs show --json`` or the web page's job page.
+
+SLICE = 8
+#: A secret number's digits: 2 and 4 only, so that no timestamp, id or duration in a record
+#: holds a run of eight of them by chance.
+SECRET_DIGITS = st.text(st.sampled_from("24"), min_size=16, max_size=16)
+TEXT_SECRETS = st.text(SECRET_CHARS, min_size=SLICE, max_size=24)
+#: A secret's surroundings in a text: none of the secrets' characters, so no slice is made.
+AROUND = st.text(st.sampled_from("x ./:-=_"), max_size=4)
+SECRET_NAMES = st.sampled_from(["token", "card", "pin"])
+
+
+def slices(secret: str) -> set[str]:
+    """Every :data:`SLICE` characters of ``secret``, in each form a stored text can quote
+    them in."""
+    runs = {secret[i : i + SLICE] for i in range(len(secret) - SLICE + 1)}
+    return {
+        form
+        for run in runs
+        for form in (
+            run,
+            repr(run)[1:-1],
+            ascii(run)[1:-1],
+            repr(run.encode("utf-8"))[2:-1],
+            json.dumps(run, ensure_ascii=False)[1:-1],
+            json.dumps(run)[1:-1],
+        )
+    }
+
+
+def sliced(secrets: list[str], texts: list[str]) -> set[str]:
+    return {
+        piece for secret in secrets for piece in slices(secret) if any(piece in t for t in texts)
+    }
+
+
+# A shape is a JSON recipe the handler builds its value from, with the plaintext secrets it
+# was given: a payload must be JSON, the value built from it need not be.
+SECRET_LEAF = st.tuples(st.just("secret"), SECRET_NAMES)
+TEXT_LEAF = st.tuples(st.just("text"), AROUND, SECRET_NAMES, AROUND)
+BYTES_LEAF = st.tuples(st.just("bytes"), TEXT_LEAF)
+PLAIN_LEAF = st.tuples(st.just("plain"), st.sampled_from(["k", "v", ""]))
+KEY_SHAPES = st.recursive(
+    st.one_of(SECRET_LEAF, TEXT_LEAF, BYTES_LEAF, PLAIN_LEAF),
+    lambda inner: st.tuples(st.sampled_from(["tuple", "frozenset"]), st.lists(inner, max_size=3)),
+    max_leaves=4,
+)
+VALUE_SHAPES = st.recursive(
+    st.one_of(SECRET_LEAF, TEXT_LEAF, BYTES_LEAF, PLAIN_LEAF),
+    lambda inner: st.one_of(
+        st.tuples(st.just("dict"), st.lists(st.tuples(KEY_SHAPES, inner), max_size=3)),
+        st.tuples(st.sampled_from(["list", "tuple"]), st.lists(inner, max_size=3)),
+        st.tuples(
+            st.just("error"),
+            st.sampled_from(["ValueError", "KeyError", "RuntimeError"]),
+            st.lists(inner, max_size=3),
+        ),
+    ),
+    max_leaves=10,
+)
+DETAILS_SHAPES = st.tuples(
+    st.just("dict"), st.lists(st.tuples(KEY_SHAPES, VALUE_SHAPES), max_size=4)
+)
+ARGS_SHAPES = st.tuples(st.just("tuple"), st.lists(VALUE_SHAPES, min_size=1, max_size=3))
+ERRORS: dict[str, type[Exception]] = {
+    "ValueError": ValueError,
+    "KeyError": KeyError,
+    "RuntimeError": RuntimeError,
+}
+
+
+def build(shape: Any, secrets: dict[str, Any]) -> Any:
+    """The value ``shape`` describes, holding the plaintext ``secrets`` where it says."""
+    kind = shape[0]
+    if kind == "secret":
+        return secrets[shape[1]]
+    if kind == "text":
+        return f"{shape[1]}{secrets[shape[2]]}{shape[3]}"
+    if kind == "bytes":
+        return build(shape[1], secrets).encode("utf-8")
+    if kind == "plain":
+        return shape[1]
+    if kind == "dict":
+        return {build(key, secrets): build(value, secrets) for key, value in shape[1]}
+    if kind == "error":
+        return ERRORS[shape[1]](*(build(arg, secrets) for arg in shape[2]))
+    items = [build(item, secrets) for item in shape[1]]
+    return {"list": list, "tuple": tuple, "frozenset": frozenset}[kind](items)
+
+
+#: What each job of a case does with its shapes.
+SHAPE_MODES = ("retry", "permanent", "result", "raise")
+
+
+@st.composite
+def shapes_cases(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "token": draw(TEXT_SECRETS),
+        "card": {"number": draw(SECRET_DIGITS)},
+        "pin": int(draw(SECRET_DIGITS)),
+        "details": draw(DETAILS_SHAPES),
+        "result": draw(VALUE_SHAPES),
+        "args": draw(ARGS_SHAPES),
+        # The job whose ``sqlqueue jobs show --json`` is read (the issue's case reads all four).
+        "shown": draw(st.sampled_from(SHAPE_MODES)),
+    }
+
+
+@pytest.mark.property
+@given(shapes_cases())
+def test_property_a_redacted_value_holds_no_slice_of_a_secret_in_any_key_or_value(
+    case: dict[str, Any],
+) -> None:
+    secrets = {"token": case["token"], "card": case["card"]["number"], "pin": case["pin"]}
+    redactor = Redactor.of(secrets.values())
+    texts = []
+    for shape in (case["details"], case["result"], case["args"]):
+        value = redactor.value(build(shape, secrets))
+        texts += [repr(value), str(value)]
+        if isinstance(value, dict):
+            texts += [str(key) for key in value]
+    assert not sliced([case["token"], case["card"]["number"], str(case["pin"])], texts)
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every text of a JSON value, keys too, as it reads once decoded (a JSON text escapes a
+    backslash that a ``bytes`` ``repr`` would show)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*value, *(text for item in value.values() for text in strings_in(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_in(item)]
+    return [str(value)]
+
+
+#: The issue's own example, as shapes: a card number and a token (in a tuple) as keys, bytes
+#: and the secret number too, in a ``Retry``'s details (JSON once its keys are text, so stored
+#: as such); the same in a result, and with an exception among the args of a raised error.
+ISSUE_DETAILS = (
+    "dict",
+    [
+        (("secret", "card"), ("plain", "declined")),
+        (("tuple", [("secret", "token")]), ("plain", "bad")),
+        (("bytes", ("text", "", "token", "")), ("plain", "v")),
+        (("secret", "pin"), ("plain", "k")),
+    ],
+)
+ISSUE_ARGS = (
+    "tuple",
+    [
+        ISSUE_DETAILS,
+        ("secret", "pin"),
+        ("bytes", ("text", "", "token", "")),
+        ("error", "ValueError", [("bytes", ("text", "", "card", ""))]),
+    ],
+)
+#: Log record attributes that are the logging machinery's numbers (times, thread and process
+#: ids): never the job's, and digits that a secret's could match by chance.
+LOG_NOISE = {"created", "msecs", "relativeCreated", "thread", "process", "lineno"}
+
+
+@pytest.mark.property
+def test_property_no_secret_in_a_key_bytes_tuple_or_exception_arg_reaches_any_view(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    queue = backend.queue(
+        encryption_keys=[Fernet.generate_key().decode()], tracer_provider=provider
+    )
+    web = browser_client(create_app(queue))
+
+    @queue.task("shapes", secret_fields=["token", "card.number", "pin"], max_attempts=1)
+    def shapes(token: str, card: dict[str, str], pin: int, shaped: str, mode: str) -> Any:
+        secrets = {"token": token, "card": card["number"], "pin": pin}
+        recipes = json.loads(shaped)  # as text: a recipe may nest deeper than a payload may
+        if mode == "retry":
+            raise sqlqueue.Retry(reason="again", details=build(recipes["details"], secrets))
+        if mode == "permanent":
+            raise sqlqueue.PermanentError("refused", details=build(recipes["details"], secrets))
+        if mode == "raise":
+            raise ValueError(*build(recipes["args"], secrets))
+        return build(recipes["result"], secrets)
+
+    caplog.set_level(logging.DEBUG)
+
+    def views_of(case: dict[str, Any]) -> list[str]:
+        """Everything of the jobs of ``case``: stored, logged, traced and shown."""
+        caplog.clear()
+        exporter.clear()
+        with backend.engine.begin() as conn:
+            shaped = json.dumps({name: case[name] for name in ("details", "result", "args")})
+            ids = [
+                shapes.enqueue(
+                    conn,
+                    token=case["token"],
+                    card=case["card"],
+                    pin=case["pin"],
+                    shaped=shaped,
+                    mode=mode,
+                )
+                for mode in SHAPE_MODES
+            ]
+        drain(queue)
+        with backend.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(*(sa.cast(column, sa.Text) for column in jobs.c)).where(
+                    jobs.c.id.in_(ids)
+                )
+            ).all()
+        texts = [str(value) for row in rows for value in row if value is not None]
+        for mode, job_id in zip(SHAPE_MODES, ids, strict=True):
+            job = queue.get_job(job_id)
+            assert job is not None
+            assert job.status in ("dead", "succeeded"), job
+            texts += strings_in(job.to_dict())  # the stored JSON's texts, unescaped
+            if case.get("shown", mode) == mode:  # a process each: one job a generated case
+                shown = run_cli("jobs", "show", str(job_id), "--json", url=backend.url)
+                assert shown.returncode == 0, shown.stderr
+                texts += [shown.stdout, shown.stderr, *strings_in(json.loads(shown.stdout))]
+            page = web.get(f"/jobs/{job_id}")
+            assert page.status_code == 200
+            texts.append(html.unescape(page.text))
+        texts.append(caplog.text)
+        texts += [
+            str({name: value for name, value in vars(record).items() if name not in LOG_NOISE})
+            for record in caplog.records
+        ]
+        for span in exporter.get_finished_spans():
+            texts += [str(dict(span.attributes or {})), str(span.status.description)]
+            texts += [str(dict(event.attributes or {})) for event in span.events]
+        return texts
+
+    # The framing every case's views share (the page's markup and script, the CLI's field
+    # names, the handler's source in a traceback): a slice found there is not a leak.
+    control_case = {
+        "token": "\u2603" * SLICE,
+        "card": {"number": "\u2604" * 16},
+        "pin": 7,
+        "details": ISSUE_DETAILS,
+        "result": ISSUE_DETAILS,
+        "args": ISSUE_ARGS,
+    }
+    control = " ".join(views_of(control_case))
+
+    @given(shapes_cases())
+    @example(
+        {
+            "token": "tok_live_4eC39HqLyjWDarjtT1zdp7dc",
+            "card": {"number": "4242424242424242"},
+            "pin": 4224422442244224,
+            "details": ISSUE_DETAILS,
+            "result": ISSUE_DETAILS,
+            "args": ISSUE_ARGS,
+        }
+    )
+    def check(case: dict[str, Any]) -> None:
+        secrets = [case["token"], case["card"]["number"], str(case["pin"])]
+        framing = {piece for secret in secrets for piece in slices(secret) if piece in control}
+        assert sliced(secrets, views_of(case)) <= framing
 
     check()

@@ -197,9 +197,9 @@ def test_a_failed_job_waits_for_its_backoff_unless_retry_now(backend):
     with backend.engine.begin() as conn:
         job_id = queue.enqueue(conn, "flaky")
 
-    started = time.monotonic()
+    # Drain returns (waiting out the hour's backoff, it would not) with the retry still due
+    # an hour later: it did not wait.
     assert drain(queue) == DrainResult(failed=1, waiting=1)
-    assert time.monotonic() - started < 30, "drain does not wait out the backoff"
     job = queue.get_job(job_id)
     assert job is not None
     assert (job.status, job.attempts) == ("failed", 1)
@@ -258,22 +258,20 @@ def test_a_handler_past_its_timeout_fails_as_on_a_worker(backend, kind):
 
         @queue.task("slow", timeout=0.2, max_attempts=1)
         async def slow_async() -> None:
-            await asyncio.sleep(30)
+            await asyncio.sleep(3600)  # only the timeout can end it while the test runs
 
     else:
 
         @queue.task("slow", timeout=0.2, max_attempts=1)
         def slow_sync(ctx: sqlqueue.JobContext) -> None:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 3600  # only the timeout can end it in the test
             while not ctx.cancelled and time.monotonic() < deadline:
                 time.sleep(0.01)
 
     with backend.engine.begin() as conn:
         job_id = queue.enqueue(conn, "slow")
 
-    started = time.monotonic()
     assert drain(queue) == DrainResult(dead=1)
-    assert time.monotonic() - started < 20
     job = queue.get_job(job_id)
     assert job is not None
     assert job.status == "dead"

@@ -797,7 +797,7 @@ def test_without_opentelemetry_jobs_run_and_store_no_trace_context(
         """
     )
     answer = run_python(script, tmp_path)
-    assert "pip install 'sqlqueue[otel]'" in answer.stdout
+    assert "pip install 'sqlalchemy-sqlqueue[otel]'" in answer.stdout
 
 
 def test_a_tracer_provider_that_is_not_one_is_refused(backend: Backend) -> None:

@@ -1,5 +1,9 @@
-"""PostgreSQL wake-ups: a worker polling once a minute still starts a new job at once, and
-recovers its listening connection when it is killed."""
+"""PostgreSQL wake-ups: a worker polling once an hour still starts a new job at once, and
+recovers its listening connection when it is killed.
+
+The next poll is an hour away, far past the test, so a job that starts at all was started by a
+wake-up: the test waits for the start (with a generous deadline) and prints how long it took.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ import sqlalchemy as sa
 from tests._support import WorkerThread, wait_until
 from tests._support.statements import claim_rounds
 
-#: The next poll is 60 s away, so a start within 10 s can only be a wake-up's (the wake-up
-#: itself takes milliseconds; the rest is the margin for a loaded machine).
-WAKE_BOUND = 10.0
+#: Far longer than the test: after the worker's first claim round, only a wake-up can start
+#: a job while the test runs.
+POLL_INTERVAL = 3600
 
 
 def _started_within(event: threading.Event, enqueue, seconds: float) -> float:
@@ -32,14 +36,13 @@ def test_a_notification_wakes_an_idle_worker_at_once(backend):
     def ping() -> None:
         started.set()
 
-    worker = queue.worker(poll_interval=60)
+    worker = queue.worker(poll_interval=POLL_INTERVAL)
     with claim_rounds(backend.engine) as rounds, WorkerThread(worker):
         wait_until(lambda: worker.listening, timeout=10)
-        # The first poll is over: for a minute only a wake-up can start the job now.
+        # The first poll is over: for an hour only a wake-up can start the job now.
         wait_until(lambda: rounds() >= 1, what="the worker's first claim round")
         latency = _started_within(started, lambda: ping.enqueue(backend.engine), 30)
-    print(f"\n    [{backend.name}] pickup with a 60 s poll interval: {latency * 1000:.1f} ms")
-    assert latency < WAKE_BOUND
+    print(f"\n    [{backend.name}] pickup with a 1 h poll interval: {latency * 1000:.1f} ms")
 
 
 def test_the_listener_recovers_when_its_connection_is_killed(backend):
@@ -51,7 +54,7 @@ def test_the_listener_recovers_when_its_connection_is_killed(backend):
     def ping() -> None:
         started.set()
 
-    worker = queue.worker(poll_interval=60)
+    worker = queue.worker(poll_interval=POLL_INTERVAL)
     with claim_rounds(backend.engine) as rounds, WorkerThread(worker):
         wait_until(lambda: worker.listening, timeout=10)
         wait_until(lambda: rounds() >= 1, what="the worker's first claim round")
@@ -71,4 +74,3 @@ def test_the_listener_recovers_when_its_connection_is_killed(backend):
         wait_until(lambda: worker.listening, timeout=10)
         latency = _started_within(started, lambda: ping.enqueue(backend.engine), 30)
     print(f"\n    [{backend.name}] pickup after the listener reconnected: {latency * 1000:.1f} ms")
-    assert latency < WAKE_BOUND

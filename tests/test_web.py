@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import sqlalchemy as sa
 from starlette.applications import Starlette
@@ -34,6 +35,7 @@ from sqlqueue.testing import age_jobs
 from sqlqueue.web import create_app
 from sqlqueue.web._chart import chart_of
 from tests._support import drain, enqueue
+from tests._support.source import parse
 from tests._support.web import KEY, browser_client, make_queue, populated, token_of, web_command
 from tests.conftest import Backend
 
@@ -738,9 +740,8 @@ def test_mounted_under_a_prefix_every_link_and_action_keeps_the_prefix(backend: 
     ]
     token = token_of(pages[3])
 
-    def post(path: str, **form: str) -> httpx.Response:
-        answer: httpx.Response = web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
-        return answer
+    def post(path: str, **form: str) -> httpx2.Response:  # TestClient's client (Starlette)
+        return web.post("/ops/jobs-ui" + path, data={"csrf_token": token, **form})
 
     answers = {
         "requeue": post(f"/jobs/{dead}/requeue", reason="mounted"),
@@ -839,7 +840,7 @@ def test_the_web_command_says_what_is_wrong_with_its_database(tmp_path: Any) -> 
 
 def test_the_web_package_reads_through_the_queue_never_the_store() -> None:
     package = Path(sqlqueue.web.__file__).parent
-    trees = [ast.parse(path.read_text()) for path in package.glob("*.py")]
+    trees = [parse(path.read_text()) for path in package.glob("*.py")]
     imported = {
         node.module or ""
         for tree in trees

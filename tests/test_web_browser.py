@@ -34,6 +34,11 @@ from tests.conftest import IN_CI, Backend
 
 T = TypeVar("T")
 
+#: The page in a browser is the subject: what it shows comes from the operations API, whose
+#: queries tests/test_web*.py and tests/test_operations*.py run on every backend.
+BROWSER = pytest.mark.backend_independent("a page in a browser")
+pytestmark = BROWSER
+
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 WANT_SCREENSHOTS = os.environ.get("SQLQUEUE_SCREENSHOTS", "") == "1"
 

@@ -27,6 +27,7 @@ from tests.test_web_browser import outside_the_browser_loop, shoot
 # The browser and a fresh tab, as the other browser tests have them.
 chromium = test_web_browser.chromium
 page = test_web_browser.page
+pytestmark = test_web_browser.BROWSER
 
 
 def test_the_workers_page_lists_each_live_worker_process(

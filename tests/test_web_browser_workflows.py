@@ -26,6 +26,7 @@ from tests.test_web_workflows import orders
 # The browser and a fresh tab, as the other browser tests have them.
 chromium = test_web_browser.chromium
 page = test_web_browser.page
+pytestmark = test_web_browser.BROWSER
 
 
 def test_the_workflows_list_leads_to_a_workflows_graph_and_steps_and_back(

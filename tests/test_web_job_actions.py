@@ -25,6 +25,14 @@ from tests._support import drain, enqueue
 from tests._support.web import browser_client, populated, token_of
 from tests.conftest import Backend
 
+
+def _job(queue: sqlqueue.Queue, job_id: int) -> sqlqueue.Job:
+    """Job ``job_id``, which the test knows is there."""
+    job = queue.get_job(job_id)
+    assert job is not None, job_id
+    return job
+
+
 Ids = dict[str, list[int]]
 
 
@@ -148,14 +156,14 @@ def test_the_job_actions_change_the_job_and_record_who_and_why(backend: Backend,
 
     assert [moved.status_code, retried.status_code, cancelled.status_code] == [303] * 3
     assert retried.headers["location"] == f"/jobs/{failed}?retried=1"
-    rescheduled = queue.get_job(queued)
+    rescheduled = _job(queue, queued)
     assert rescheduled is not None
     assert rescheduled.next_run_at == datetime(2999, 1, 2, 2, 4, 5, tzinfo=UTC)
-    due = queue.get_job(failed)
+    due = _job(queue, failed)
     assert due is not None
     assert due.next_run_at <= queue.database_now()
     assert due.attempts == 1  # the same retry, made due early
-    gone = queue.get_job(other)
+    gone = _job(queue, other)
     assert gone is not None
     assert gone.status is sqlqueue.JobStatus.CANCELLED
     recorded = {
@@ -219,14 +227,14 @@ def test_reschedule_over_http_moves_the_job_or_answers_400(
     job_id = ids["queued"][0]
     web = browser_client(create_app(queue))
     token = token_of(web.get(f"/jobs/{job_id}").text)
-    before = queue.get_job(job_id)
+    before = _job(queue, job_id)
     assert before is not None
 
     answer = web.post(
         f"/jobs/{job_id}/reschedule", data={"csrf_token": token, "run_at": text, "reason": "p"}
     )
 
-    after = queue.get_job(job_id)
+    after = _job(queue, job_id)
     assert after is not None
     if answer.status_code == 303:
         assert after.next_run_at > queue.database_now() - timedelta(seconds=120)
@@ -290,8 +298,8 @@ def test_a_bulk_confirmation_states_exactly_the_jobs_its_filter_matches(
     expected = [  # every job here changed seconds ago: each since above keeps them all
         job
         for job in queue.jobs(limit=10_000)
-        if job.status.value in ((status,) if status else ("queued", "failed"))
-        and job.status.value in ("queued", "failed")
+        if job.status.value in ((status,) if status else ("queued", "failed", "waiting"))
+        and job.status.value in ("queued", "failed", "waiting")
         and (not job_type.strip() or job.job_type == job_type.strip())
         and (not queue_name.strip() or job.queue == queue_name.strip())
         and (not wanted or (job.last_error is not None and wanted in job.last_error))
@@ -319,15 +327,65 @@ def test_bulk_cancel_of_ticked_jobs_and_of_every_match_records_who_and_why(
     assert done.status_code == 303
     assert "cancelled=2" in done.headers["location"]
     for job_id in ids["queued"]:
-        job = queue.get_job(job_id)
+        job = _job(queue, job_id)
         assert job is not None
         assert job.status is sqlqueue.JobStatus.CANCELLED
         assert [(a.action, a.by, a.reason) for a in queue.job_actions(job_id)] == [
             ("cancel", "grace", "not needed")
         ]
-    untouched = queue.get_job(ids["failed"][0])
+    untouched = _job(queue, ids["failed"][0])
     assert untouched is not None
     assert untouched.status is sqlqueue.JobStatus.FAILED
+
+
+def test_a_bulk_cancel_counts_the_waiting_workflow_step_it_will_cancel(backend: Backend) -> None:
+    """The confirmation said "Cancel 1 job?" and the action cancelled 2: a workflow's
+    ``waiting`` step matched the filter, and a cancel takes those too."""
+    queue = backend.queue()
+    queue.task("report.build", queue="reports")(lambda n=0: None)
+    with backend.engine.begin() as conn:
+        alone = queue.enqueue(conn, "report.build", {"n": 0})
+        workflow = sqlqueue.Workflow()
+        first = workflow.add("first", sqlqueue.JobRequest(job_type="report.build"))
+        workflow.add("then", sqlqueue.JobRequest(job_type="report.build"), after=[first])
+        handle = queue.enqueue_workflow(conn, workflow)
+    waiting = handle.job_ids["then"]
+    assert _job(queue, waiting).status is sqlqueue.JobStatus.WAITING
+    web = browser_client(create_app(queue, current_user=lambda request: "grace"))
+    form = {"csrf_token": token_of(web.get("/jobs").text), "action": "cancel"}
+    form.update(scope="matching", type="report.build")
+
+    confirm = web.post("/jobs/bulk", data=form)
+    done = web.post("/jobs/bulk/confirm", data={**form, "reason": "report withdrawn"})
+
+    assert confirm.status_code == 200, confirm.text
+    assert "Cancel 3 jobs?" in confirm.text
+    assert done.status_code == 303
+    assert "cancelled=3" in done.headers["location"]
+    for job_id in (alone, *handle.job_ids.values()):
+        assert _job(queue, job_id).status is sqlqueue.JobStatus.CANCELLED
+
+
+def test_a_bulk_cancel_of_a_list_filtered_to_failed_leaves_its_queued_jobs(
+    backend: Backend, jobs: Any
+) -> None:
+    """The list shows failed jobs only: the action takes those, and counts them right; the
+    queued jobs of the same queue, hidden by the filter, are untouched."""
+    queue, ids = jobs
+    failed = _job(queue, ids["failed"][0])
+    web = browser_client(create_app(queue))
+    form = {"csrf_token": token_of(web.get("/jobs").text), "action": "cancel"}
+    form.update(scope="matching", status="failed", type=failed.job_type)
+
+    confirm = web.post("/jobs/bulk", data=form)
+    done = web.post("/jobs/bulk/confirm", data={**form, "reason": "gave up"})
+
+    assert f"Cancel {len(ids['failed'])} job" in confirm.text
+    assert f"cancelled={len(ids['failed'])}" in done.headers["location"]
+    for job_id in ids["failed"]:
+        assert _job(queue, job_id).status is sqlqueue.JobStatus.CANCELLED
+    for job_id in ids["queued"]:
+        assert _job(queue, job_id).status is sqlqueue.JobStatus.QUEUED
 
 
 @pytest.mark.parametrize(

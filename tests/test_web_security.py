@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 import sqlqueue
 from sqlqueue.web import _csrf, create_app
 from tests._support import drain, enqueue, sqlqueue_command
+from tests._support.source import parse
 from tests._support.web import make_queue, serving, token_of, web_command
 from tests.conftest import Backend
 from tests.test_web import dead_snapshot
@@ -196,7 +197,7 @@ def test_the_token_is_compared_in_constant_time(
     source = textwrap.dedent(inspect.getsource(_csrf.token_problem))
     equalities = [
         ast.unparse(node)
-        for node in ast.walk(ast.parse(source))
+        for node in ast.walk(parse(source))
         if isinstance(node, ast.Compare)
         and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
     ]

@@ -45,6 +45,11 @@ from tests.conftest import Backend
 
 pytestmark = pytest.mark.timeout(60)
 
+#: What the receiver's answers do to a delivery, and what goes over the wire: the subject is
+#: HTTP, and the outcomes reach the database through the worker's writes that the conformance
+#: suite runs on every backend. Endpoints, rotations, breakers and dedup stay on every backend.
+WEBHOOK_HTTP = pytest.mark.backend_independent("webhook HTTP")
+
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OTHER_SECRET = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0MjQy"
 
@@ -262,6 +267,11 @@ def test_verify_accepts_any_current_secret_during_a_rotation():
         ("0.0.0.0", "unspecified"),
         ("::", "unspecified"),
         ("100.64.0.1", "not a public"),
+        ("168.63.129.16", "cloud metadata"),
+        ("::ffff:168.63.129.16", "cloud metadata"),
+        ("fec0::1", "site-local"),
+        ("192.88.99.1", "6to4 relay"),
+        ("192.88.98.1", None),
         ("8.8.8.8", None),
         ("2606:4700:4700::1111", None),
         ("::ffff:8.8.8.8", None),
@@ -351,6 +361,7 @@ def test_an_endpoint_is_a_row_with_a_generated_secret(backend, receiver):
 # -- deliveries: signatures, the status table, idempotency ------------------------------------
 
 
+@WEBHOOK_HTTP
 def test_a_delivery_is_signed_so_the_oracle_verifies_it(backend, receiver):
     queue, hooks = hooks_for(backend)
     add(backend, hooks, "crm", receiver.url("/crm"), secret=SECRET)
@@ -378,6 +389,7 @@ def test_a_delivery_is_signed_so_the_oracle_verifies_it(backend, receiver):
     assert done.payload["event_type"] == "user.created"
 
 
+@WEBHOOK_HTTP
 def test_every_attempt_sends_the_same_id_and_body_with_a_fresh_signature(backend, receiver):
     queue, hooks = hooks_for(backend, max_attempts=3)
     add(backend, hooks, "crm", receiver.url("/crm"), secret=SECRET)
@@ -460,18 +472,19 @@ STATUS_CASES: list[tuple[str, list[Reply], dict[str, Any], str, int, list[int | 
         1,
         [302],
     ),
-    ("/slow", [Reply(status=200, delay=4.0)], {}, "dead", 2, [None, None]),
+    ("/slow", [Reply(status=200, hold=True)], {}, "dead", 2, [None, None]),
     ("/reset", [Reply(reset=True)], {}, "dead", 2, [None, None]),
     ("/reset-then-ok", [Reply(reset=True), Reply(status=200)], {}, "succeeded", 2, [None]),
 ]
 
 
 #: The attempts' timeout in the table above: long enough that a loaded machine never turns a
-#: quick answer into a timeout (0.5 s did, once: a first attempt at /404 counted as a retry),
-#: and "/slow" answers well after it.
+#: quick answer into a timeout (0.5 s did, once: a first attempt at /404 counted as a retry).
+#: "/slow" answers only once the test is over, so its attempts always time out.
 STATUS_TIMEOUT = 2.0
 
 
+@WEBHOOK_HTTP
 def test_each_answer_leads_to_its_action(backend, receiver):
     queue, hooks = hooks_for(backend, timeout=STATUS_TIMEOUT)
     ids = {}
@@ -512,7 +525,7 @@ def test_each_answer_leads_to_its_action(backend, receiver):
     # the time it says is measured (2 s and a loaded machine's lag), the timeout is the setting
     assert re.search(r"no answer from 127\.0\.0\.1 after \d+\.\d s", slow.error), slow.error
     assert "(the 2 s timeout passed)" in slow.error
-    assert 1.9 <= detail(slow, "duration_seconds") <= 3.9
+    assert detail(slow, "duration_seconds") >= 1.9, "it gave up no earlier than its timeout"
     assert detail(by_path["/reset"].errors[0], "error")
     # 410 Gone disabled its endpoint, saying why.
     with backend.engine.connect() as conn:
@@ -523,9 +536,11 @@ def test_each_answer_leads_to_its_action(backend, receiver):
         assert all(hooks.get_endpoint(conn, p.strip("/")).enabled for p in ids if p != "/410")
 
 
+@WEBHOOK_HTTP
 def test_retry_after_is_honoured_in_seconds_and_as_a_date_and_capped(backend, receiver):
     queue, hooks = hooks_for(backend, retry_after_cap=600)
-    date = format_datetime(db_now(backend.engine) + timedelta(seconds=90), usegmt=True)
+    asked_for = (db_now(backend.engine) + timedelta(seconds=90)).replace(microsecond=0)
+    date = format_datetime(asked_for, usegmt=True)
     cases = {
         "/seconds": (Reply(status=503, headers={"retry-after": "120"}), 120),
         "/date": (Reply(status=503, headers={"retry-after": date}), 90),
@@ -544,8 +559,14 @@ def test_retry_after_is_honoured_in_seconds_and_as_a_date_and_capped(backend, re
             assert (done.status, done.attempts) == ("dead", 2)
             continue
         assert (done.status, done.attempts) == ("failed", 1), path
-        waited = (done.next_run_at - done.errors[0].at).total_seconds()
-        assert delay - 2 <= waited <= delay + 1, (path, waited)
+        # The failure and its retry time are one statement: the retry is due that long after
+        # the row's updated_at (to the database's precision: SQLite keeps milliseconds).
+        retry_in = (done.next_run_at - done.updated_at).total_seconds()
+        if path == "/date":  # counted from the moment the attempt read the date, not exact
+            assert done.next_run_at >= asked_for - timedelta(milliseconds=10), "not before it"
+            assert retry_in <= delay + 0.01, (path, retry_in)  # the test asked 90 s ahead
+        else:
+            assert retry_in == pytest.approx(delay, abs=0.01), path
         assert detail(done.errors[0], "retry_after") is not None
         assert last_error(done).startswith("DeliveryFailed: 5") or path == "/capped"
 
@@ -689,6 +710,7 @@ def test_a_delivery_to_a_disabled_endpoint_goes_dead_without_a_request(backend, 
 # -- the SSRF guard ---------------------------------------------------------------------------
 
 
+@WEBHOOK_HTTP
 def test_the_guard_refuses_private_addresses_and_names_and_nothing_is_sent(backend, receiver):
     queue, hooks = hooks_for(backend, allow_private_addresses=False)
     port = receiver.port
@@ -725,6 +747,7 @@ def test_the_guard_refuses_private_addresses_and_names_and_nothing_is_sent(backe
     assert receiver.requests == []
 
 
+@WEBHOOK_HTTP
 def test_a_name_reaches_its_address_with_its_host_header_when_private_is_allowed(backend, receiver):
     queue, hooks = hooks_for(backend)  # allow_private_addresses=True, as the tests need
     add(backend, hooks, "local", receiver.url("/local", host="localhost"))
@@ -736,6 +759,7 @@ def test_a_name_reaches_its_address_with_its_host_header_when_private_is_allowed
     assert request.headers["host"] == f"localhost:{receiver.port}"
 
 
+@WEBHOOK_HTTP
 def test_https_is_verified_against_the_name_while_connecting_to_the_checked_address(backend):
     authority = trustme.CA()
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -763,34 +787,46 @@ def test_https_is_verified_against_the_name_while_connecting_to_the_checked_addr
 # -- isolation --------------------------------------------------------------------------------
 
 
-def test_a_hanging_endpoint_does_not_delay_another_with_the_default_settings(backend, receiver):
+def test_a_hanging_endpoint_does_not_delay_another_with_the_default_settings(
+    backend, receiver, capsys
+):
     # Every isolation setting is the default: rate limit (5/s, burst 10), circuit breaker (5
-    # failures), max_in_flight_per_endpoint (2), and the worker's default 4 slots. Only the
-    # timeout is shorter than the default 10 s, and still well above the bound asserted below:
-    # without the in-flight cap the hanging endpoint takes all 4 slots (its burst lets 10
-    # start), and the other endpoint waits for those attempts to time out.
+    # failures), max_in_flight_per_endpoint (2), and the worker's default 4 slots. The stuck
+    # endpoint answers only once the test has looked, and the timeout is longer than the whole
+    # test, so its attempts hang all the while, however slow the machine: without the
+    # in-flight cap it takes all 4 slots (its burst lets 10 start), and the other endpoint's
+    # deliveries never go out while the test looks.
     queue = backend.queue()
-    hooks = Webhooks(queue, allow_private_addresses=True, timeout=3.0)
+    hooks = Webhooks(queue, allow_private_addresses=True, timeout=300.0)
     assert hooks.max_in_flight_per_endpoint == 2
     add(backend, hooks, "stuck", receiver.url("/stuck"))
     add(backend, hooks, "fine", receiver.url("/fine"))
-    receiver.script("/stuck", Reply(status=200, delay=10))  # answers long after any timeout
+    receiver.script("/stuck", Reply(status=503, hold=True))  # answers once released
     receiver.script("/fine", Reply(status=200))
     stuck = [deliver(backend, hooks, "stuck", data={"n": n}) for n in range(20)]
 
     waits = []
     with WorkerThread(queue.worker(poll_interval=0.05)):  # concurrency=4, the default
-        wait_until(lambda: len(receiver.received("/stuck")) >= 2)
-        # The stuck endpoint has taken every slot it can get: its cap of two in flight.
-        wait_until(lambda: hooks.in_flight("stuck") == 2, what="two stuck deliveries in flight")
-        for n in range(1, 4):
-            sent = time.monotonic()
-            deliver(backend, hooks, "fine", data={"n": n})
-            wait_until(partial(_received, receiver, "/fine", n), timeout=10)
-            waits.append(time.monotonic() - sent)
-        hanging, in_flight = len(receiver.received("/stuck")), hooks.in_flight("stuck")
-    assert max(waits) < 2.0, waits  # without the cap: one 3 s timeout or more
-    # Two deliveries hung; the other 18 were snoozed, each freeing its slot at once.
+        try:
+            wait_until(lambda: len(receiver.received("/stuck")) >= 2)
+            # The stuck endpoint has taken every slot it can get: its cap of two in flight.
+            wait_until(lambda: hooks.in_flight("stuck") == 2, what="two stuck deliveries in flight")
+            for n in range(1, 4):
+                sent = time.monotonic()
+                deliver(backend, hooks, "fine", data={"n": n})
+                wait_until(partial(_received, receiver, "/fine", n), timeout=10)
+                waits.append(time.monotonic() - sent)
+            hanging, in_flight = len(receiver.received("/stuck")), hooks.in_flight("stuck")
+        finally:
+            receiver.release()  # the stuck requests get their 503, so the worker can stop
+    with capsys.disabled():
+        print(
+            f"\n    [{backend.name}] deliveries beside a hanging endpoint went out "
+            f"{min(waits):.2f}..{max(waits):.2f} s after their enqueue"
+        )
+    # Every delivery to the other endpoint went out while both stuck attempts still hung (they
+    # could not end before the release); two deliveries hung; the other 18 were snoozed, each
+    # freeing its slot at once.
     assert (hanging, in_flight) == (2, 2)
     # A snooze is neither an attempt nor an error: only the requests sent left a trace.
     rows = [job(queue, job_id) for job_id in stuck]
@@ -799,6 +835,7 @@ def test_a_hanging_endpoint_does_not_delay_another_with_the_default_settings(bac
     assert all(row.status in ("queued", "failed") for row in rows)
 
 
+@WEBHOOK_HTTP
 def test_the_in_flight_cap_holds_a_slow_endpoint_to_two_and_loses_nothing(backend, receiver):
     queue, hooks = hooks_for(backend, timeout=2.0, max_in_flight_per_endpoint=2)
     add(backend, hooks, "slow", receiver.url("/slow"))
@@ -813,6 +850,7 @@ def test_the_in_flight_cap_holds_a_slow_endpoint_to_two_and_loses_nothing(backen
         assert (done.attempts, len(done.errors)) == (1, 0)  # the snoozes left no trace
 
 
+@WEBHOOK_HTTP
 def test_without_the_cap_a_slow_endpoint_takes_every_free_slot(backend, receiver):
     queue, hooks = hooks_for(backend, timeout=2.0, max_in_flight_per_endpoint=None)
     assert hooks.max_in_flight_per_endpoint is None
@@ -830,27 +868,27 @@ def test_a_hanging_endpoint_opens_its_breaker_and_its_deliveries_wait(backend, r
         timeout=1.0,
         max_attempts=5,
         backoff=sqlqueue.schedule([0.2]),
+        # A window and a cooldown far longer than the test: once open, the breaker stays
+        # open until the test is over, however slow the machine.
         circuit_breaker=sqlqueue.CircuitBreaker(
-            failure_threshold=2, window_seconds=30, cooldown_seconds=30
+            failure_threshold=2, window_seconds=3600, cooldown_seconds=3600
         ),
     )
     add(backend, hooks, "stuck", receiver.url("/stuck"))
     add(backend, hooks, "fine", receiver.url("/fine"))
-    receiver.script("/stuck", Reply(status=200, delay=10))
+    receiver.script("/stuck", Reply(status=200, hold=True))  # never answers in time
     receiver.script("/fine", Reply(status=200))
     stuck = [deliver(backend, hooks, "stuck", data={"n": n}) for n in range(8)]
 
     with WorkerThread(queue.worker(concurrency=4, poll_interval=0.05)):
         # The two capped attempts time out together: two failures open the breaker; the
         # stuck endpoint's jobs then wait without attempts, and the other endpoint still
-        # gets its deliveries at once.
+        # gets its deliveries.
         wait_until(lambda: _breaker_state(backend, "webhook:stuck") == "open", timeout=10)
-        sent = time.monotonic()
         deliver(backend, hooks, "fine", data={"n": 1})
         wait_until(lambda: len(receiver.received("/fine")) == 1, timeout=5)
-        # Behind the stuck endpoint it would wait for attempts that time out after 1 s, one
-        # pair after another; 3 s is the margin for a loaded machine.
-        assert time.monotonic() - sent < 3.0
+        # The attempts that began before the breaker opened have ended (timed out).
+        wait_until(lambda: hooks.in_flight("stuck") == 0, what="no stuck delivery in flight")
         attempts_while_open = len(receiver.received("/stuck"))
         # Two more deliveries to the other endpoint: the worker ran more rounds meanwhile,
         # and none of them attempted the stuck endpoint while its breaker is open.
@@ -858,6 +896,7 @@ def test_a_hanging_endpoint_opens_its_breaker_and_its_deliveries_wait(backend, r
             deliver(backend, hooks, "fine", data={"n": n})
             wait_until(partial(_received, receiver, "/fine", n), timeout=10)
         assert len(receiver.received("/stuck")) == attempts_while_open
+        assert _breaker_state(backend, "webhook:stuck") == "open"
     assert attempts_while_open <= 4  # the cap and the breaker held the others back
     assert all(job(queue, job_id).status in ("queued", "failed") for job_id in stuck)
 

@@ -21,7 +21,8 @@ import standardwebhooks
 
 import sqlqueue
 from sqlqueue._scrub import hide_passwords
-from sqlqueue.cli._common import UsageError, open_engine
+from sqlqueue.cli._common import UsageError
+from sqlqueue.cli._engine import open_engine
 from sqlqueue.webhooks import DeliveryRefused, WebhookVerificationError, verify
 from sqlqueue.webhooks._guard import resolve
 from sqlqueue.webhooks._webhooks import _check_url

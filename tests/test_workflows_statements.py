@@ -19,6 +19,7 @@ from sqlqueue._store import settled_completion, workflows
 from sqlqueue._store.claim_floor import Released
 from sqlqueue._store.workflow_release import _release_statements
 from tests._support import wait_until
+from tests._support.locks import innodb_transactions
 from tests._support.statements import statements
 from tests.conftest import Backend
 
@@ -183,10 +184,9 @@ def _a_session_waits_for_a_lock(engine: sa.Engine) -> bool:
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                 "AND datname = current_database()"
             )
-        else:
-            query = (
-                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
-            )
+        else:  # InnoDB's status report is live; innodb_trx may be a stale copy
+            entries = innodb_transactions(engine, database_only=True).values()
+            return any("LOCK WAIT" in entry for entry in entries)
         return bool(conn.exec_driver_sql(query).scalar())
 
 

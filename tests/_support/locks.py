@@ -5,6 +5,7 @@ until a second one, started in a thread, waits for it, and only then commits the
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,15 @@ from sqlqueue._store.transactions import in_write
 from sqlqueue.dialects import Dialect
 from tests._support.waiting import wait_until
 
-__all__ = ["Overlap", "overlap", "session_id", "session_state", "waiting_for_a_lock"]
+__all__ = [
+    "Overlap",
+    "innodb_transactions",
+    "overlap",
+    "session_id",
+    "session_state",
+    "someone_waits_for_a_lock",
+    "waiting_for_a_lock",
+]
 
 
 def waiting_for_a_lock(engine: sa.Engine, session: int) -> bool:
@@ -32,12 +41,49 @@ def waiting_for_a_lock(engine: sa.Engine, session: int) -> bool:
     return "LOCK WAIT" in _innodb_transaction(engine, session)
 
 
+def someone_waits_for_a_lock(engine: sa.Engine) -> bool:
+    """Whether another session of ``engine``'s database waits for a row lock now, whichever
+    it is (a test that cannot name the session an operation will wait in: one of its own
+    transactions, on a pooled connection); the server's own view, as
+    :func:`waiting_for_a_lock` reads it."""
+    if engine.dialect.name == "postgresql":
+        query = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+        )
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text(query)).scalar())
+    transactions = innodb_transactions(engine, database_only=True)
+    return any("LOCK WAIT" in entry for entry in transactions.values())
+
+
 def _innodb_transaction(engine: sa.Engine, session: int) -> str:
     """The entry of ``session``'s transaction in InnoDB's status report ("" if it has none)."""
+    return innodb_transactions(engine).get(session, "")
+
+
+def innodb_transactions(engine: sa.Engine, *, database_only: bool = False) -> dict[int, str]:
+    """The open InnoDB transactions by database session, each with its entry in InnoDB's
+    status report, which is read live (unlike ``information_schema.innodb_trx``, see
+    :func:`waiting_for_a_lock`); with ``database_only``, only those of other sessions of
+    ``engine``'s database (``processlist`` is live too)."""
     with engine.connect() as conn:
         report = str(conn.exec_driver_sql("SHOW ENGINE INNODB STATUS").one()[2])
-    entries = report.split("\n---TRANSACTION ")[1:]
-    return next((entry for entry in entries if f" thread id {session}," in entry), "")
+        sessions = {
+            int(session)
+            for (session,) in conn.exec_driver_sql(
+                "SELECT id FROM information_schema.processlist "
+                "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+            )
+        }
+    found: dict[int, str] = {}
+    for entry in report.split("\n---TRANSACTION ")[1:]:
+        session = re.search(r" thread id (\d+),", entry)
+        if session is None or ", not started" in entry.split("\n", 1)[0]:
+            continue
+        if not database_only or int(session[1]) in sessions:
+            found[int(session[1])] = entry
+    return found
 
 
 def session_state(engine: sa.Engine, session: int) -> str:

@@ -8,6 +8,10 @@ environment variable the test sets (read by :func:`install_from_environment`):
   due and it being locked and updated — where a double claim would slip in;
 - ``FAULT_RECORD_CLAIMS=1``: every non-empty claim notes its limit and row count;
 - ``FAULT_NO_HEARTBEAT=1``: the worker never extends its leases (the reaper race test);
+- ``FAULT_REAPER_INTERVAL=S``: the worker's reaper runs every S seconds instead of every half
+  lease (``Queue.worker(reaper_interval=…)``, which the command line does not offer): a worker
+  with a lease far longer than the test can still reap at once, and one whose reaper must not
+  run during the test (an interval far longer than it) reaps nothing;
 - ``FAULT_KILL_BEFORE_COMMIT=1``: a completion that includes a job enqueued with
   ``kill_commit=True`` terminates its own PostgreSQL connection after the UPDATE, before
   the COMMIT (once per job);
@@ -105,6 +109,17 @@ def _silence_heartbeats() -> None:
     _wrap(heartbeat.Heartbeat, "run_once", make)
 
 
+def _reap_every(seconds: float) -> None:
+    def make(original: Any) -> Any:
+        def worker(self: Any, **options: Any) -> Any:
+            options.setdefault("reaper_interval", seconds)
+            return original(self, **options)
+
+        return worker
+
+    _wrap(sqlqueue.Queue, "worker", make)
+
+
 def _kill_before_completion_commit() -> None:
     def make(original: Any) -> Any:
         def complete(conn: sa.Connection, *args: Any, **options: Any) -> Any:
@@ -135,6 +150,10 @@ def install_from_environment() -> list[str]:
     if os.environ.get("FAULT_NO_HEARTBEAT"):
         _silence_heartbeats()
         installed.append("heartbeats off")
+    reaper_interval = os.environ.get("FAULT_REAPER_INTERVAL")
+    if reaper_interval:
+        _reap_every(float(reaper_interval))
+        installed.append(f"reaper every {float(reaper_interval):g} s")
     if os.environ.get("FAULT_KILL_BEFORE_COMMIT"):
         _kill_before_completion_commit()
         installed.append("connection killed before flagged completion commits")

@@ -9,6 +9,11 @@
 - ``fault_transitions``: an audit trigger on ``sqlqueue_jobs`` records every change of status,
   attempt count or owner, with the database's time. It is how the tests see "exactly-once
   state transitions" (a job never leaves ``succeeded``, never has two owners at once).
+- ``fault_leases`` (only for the tests that ask, :func:`create_lease_audit`): a second trigger
+  records every change of a job's lease (a claim, a heartbeat, a reap, an outcome) with the
+  old and the new expiry and the changing statement's own database time, the clock sqlqueue
+  compares leases with. It is how the tests see "reaped only once the lease had expired" and
+  "the heartbeat extended the lease" without trusting what the worker says.
 
 Times are DOUBLE (MySQL's FLOAT is single precision). The triggers and ``fault_pause`` (the
 claim-window widener, see ``fault_hooks``) differ per backend; they are test instruments, kept
@@ -30,11 +35,14 @@ from tests.apps.fault_clock import wall_clock
 
 __all__ = [
     "Execution",
+    "LeaseChange",
     "Transition",
     "create_fault_tables",
+    "create_lease_audit",
     "ledger_engine",
     "read_claims",
     "read_events",
+    "read_lease_changes",
     "read_ledger",
     "read_transitions",
     "record_event",
@@ -160,6 +168,87 @@ def create_fault_tables(engine: sa.Engine) -> None:
     _metadata.create_all(engine)
 
 
+_lease_metadata = sa.MetaData()
+
+LEASES = sa.Table(
+    "fault_leases",
+    _lease_metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("locked_by", sa.String(255), nullable=True),
+    sa.Column("old_status", sa.String(16), nullable=True),
+    sa.Column("new_status", sa.String(16), nullable=False),
+    sa.Column("old_lease", sa.Double, nullable=True),
+    sa.Column("new_lease", sa.Double, nullable=True),
+    sa.Column("at", sa.Double, nullable=False),
+)
+
+_LEASE_COLUMNS = "job_id, attempts, locked_by, old_status, new_status, old_lease, new_lease, at"
+#: Epoch seconds of a lease column or clock, per backend. ``at`` is the clock sqlqueue's own
+#: statements read (SQLite's ``'now'`` and MariaDB's ``UTC_TIMESTAMP(6)`` are fixed for the
+#: statement, triggers included; PostgreSQL's ``statement_timestamp()``), so a reap's ``at``
+#: is the very "now" its fence compared the lease with.
+_SQLITE_EPOCH = "(julianday({}) - 2440587.5) * 86400.0"
+_MYSQL_EPOCH = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {}) / 1000000"
+_SQLITE_LEASE_AUDIT = f"""
+CREATE TRIGGER fault_lease_audit AFTER UPDATE ON sqlqueue_jobs
+WHEN OLD.lease_expires_at IS NOT NEW.lease_expires_at
+BEGIN
+    INSERT INTO fault_leases ({_LEASE_COLUMNS})
+    VALUES (NEW.id, NEW.attempts, NEW.locked_by, OLD.status, NEW.status,
+            {_SQLITE_EPOCH.format("OLD.lease_expires_at")},
+            {_SQLITE_EPOCH.format("NEW.lease_expires_at")},
+            {_SQLITE_EPOCH.format("'now'")});
+END
+"""
+_POSTGRES_LEASE_AUDIT_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION fault_lease_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.lease_expires_at IS DISTINCT FROM NEW.lease_expires_at THEN
+        INSERT INTO fault_leases ({_LEASE_COLUMNS})
+        VALUES (NEW.id, NEW.attempts, NEW.locked_by, OLD.status, NEW.status,
+                extract(epoch FROM OLD.lease_expires_at),
+                extract(epoch FROM NEW.lease_expires_at),
+                extract(epoch FROM statement_timestamp()));
+    END IF;
+    RETURN NULL;
+END $$
+"""
+_POSTGRES_LEASE_AUDIT_TRIGGER = """
+CREATE TRIGGER fault_lease_audit AFTER UPDATE ON sqlqueue_jobs
+FOR EACH ROW EXECUTE FUNCTION fault_lease_audit()
+"""
+_MYSQL_LEASE_AUDIT = f"""
+CREATE TRIGGER fault_lease_audit AFTER UPDATE ON sqlqueue_jobs FOR EACH ROW
+BEGIN
+    IF NOT (OLD.lease_expires_at <=> NEW.lease_expires_at) THEN
+        INSERT INTO fault_leases ({_LEASE_COLUMNS})
+        VALUES (NEW.id, NEW.attempts, NEW.locked_by, OLD.status, NEW.status,
+                {_MYSQL_EPOCH.format("OLD.lease_expires_at")},
+                {_MYSQL_EPOCH.format("NEW.lease_expires_at")},
+                {_MYSQL_EPOCH.format("UTC_TIMESTAMP(6)")});
+    END IF;
+END
+"""
+
+for _ddl, _dialect in (
+    (_SQLITE_LEASE_AUDIT, "sqlite"),
+    (_POSTGRES_LEASE_AUDIT_FUNCTION, "postgresql"),
+    (_POSTGRES_LEASE_AUDIT_TRIGGER, "postgresql"),
+    (_MYSQL_LEASE_AUDIT, "mysql"),
+    (_MYSQL_LEASE_AUDIT, "mariadb"),
+):
+    sa.event.listen(
+        LEASES, "after_create", sa.DDL(_ddl.replace("%", "%%")).execute_if(dialect=_dialect)
+    )
+
+
+def create_lease_audit(engine: sa.Engine) -> None:
+    """Create ``fault_leases`` and its trigger (after sqlqueue's migrations)."""
+    _lease_metadata.create_all(engine)
+
+
 @functools.cache
 def ledger_engine() -> sa.Engine:
     """This process's engine for ledger writes: ``FAULT_LEDGER_URL``, else the queue's URL.
@@ -243,6 +332,22 @@ class Transition:
     at: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeaseChange:
+    """One audited change of a job's lease: times are epoch seconds of the database clock."""
+
+    job_id: int
+    attempts: int
+    locked_by: str | None
+    old_status: str | None
+    new_status: str
+    #: The expiry before and after the change (``None``: no lease).
+    old_lease: float | None
+    new_lease: float | None
+    #: The database's "now" of the statement that made the change.
+    at: float
+
+
 def read_ledger(engine: sa.Engine) -> list[Execution]:
     """Every execution, in the order they started."""
     with engine.connect() as conn:
@@ -271,6 +376,25 @@ def read_transitions(engine: sa.Engine) -> list[Transition]:
             new_status=row["new_status"],
             attempts=row["attempts"],
             locked_by=row["locked_by"],
+            at=float(row["at"]),
+        )
+        for row in rows
+    ]
+
+
+def read_lease_changes(engine: sa.Engine) -> list[LeaseChange]:
+    """Every audited lease change, in commit order per job."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(LEASES).order_by(LEASES.c.id)).mappings().all()
+    return [
+        LeaseChange(
+            job_id=row["job_id"],
+            attempts=row["attempts"],
+            locked_by=row["locked_by"],
+            old_status=row["old_status"],
+            new_status=row["new_status"],
+            old_lease=None if row["old_lease"] is None else float(row["old_lease"]),
+            new_lease=None if row["new_lease"] is None else float(row["new_lease"]),
             at=float(row["at"]),
         )
         for row in rows

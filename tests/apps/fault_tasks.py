@@ -11,10 +11,12 @@ import asyncio
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlqueue
 from tests.apps.fault_ledger import record_finish, record_start
+from tests.apps.uninterrupted import uninterrupted
 
 __all__ = ["KILL_BEFORE_COMMIT", "register_fault_tasks"]
 
@@ -53,6 +55,22 @@ def register_fault_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> None
         record_finish(ledger_id)
         return {"attempt": ctx.attempt, "pid": os.getpid()}
 
+    @queue.task("fault.gated", backoff=at_once)
+    def gated(ctx: sqlqueue.JobContext, gate: str, step: float = 0.02) -> dict[str, Any]:
+        """Work until the file ``<gate>.<attempt>`` exists (at most five minutes), so the test
+        decides when each attempt ends, whatever the machine's speed; the result names the
+        attempt and the process."""
+        ledger_id = record_start(ctx.job_id, ctx.attempt)
+        opened = Path(f"{gate}.{ctx.attempt}")
+        for _ in range(round(300 / step)):  # running time: a SIGSTOPped worker resumes it
+            if opened.exists():
+                break
+            time.sleep(step)
+        else:
+            raise TimeoutError(f"{opened} was never created")
+        record_finish(ledger_id)
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
     @queue.task("fault.hang_async", timeout=timeout, backoff=at_once)
     async def hang_async(ctx: sqlqueue.JobContext) -> None:
         """Awaits something that never happens."""
@@ -62,14 +80,14 @@ def register_fault_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> None
     @queue.task("fault.hang_socket", timeout=timeout, backoff=at_once)
     def hang_socket(ctx: sqlqueue.JobContext, port: int) -> None:
         """Blocked in a socket read (a C call no interrupt reaches): the peer never sends."""
-        record_start(ctx.job_id, ctx.attempt)
+        uninterrupted(lambda: record_start(ctx.job_id, ctx.attempt))  # whole, past a timeout
         with socket.create_connection(("127.0.0.1", port)) as connection:
             connection.recv(1)
 
     @queue.task("fault.spin", timeout=timeout, backoff=at_once)
     def spin(ctx: sqlqueue.JobContext) -> None:
         """A CPU loop that never ends by itself."""
-        record_start(ctx.job_id, ctx.attempt)
+        uninterrupted(lambda: record_start(ctx.job_id, ctx.attempt))  # whole, past a timeout
         counter = 0
         while True:
             counter += 1
@@ -79,4 +97,4 @@ def register_fault_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> None
         """Version 2 of a handler whose version 1 took only ``image_id``."""
         record_start(ctx.job_id, ctx.attempt, finished=True)
 
-    _ = (noop, sleep, hang_async, hang_socket, spin, resize)
+    _ = (noop, sleep, gated, hang_async, hang_socket, spin, resize)

@@ -1,11 +1,12 @@
 """One contender in the idempotency race: enqueue a keyed job in a transaction, then commit or
 roll back.
 
-``python -m tests.apps.idempotent_enqueue --key K --mode commit|rollback [--hold S]`` with
+``python -m tests.apps.idempotent_enqueue --key K --mode commit|rollback [--hold]`` with
 ``SQLQUEUE_DATABASE_URL`` set. The protocol on stdout, one line each: ``ready`` once connected;
-then, after reading ``go`` on stdin, a JSON ``enqueued`` event (the job is written but not yet
-committed) and a JSON ``done`` event with the id ``enqueue`` returned and any error. Holding
-(``--hold``) keeps the transaction open that many seconds before it ends.
+then, after reading ``go`` on stdin, a JSON ``began`` event (its transaction begins next), a
+JSON ``enqueued`` event (the job is written but not yet committed) and a JSON ``done`` event
+with the id ``enqueue`` returned and any error. Holding (``--hold``) keeps the transaction open
+until ``end`` is read on stdin, so the test decides when it ends.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--key", required=True)
     parser.add_argument("--mode", choices=["commit", "rollback"], required=True)
-    parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--hold", action="store_true")
     args = parser.parse_args()
 
     queue = sqlqueue.Queue(os.environ["SQLQUEUE_DATABASE_URL"])
@@ -43,6 +44,7 @@ def main() -> int:
             return 2
         result: dict[str, Any] = {"event": "done", "pid": os.getpid(), "mode": args.mode}
         result["began_at"] = time.time()
+        _say(event="began", at=result["began_at"])
         try:
             with conn.begin() as tx:
                 job_id = queue.enqueue(
@@ -51,7 +53,8 @@ def main() -> int:
                 result["id"] = job_id
                 result["enqueued_at"] = time.time()
                 _say(event="enqueued", id=job_id, at=result["enqueued_at"])
-                time.sleep(args.hold)
+                if args.hold and sys.stdin.readline().strip() != "end":
+                    raise RuntimeError("expected 'end' on stdin")
                 result["ending_at"] = time.time()
                 if args.mode == "commit":
                     tx.commit()

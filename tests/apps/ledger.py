@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlqueue
+from tests.apps.uninterrupted import uninterrupted
 
 __all__ = [
     "LEDGER",
@@ -68,6 +69,13 @@ def _record_start(engine: sa.Engine, key: str, finished: bool) -> tuple[int, int
     One INSERT … SELECT statement, so on SQLite it takes the write lock at once (a read
     followed by a write could fail with SQLITE_BUSY instead of waiting).
     """
+    with engine.begin() as conn:
+        ledger_id, attempt = conn.execute(_recorded(key, finished)).one()
+    return int(ledger_id), int(attempt)
+
+
+def _recorded(key: str, finished: bool) -> sa.Insert:
+    """The INSERT … SELECT of :func:`_record_start`."""
     now = time.time()
     source = sa.select(
         _jobs.c.id,
@@ -76,14 +84,11 @@ def _record_start(engine: sa.Engine, key: str, finished: bool) -> tuple[int, int
         sa.literal(now, sa.Double),
         sa.literal(now if finished else None, sa.Double),
     ).where(_jobs.c.idempotency_key == key)
-    stmt = (
+    return (
         LEDGER.insert()
         .from_select(["job_id", "attempt", "pid", "started", "finished"], source)
         .returning(LEDGER.c.id, LEDGER.c.attempt)
     )
-    with engine.begin() as conn:
-        ledger_id, attempt = conn.execute(stmt).one()
-    return int(ledger_id), int(attempt)
 
 
 def _record_finish(engine: sa.Engine, ledger_id: int) -> None:
@@ -103,6 +108,14 @@ def register_ledger_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> Non
     def record(key: str) -> None:
         """The no-op job: one ledger row, started and finished at once."""
         _record_start(engine, key, finished=True)
+
+    @queue.task("ledger.in_transaction", backoff=no_retry_wait)
+    def in_transaction(key: str, ctx: sqlqueue.JobContext, seconds: float = 0.0) -> None:
+        """A ledger row written in the handler's transaction, which completes the job with it
+        (``ctx.transaction()``): it commits only if the job's success does."""
+        with ctx.transaction() as conn:
+            conn.execute(_recorded(key, finished=True))
+            time.sleep(seconds)
 
     @queue.task("ledger.sleep", backoff=no_retry_wait)
     def sleep(key: str, seconds: float, first_seconds: float | None = None) -> None:
@@ -127,18 +140,20 @@ def register_ledger_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> Non
 
     @queue.task("ledger.timed_spin", timeout=timeout, backoff=no_retry_wait)
     def timed_spin(key: str) -> None:
-        """A CPU loop that never ends by itself: only the timeout's interrupt stops it."""
-        _record_start(engine, key, finished=False)
+        """A CPU loop that never ends by itself: only the timeout's interrupt stops it. Its
+        ledger row is written whole, even when the timeout comes during the write."""
+        uninterrupted(lambda: _record_start(engine, key, finished=False))
         counter = 0
         while True:
             counter += 1
 
     @queue.task("ledger.timed_sleep", timeout=timeout, backoff=no_retry_wait)
     def timed_sleep(key: str, seconds: float, later_seconds: float | None = None) -> None:
-        """Blocked in ``time.sleep`` (a C call no interrupt reaches) on attempt 1, or always."""
-        ledger_id, attempt = _record_start(engine, key, finished=False)
+        """Blocked in ``time.sleep`` (a C call no interrupt reaches) on attempt 1, or always.
+        Its ledger rows are written whole, even when the timeout comes during a write."""
+        ledger_id, attempt = uninterrupted(lambda: _record_start(engine, key, finished=False))
         time.sleep(later_seconds if attempt > 1 and later_seconds is not None else seconds)
-        _record_finish(engine, ledger_id)
+        uninterrupted(lambda: _record_finish(engine, ledger_id))
 
     @queue.task("ledger.timed_await", timeout=timeout, backoff=no_retry_wait)
     async def timed_await(key: str) -> None:
@@ -146,4 +161,4 @@ def register_ledger_tasks(queue: sqlqueue.Queue, *, timeout: float = 0.5) -> Non
         await asyncio.to_thread(_record_start, engine, key, False)
         await asyncio.Event().wait()
 
-    _ = (record, sleep, gated, timed_spin, timed_sleep, timed_await)
+    _ = (record, in_transaction, sleep, gated, timed_spin, timed_sleep, timed_await)

@@ -12,6 +12,7 @@ import time
 
 import sqlqueue
 from tests.apps.ledger import _record_finish, _record_start
+from tests.apps.uninterrupted import uninterrupted
 
 queue = sqlqueue.Queue(
     os.environ["SQLQUEUE_DATABASE_URL"],
@@ -40,3 +41,26 @@ def per_tenant(key: str, tenant: str, seconds: float) -> None:
     ledger_id, _ = _record_start(_engine, key, finished=False)
     time.sleep(seconds)
     _record_finish(_engine, ledger_id)
+
+
+@queue.task(
+    "limits.blocking",
+    max_attempts=1,
+    timeout=0.5,
+    concurrency=sqlqueue.Concurrency(limit=1),
+)
+def blocking(key: str, seconds: float) -> None:
+    """One at a time across all workers; blocks ``seconds`` in a call no interrupt cuts short
+    (here a thread's join, as a socket read would), past its timeout. Its ledger rows are
+    written in that call, so the timeout's interrupt cuts neither: the start (a write can take
+    longer than the timeout on a loaded machine), nor the finish, recorded when the blocking
+    part ends, which is when the handler really returns."""
+
+    def block() -> None:
+        ledger_id, _ = _record_start(_engine, key, finished=False)
+        try:
+            time.sleep(seconds)
+        finally:
+            _record_finish(_engine, ledger_id)
+
+    uninterrupted(block)

@@ -2,7 +2,9 @@
 
 Children run with the repository root as their working directory (so ``tests.apps…`` imports)
 and the test database in ``SQLQUEUE_DATABASE_URL``. Their output goes to a log file that a
-failing assertion quotes; the tests count from database rows, never from these logs.
+failing assertion quotes; the tests count from database rows, never from these logs. They are
+forked from the suite's fork server (``tests._support.forkserver``), past the imports that were
+most of a start's CPU.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from tests._support import REPO_ROOT, child_env, wait_until
+from tests._support import REPO_ROOT, child_env, forkserver, wait_until
 
 __all__ = ["REPO_ROOT", "WorkerProcess", "Workers", "child_env", "wait_until"]
 
@@ -22,18 +24,21 @@ LEDGER_APP = "tests.apps.ledger_app:queue"
 
 
 class WorkerProcess:
-    """One ``python -m sqlqueue worker`` child process."""
+    """One ``python -m sqlqueue worker`` child process (``fresh``: exec'd, not forked)."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, args: Sequence[str], env: dict[str, str], log_path: Path, *, fresh: bool = False
+    ) -> None:
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
-        self.popen = subprocess.Popen(
+        self.popen: forkserver.Process = forkserver.spawn(
             [sys.executable, "-m", "sqlqueue", "worker", *args],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            fresh=fresh,
         )
 
     @property
@@ -103,9 +108,13 @@ class Workers:
         *options: str,
         app: str = LEDGER_APP,
         lease_seconds: float | None = None,
+        reaper_interval: float | None = None,
     ) -> WorkerProcess:
-        """Start ``sqlqueue worker app *options``; ``lease_seconds`` sets the app's lease."""
+        """Start ``sqlqueue worker app *options``; ``lease_seconds`` sets the app's lease and
+        ``reaper_interval`` how often its reaper runs (the ledger app's only)."""
         extra = {"LEDGER_LEASE_SECONDS": str(lease_seconds)} if lease_seconds else {}
+        if reaper_interval:
+            extra["LEDGER_REAPER_INTERVAL"] = str(reaper_interval)
         log_path = self._log_dir / f"worker-{len(self._started) + 1}.log"
         worker = WorkerProcess([app, *options], child_env(self._database_url, **extra), log_path)
         self._started.append(worker)

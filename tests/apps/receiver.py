@@ -2,7 +2,9 @@
 script, and records every request (and every connection) it sees.
 
 A reply can be any status with headers and body, an answer slower than the sender's timeout,
-or a reset connection (SO_LINGER 0, so the peer gets RST, not FIN).
+an answer held until the test releases it (so "it never answered while the test looked" is
+certain, however slow the machine), or a reset connection (SO_LINGER 0, so the peer gets RST,
+not FIN).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b"ok"
     delay: float = 0.0
+    #: Answer only once the receiver is released (:meth:`Receiver.release`, or the end of
+    #: :func:`running_receiver`'s block).
+    hold: bool = False
     reset: bool = False
 
 
@@ -72,6 +77,8 @@ class _Handler(BaseHTTPRequestHandler):
             receiver.done(self.path)
 
     def _answer(self, reply: Reply) -> None:
+        if reply.hold:
+            self.server.receiver.released.wait()
         if reply.delay:
             time.sleep(reply.delay)
         if reply.reset:
@@ -99,6 +106,8 @@ class Receiver:
         self._active: dict[str, int] = {}
         #: The most requests to each path that were being answered at the same time.
         self.peak: dict[str, int] = {}
+        #: Set once held replies may answer.
+        self.released = threading.Event()
 
     @property
     def port(self) -> int:
@@ -129,6 +138,10 @@ class Receiver:
         with self._lock:
             return [request for request in self.requests if request.path == path]
 
+    def release(self) -> None:
+        """Let every held reply answer, now and from now on."""
+        self.released.set()
+
 
 @contextmanager
 def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
@@ -145,6 +158,7 @@ def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
     try:
         yield receiver
     finally:
+        receiver.release()
         server.shutdown()
         server.server_close()
         thread.join(5)

@@ -27,10 +27,14 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue.dialects import dialect_for
+from tests._support import forkserver
 from tests.apps.fault_ledger import (
     Execution,
+    LeaseChange,
     Transition,
     create_fault_tables,
+    create_lease_audit,
+    read_lease_changes,
     read_ledger,
     read_transitions,
 )
@@ -39,10 +43,13 @@ from tests.apps.processes import REPO_ROOT, child_env, wait_until
 from tests.conftest import Backend
 
 __all__ = [
+    "FaultWorker",
     "Faults",
     "Tally",
     "history_problems",
     "percentile",
+    "reaps",
+    "reaps_of_live_leases",
     "tally",
 ]
 
@@ -59,18 +66,21 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 class FaultWorker:
-    """One ``python -m tests.apps.fault_worker`` child, its output in a log file."""
+    """One ``python -m tests.apps.fault_worker`` child, its output in a log file: forked from
+    the fork server, or exec'd when its clock is to be skewed (``FAULT_CLOCK_SKEW_SECONDS``):
+    the skew goes in before sqlqueue is imported, and a fork of the server has it imported."""
 
     def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
-        self.popen = subprocess.Popen(
+        self.popen: forkserver.Process = forkserver.spawn(
             [sys.executable, "-m", "tests.apps.fault_worker", *args],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            fresh=bool(env.get("FAULT_CLOCK_SKEW_SECONDS")),
         )
 
     @property
@@ -222,6 +232,23 @@ def history_problems(transitions: Sequence[Transition]) -> list[str]:
                 problems.append(f"job {job_id} {t.old_status}>{t.new_status}: {path}")
             previous_attempts = t.attempts
     return problems
+
+
+def reaps(changes: Sequence[LeaseChange]) -> list[LeaseChange]:
+    """The lease changes that took a job from ``running`` to ``failed`` or ``dead``. With
+    handlers that never fail (``fault.sleep``, ``fault.gated``) each is the reaper's."""
+    return [c for c in changes if c.old_status == "running" and c.new_status in {"failed", "dead"}]
+
+
+def reaps_of_live_leases(changes: Sequence[LeaseChange]) -> list[str]:
+    """Every reap made while the lease it took had not expired by the database's clock of the
+    reaping statement: "a live job is never reaped", as the database saw it."""
+    return [
+        f"job {c.job_id} attempt {c.attempts} reaped at {c.at:.6f} from {c.locked_by}, its "
+        f"lease running until {c.old_lease:.6f}"
+        for c in reaps(changes)
+        if c.old_lease is None or c.old_lease >= c.at
+    ]
 
 
 class Faults:
@@ -378,6 +405,14 @@ class Faults:
     def transitions(self) -> list[Transition]:
         """Every audited job transition so far."""
         return read_transitions(self.engine)
+
+    def audit_leases(self) -> None:
+        """Record every lease change from now on (:meth:`lease_changes`)."""
+        create_lease_audit(self.engine)
+
+    def lease_changes(self) -> list[LeaseChange]:
+        """Every audited lease change so far (after :meth:`audit_leases`)."""
+        return read_lease_changes(self.engine)
 
     def db_now(self) -> float:
         """The database clock now, as epoch seconds (the audit's time base)."""

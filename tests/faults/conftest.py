@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import sqlqueue
-from tests.conftest import Backend, _reset_postgres
+from tests.conftest import Backend, migrated_url
 from tests.faults._harness import Faults
 
 SOAK = 20
@@ -48,15 +47,12 @@ def faults(
 
 
 @pytest.fixture
-def postgres_faults(
-    postgres_url: str, request: pytest.FixtureRequest, tmp_path: Path, size: int
-) -> Iterator[Faults]:
+def postgres_faults(request: pytest.FixtureRequest, tmp_path: Path, size: int) -> Iterator[Faults]:
     """The harness on PostgreSQL only (faults of a database server)."""
-    _reset_postgres(postgres_url)
-    engine = sa.create_engine(postgres_url)
-    sqlqueue.migrate(engine)
+    url = migrated_url(request, "postgresql", tmp_path)
+    engine = sa.create_engine(url)
     try:
-        backend = Backend(name="postgresql", url=postgres_url, engine=engine)
+        backend = Backend(name="postgresql", url=url, engine=engine)
         yield from _harness(backend, request, tmp_path, size)
     finally:
         engine.dispose()
@@ -65,9 +61,8 @@ def postgres_faults(
 @pytest.fixture
 def sqlite_faults(request: pytest.FixtureRequest, tmp_path: Path, size: int) -> Iterator[Faults]:
     """The harness on a SQLite file only (faults of several processes sharing one file)."""
-    url = f"sqlite:///{tmp_path / 'sqlqueue.db'}"
+    url = migrated_url(request, "sqlite", tmp_path)
     engine = sa.create_engine(url)
-    sqlqueue.migrate(engine)
     try:
         backend = Backend(name="sqlite", url=url, engine=engine)
         yield from _harness(backend, request, tmp_path, size)

@@ -2,7 +2,9 @@
 read, a CPU loop -> each attempt ends at its timeout, no slot is lost, the queue keeps flowing.
 
 Counts from the ledger (executions and how many ran at once) and the job rows (each attempt's
-error and its measured length).
+error and its measured length). How long past its timeout an attempt ended, and how many
+healthy jobs ran at once after the last hang, are figures (the machine's speed decides them);
+that every slot serves again is shown by as many gated jobs running at once.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import socket
 import pytest
 
 import sqlqueue
-from tests.faults._harness import Faults, percentile, tally
+from tests.faults._harness import Faults, percentile, poll, tally
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -54,6 +56,18 @@ def test_hung_handlers_end_at_their_timeout_and_the_queue_flows(faults: Faults) 
         hung_ids, healthy_ids = ids[: len(hung)], ids[len(hung) :]
         faults.wait_for(len(hung), "dead", timeout=60 + 10 * faults.size)
         faults.wait_for(len(hung) + len(healthy), "dead", "succeeded", timeout=60)
+        # Every slot serves again, while the abandoned socket reads still block their threads
+        # (the silent server holds their connections open): one gated job per slot, all
+        # started at once, none able to end before the test opens their gate.
+        gate = faults.tmp_path / "slots"
+        slot_ids = faults.enqueue("fault.gated", [{"gate": str(gate)}] * CONCURRENCY)
+        poll(
+            lambda: set(slot_ids) <= {e.job_id for e in faults.ledger()},
+            timeout=60,
+            what=f"{CONCURRENCY} gated jobs to run at once",
+        )
+        gate.with_suffix(".1").touch()
+        faults.wait_for(len(hung) + len(healthy) + CONCURRENCY, "dead", "succeeded", timeout=60)
         faults.stop_all()
 
     rows = faults.jobs()
@@ -82,7 +96,8 @@ def test_hung_handlers_end_at_their_timeout_and_the_queue_flows(faults: Faults) 
         slots_after=peak,
         lost=len(counted.lost),
     )
-    assert all(TIMEOUT <= length <= TIMEOUT + 0.5 for length in lengths), sorted(lengths)
+    # Never cut short; how long past its timeout an attempt ended is the figure's to say.
+    assert all(length >= TIMEOUT for length in lengths), sorted(lengths)
     assert counted.spread == (1, 1)
     assert all(rows[job_id].status == "succeeded" for job_id in healthy_ids)
-    assert peak == CONCURRENCY, "every slot serves again once the hung attempts were abandoned"
+    assert all(rows[job_id].status == "succeeded" for job_id in slot_ids)

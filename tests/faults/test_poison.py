@@ -5,7 +5,9 @@ queued, untouched (workers claim only the types they have tasks for; health rais
 
 Enqueue-time poison (sets, bytes, datetimes, NaN, lone surrogates, deep nesting, oversize,
 unknown types) is covered by ``tests/test_bad_input.py``. Throughput is measured from the
-ledger, against a clean run of the same healthy jobs on the same worker processes.
+ledger, against a clean run of the same healthy jobs on the same worker processes. It is a
+figure of the machine (two processes sharing a loaded one rarely get equal shares): the
+default suite asserts what happens to each job, the soak (``-m slow``) holds the drop to 10 %.
 """
 
 from __future__ import annotations
@@ -109,4 +111,5 @@ def test_poison_jobs_die_clearly_and_barely_slow_the_rest(faults: Faults) -> Non
             assert "missing a required argument: 'width'" in job.last_error
     assert not any(e.job_id in set(poison) for e in executions), "no poison reached a handler"
     assert counted.spread == (1, 1)
-    assert drop <= 0.10, f"healthy throughput dropped {drop:.1%}"
+    if faults.size > 1:  # the soak's judgement, over 20 times the jobs
+        assert drop <= 0.10, f"healthy throughput dropped {drop:.1%}"

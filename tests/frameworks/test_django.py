@@ -4,6 +4,7 @@ each backend; jobs enqueued on Django's connection in ``transaction.atomic()`` a
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 
@@ -71,3 +72,20 @@ def test_sqlqueue_worker_takes_the_arguments_of_sqlqueue_worker(backend: Backend
     )
     assert bad.returncode == 2
     assert "--queues: expected name=slots" in bad.stderr
+
+
+def test_a_database_without_sqlqueues_tables_is_told_to_run_manage_py_migrate(tmp_path):
+    path = tmp_path / "unmigrated.db"
+    sqlite3.connect(path).close()  # a database, but none of sqlqueue's tables
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", "from shop.jobs import queue; queue.stats()"],
+        cwd=PROJECT,
+        env=project_env(f"sqlite:///{path}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "SchemaNotMigrated" in done.stderr, done.stderr
+    assert "run `python manage.py migrate` first" in done.stderr, done.stderr

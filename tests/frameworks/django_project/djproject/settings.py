@@ -23,6 +23,9 @@ _ENGINES = {
 }
 
 
+_PERSISTENT = os.environ.get("SHOP_PERSISTENT_CONNECTIONS") == "1"
+
+
 def _database(url_text: str) -> dict[str, Any]:
     url = make_url(url_text)
     backend = url.get_backend_name()
@@ -45,7 +48,10 @@ def _database(url_text: str) -> dict[str, Any]:
         "HOST": url.host or "",
         "PORT": str(url.port or ""),
         "OPTIONS": options,
-        "CONN_MAX_AGE": 0,
+        # Django's default, a connection per request (per job); SHOP_PERSISTENT_CONNECTIONS=1
+        # keeps each thread's connection and checks it before reusing it after a request.
+        "CONN_MAX_AGE": None if _PERSISTENT else 0,
+        "CONN_HEALTH_CHECKS": _PERSISTENT,
     }
 
 

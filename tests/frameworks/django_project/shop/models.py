@@ -15,3 +15,10 @@ class Shipment(models.Model):
 
     order = models.ForeignKey(Order, on_delete=models.CASCADE)
     item = models.CharField(max_length=100)
+
+
+class Session(models.Model):
+    """The server session a handler's Django connection had, by the job's label."""
+
+    label = models.CharField(max_length=64, unique=True)
+    session = models.BigIntegerField()

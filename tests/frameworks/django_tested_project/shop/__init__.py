@@ -1,0 +1,1 @@
+"""The shop app: orders, and the job that ships each one."""

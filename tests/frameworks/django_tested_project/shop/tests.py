@@ -1,0 +1,71 @@
+"""The shop's own tests, as a Django user writes them: the tasks module imported at the top
+(before the test runner makes the test database), Django's ``TestCase`` and
+``TransactionTestCase`` with the default test settings, sqlqueue's testing helpers."""
+
+import contextlib
+import io
+
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test import TestCase, TransactionTestCase
+from shop.jobs import queue, ship
+from shop.models import Order, Shipment
+
+from sqlqueue.testing import assert_enqueued, drain
+
+
+class Refused(Exception):
+    """A failure after the writes, which rolls the block back."""
+
+
+def place(item: str) -> Order:
+    """What the shop's view does: the order and its shipping job in one ``atomic()`` block."""
+    with transaction.atomic():
+        order = Order.objects.create(item=item)
+        ship.enqueue(connection, order_id=order.pk)
+    return order
+
+
+class Shipping:
+    """The same tests in either kind of test case."""
+
+    def test_a_rolled_back_order_leaves_no_job(self) -> None:
+        with contextlib.suppress(Refused), transaction.atomic():
+            order = Order.objects.create(item="pen")
+            ship.enqueue(connection, order_id=order.pk)
+            raise Refused
+        assert_enqueued(queue, "ship", {"order_id": order.pk}, count=0)
+        assert drain(queue).ran == 0
+
+    def test_an_order_is_shipped_by_its_job(self) -> None:
+        order = place("book")
+        assert_enqueued(queue, "ship", {"order_id": order.pk}, count=1)
+        assert not Shipment.objects.exists()
+        result = drain(queue)
+        assert (result.succeeded, result.failed, result.dead) == (1, 0, 0), result
+        # The handler read the order and wrote the shipment through the ORM, in this database.
+        assert list(Shipment.objects.values_list("order_id", "item")) == [(order.pk, "book")]
+        assert_enqueued(queue, "ship", {"order_id": order.pk}, count=1)
+        (job,) = [job for job in queue.jobs() if job.payload == {"order_id": order.pk}]
+        assert job.status == "succeeded", job
+
+    def test_sqlqueue_migrate_in_a_test_finds_the_tables_made(self) -> None:
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            call_command("sqlqueue_migrate", stdout=said)
+        assert "sqlqueue: already up to date at revision" in said.getvalue(), said.getvalue()
+        queue.jobs()  # the tables are there, and the test's connection still works
+
+    def test_the_queue_is_on_the_test_database(self) -> None:
+        assert queue.engine.url.database == connection.settings_dict["NAME"]
+
+
+class ShippingInATestCase(Shipping, TestCase):
+    """Each test in a transaction that Django rolls back: the jobs go with it."""
+
+    def test_zz_the_jobs_of_earlier_tests_were_rolled_back_with_them(self) -> None:
+        assert queue.jobs() == []
+
+
+class ShippingInATransactionTestCase(Shipping, TransactionTestCase):
+    """Each test commits, as the app does in production."""
