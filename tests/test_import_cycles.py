@@ -44,6 +44,13 @@ LAZY_ALLOWED: Mapping[str, Mapping[str, str]] = {
     "sqlqueue.cli._web_cmd": {
         "sqlqueue.web._serve": "Starlette, Jinja2 and uvicorn load only for `sqlqueue web`",
     },
+    "sqlqueue.django._tasks_worker": {
+        "sqlqueue.django._tasks_framework": "Django's Tasks framework (Django 6 or the "
+        "backport) loads only when TASKS names sqlqueue's backend: a project without it runs "
+        "`manage.py sqlqueue_worker` as before",
+        "sqlqueue.django._tasks_running": "(as _tasks_framework: it imports the framework)",
+        "sqlqueue.django.tasks": "(as _tasks_framework: it imports the framework)",
+    },
     "bench.mvcc": {
         "bench.peer_worker": "asyncpg loads only when pgqueuer is one of the systems measured",
         "bench.mvcc_report": "matplotlib loads only when the results are saved",

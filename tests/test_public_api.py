@@ -120,10 +120,13 @@ def test_the_framework_integrations_name_exactly_their_public_api():
     assert set(sqlqueue.flask.__all__) == {"COMMANDS", "init_app"}
     assert set(sqlqueue.django.__all__) == {"database_url", "queue"}
     # Django's conventions name these: the app's config, its management commands and its
-    # migrations.
+    # migrations; and the Tasks framework's backend, whose path is a setting (TASKS).
     modules = {info.name for info in pkgutil.iter_modules(sqlqueue.django.__path__)}
-    django_names = {"apps", "management", "migrations"}
+    django_names = {"apps", "management", "migrations", "tasks"}
     assert modules - django_names == {n for n in modules if n.startswith("_")}
+    import sqlqueue.django.tasks
+
+    assert set(sqlqueue.django.tasks.__all__) == {"Backend"}
 
 
 EMAIL_PUBLIC = {
