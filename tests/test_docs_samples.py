@@ -1,17 +1,29 @@
-"""Every Python sample in the docs (``docs/**/*.md``) and the README runs, as written.
+"""Every sample in the docs (``docs/**/*.md``) and the README runs, as written.
 
 Each page's samples run in order in one namespace (Sybil reads the pages themselves), in a
 fresh temporary directory, so ``sqlite:///app.db`` is a file of the test's own. A page whose
 samples need a server says so in an HTML comment, ``<!-- samples-run-on: postgresql mysql -->``
 (default: ``sqlite``); they then run once per backend named, with ``DATABASE_URL`` set to an
 empty database of their own on the test server (skipped when unreachable; failed with
-``CI=true``, as the rest of the suite). Sybil's own comments (``<!-- invisible-code-block:
-python -->``) set a page's samples up, start the servers they talk to and check what they did,
-where the reader need not see it; a sample that is a file of the reader's project (an alembic
-``env.py``, a ``conftest.py``) follows ``<!-- sample-file: path -->`` and is written there, for
-the page's invisible blocks to run the way its tool would. A page's ``contextlib.ExitStack``
-(its servers) is closed and its environment variables, ``sys.path`` and the modules it
-imported from its directory are put back when it ends, whether it passed or not.
+``CI=true``, as the rest of the suite). The set-up a reader needs is on the page; Sybil's
+comments (``<!-- invisible-code-block: python -->``) only check what the samples did, or start a
+stand-in for what the page says the reader provides (their SMTP server, their partner's HTTP
+endpoint, their PgBouncer), kept in a ``contextlib.ExitStack``. A sample that is a file of the
+reader's project (an alembic ``env.py``, a ``conftest.py``, a script a transcript runs) follows
+``<!-- sample-file: path -->`` and is written there, not run.
+
+Shell blocks (``console``, ``sh``, ``bash``) run in order with the Python samples, in the same
+directory and environment, with the venv's ``bin`` first on ``PATH`` (``sqlqueue``,
+``python``), on the page's first backend only (each command starts a Python of its own, about
+half a second; what the commands call runs on every backend in its own tests). A transcript's
+``$`` lines are compared with their real output, ``...`` standing for any text (ids, timings,
+paths) and a timestamp shown for any timestamp (the rules: ``tests/_docs_blocks.py``). A block
+that cannot run here says why, ``<!-- console: not-run (installs packages) -->``. YAML, TOML,
+Dockerfile and ini (systemd unit) blocks must parse.
+
+A page's ``ExitStack`` is closed and its environment variables, ``sys.path`` and the modules it
+imported from its directory are put back when it ends, whether it passed or not. The pages in
+``RERUN`` run twice in one directory, as a reader runs them again, and pass both times.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import sqlalchemy as sa
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
 
+from tests._docs_blocks import SHELLS, OtherBlocks, run_shell_example
 from tests.conftest import BACKENDS, _mysql_database, _postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +80,17 @@ class _PythonSamples:
             yield region
 
 
-SYBIL = Sybil(parsers=[_PythonSamples(), SkipParser()], path=str(ROOT))
+SYBIL = Sybil(parsers=[_PythonSamples(), OtherBlocks(), SkipParser()], path=str(ROOT))
+CHECKED = re.compile(r"^```(python|yaml|toml|dockerfile|ini|" + "|".join(SHELLS) + r")\s*$", re.M)
+# The venv's console scripts (``sqlqueue``, ``alembic``) and python first, as for a reader
+# whose venv is active.
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+# Pages a reader runs from top to bottom more than once, in the same directory: on its first
+# backend, each runs twice, the second time on the first one's files and database (tables,
+# jobs, idempotency keys), and passes both times.
+RERUN = {"README.md", "docs/tutorial/first-job.md"}
 
 
 def _backends(page: Path) -> list[str]:
@@ -77,7 +100,7 @@ def _backends(page: Path) -> list[str]:
 
 def _cases() -> Iterator[object]:
     for page in PAGES:
-        if "```python" not in page.read_text(encoding="utf-8"):
+        if not CHECKED.search(page.read_text(encoding="utf-8")):
             continue
         for backend in _backends(page):
             name = str(page.relative_to(ROOT))
@@ -105,8 +128,27 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def test_samples_run(
     page: Path, backend: str, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    first = backend == _backends(page)[0]
+    runs = 2 if first and str(page.relative_to(ROOT)) in RERUN else 1
+    for _ in range(runs):
+        _run_page(page, database_url, tmp_path, monkeypatch, shells=first)
+
+
+def _run_page(
+    page: Path,
+    database_url: str,
+    directory: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    shells: bool,
+) -> None:
+    """Runs ``page``'s samples in order in ``directory`` (its shell blocks only if ``shells``),
+    and puts back what they changed."""
+    monkeypatch.chdir(directory)
     monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("PATH", os.pathsep.join([VENV_BIN, os.environ.get("PATH", "")]))
+    for variable in ("SQLQUEUE_DATABASE_URL", "SQLQUEUE_SCHEMA"):  # a page sets its own
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(sys, "argv", [str(page)])
     monkeypatch.setattr(sys, "path", list(sys.path))
     environment = dict(os.environ)
@@ -117,7 +159,8 @@ def test_samples_run(
     document.namespace["__name__"] = f"sample_{page.stem.replace('-', '_')}"
     try:
         for example in document.examples():
-            example.evaluate()
+            if shells or example.region.evaluator is not run_shell_example:
+                example.evaluate()
     finally:
         for value in list(document.namespace.values()):  # its servers; its engines' pools
             if isinstance(value, contextlib.ExitStack):
@@ -127,7 +170,7 @@ def test_samples_run(
         os.environ.clear()
         os.environ.update(environment)
         for name in set(sys.modules) - modules:  # the page's own modules (``myapp``)
-            if _defined_under(sys.modules[name], tmp_path):
+            if _defined_under(sys.modules[name], directory):
                 del sys.modules[name]
 
 
