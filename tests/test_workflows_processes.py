@@ -30,7 +30,12 @@ pytestmark = pytest.mark.timeout(300)
 
 APP = "tests.apps.workflow_app:queue"
 FAST_POLL = ("--poll-interval", "0.05")
+#: The killed worker's lease, so its steps come back soon. Its survivors keep the app's 30 s
+#: lease (far longer than a gap in their heartbeats on a loaded machine: with a 2 s lease a
+#: survivor's steps were reaped from it while it ran them, and ran twice) and reap every
+#: REAP_EVERY seconds.
 CRASH_LEASE = 2.0
+REAP_EVERY = 0.5
 
 
 @pytest.fixture
@@ -45,10 +50,19 @@ def _step(seconds: float, job_type: str = "wf.step") -> JobRequest:
     return JobRequest(job_type=job_type, payload={"seconds": seconds})
 
 
-def _pool(workers: Workers, count: int, lease_seconds: float | None = None) -> list[WorkerProcess]:
+def _pool(workers: Workers, count: int, *, doomed: bool = False) -> list[WorkerProcess]:
+    """``count`` workers; with ``doomed``, the first on :data:`CRASH_LEASE` and the others
+    reaping every :data:`REAP_EVERY` seconds."""
     pool = [
-        workers.start("--concurrency", "4", *FAST_POLL, app=APP, lease_seconds=lease_seconds)
-        for _ in range(count)
+        workers.start(
+            "--concurrency",
+            "4",
+            *FAST_POLL,
+            app=APP,
+            lease_seconds=CRASH_LEASE if doomed and n == 0 else None,
+            reaper_interval=REAP_EVERY if doomed and n > 0 else None,
+        )
+        for n in range(count)
     ]
     for worker in pool:
         worker.wait_ready()
@@ -98,7 +112,7 @@ def test_diamonds_over_3_workers_one_killed_run_each_step_once_in_order(
             wf.add("d", _step(0.0, job_type), after=["b", "c"])
             handles.append(queue.enqueue_workflow(conn, wf))
     all_ids = [job_id for handle in handles for job_id in handle.job_ids.values()]
-    pool = _pool(workers, 3, lease_seconds=CRASH_LEASE)
+    pool = _pool(workers, 3, doomed=True)
     doomed = pool[0]
 
     def runs_of_doomed() -> int:

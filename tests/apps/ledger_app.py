@@ -8,29 +8,13 @@ reaper runs (``Queue.worker(reaper_interval=…)``, which the command line does 
 
 from __future__ import annotations
 
-import functools
 import os
-from typing import Any
 
 import sqlqueue
 from tests.apps.ledger import register_ledger_tasks
+from tests.apps.reaping import reap_as_the_environment_says
 
-
-def _reap_every(seconds: float) -> None:
-    """Every worker this process makes runs its reaper every ``seconds``."""
-    original = sqlqueue.Queue.worker
-
-    @functools.wraps(original)
-    def worker(self: sqlqueue.Queue, **options: Any) -> sqlqueue.Worker:
-        options.setdefault("reaper_interval", seconds)
-        return original(self, **options)
-
-    sqlqueue.Queue.worker = worker  # type: ignore[method-assign]
-    print(f"ledger app: reaper every {seconds:g} s", flush=True)
-
-
-if os.environ.get("LEDGER_REAPER_INTERVAL"):
-    _reap_every(float(os.environ["LEDGER_REAPER_INTERVAL"]))
+reap_as_the_environment_says()
 
 queue = sqlqueue.Queue(
     os.environ["SQLQUEUE_DATABASE_URL"],

@@ -111,7 +111,8 @@ class Workers:
         reaper_interval: float | None = None,
     ) -> WorkerProcess:
         """Start ``sqlqueue worker app *options``; ``lease_seconds`` sets the app's lease and
-        ``reaper_interval`` how often its reaper runs (the ledger app's only)."""
+        ``reaper_interval`` how often its reaper runs (apps that call
+        ``tests.apps.reaping.reap_as_the_environment_says``)."""
         extra = {"LEDGER_LEASE_SECONDS": str(lease_seconds)} if lease_seconds else {}
         if reaper_interval:
             extra["LEDGER_REAPER_INTERVAL"] = str(reaper_interval)

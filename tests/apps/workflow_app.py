@@ -2,12 +2,13 @@
 (``tests/test_workflows_processes.py``).
 
 ``python -m sqlqueue worker tests.apps.workflow_app:queue`` with ``SQLQUEUE_DATABASE_URL`` set;
-``LEDGER_LEASE_SECONDS`` shortens the lease for the crash test. A step appends a row to
-``test_workflow_runs`` as it starts (autocommitted, on the database clock, so a test sees what
-ran, killed attempts included). A ``wf.step`` also appends one to ``test_workflow_successes``
-in the transaction that completes it (``ctx.transaction()``): exactly one such row per step is
-"succeeded exactly once". A ``wf.plain`` step just returns, so the worker completes it as
-most handlers are completed (on PostgreSQL the folded statement of
+``LEDGER_LEASE_SECONDS`` shortens the lease of the worker the crash test kills, and
+``LEDGER_REAPER_INTERVAL`` makes its survivors reap it at once (tests/apps/reaping.py). A step
+appends a row to ``test_workflow_runs`` as it starts (autocommitted, on the database clock, so a
+test sees what ran, killed attempts included). A ``wf.step`` also appends one to
+``test_workflow_successes`` in the transaction that completes it (``ctx.transaction()``):
+exactly one such row per step is "succeeded exactly once". A ``wf.plain`` step just returns, so
+the worker completes it as most handlers are completed (on PostgreSQL the folded statement of
 ``sqlqueue/_store/settled_completion.py``).
 """
 
@@ -22,6 +23,7 @@ import sqlqueue
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import dialect_for
 from tests.apps import UNOPENED_DATABASE
+from tests.apps.reaping import reap_as_the_environment_says
 
 __all__ = ["RUNS", "SUCCESSES", "create_tables", "queue", "register_workflow_tasks"]
 
@@ -75,6 +77,7 @@ def register_workflow_tasks(queue: sqlqueue.Queue) -> None:
     _ = step, plain
 
 
+reap_as_the_environment_says()
 queue = sqlqueue.Queue(
     os.environ.get("SQLQUEUE_DATABASE_URL", UNOPENED_DATABASE),
     lease_seconds=float(os.environ.get("LEDGER_LEASE_SECONDS", "30")),
