@@ -12,6 +12,7 @@ Run from the repository root (``pip install -e '.[postgres]'`` first, or ``nox -
     python -m bench --only mvcc              # under a transaction held 10 min (bench/mvcc.py)
     python -m bench --only fairness          # concurrency limits (bench/fairness.py)
     python -m bench --only workflows         # workflows' enqueue and drain (bench/workflows.py)
+    python -m bench --only backlog           # claims behind unknown types' jobs (bench/backlog.py)
     python -m bench compare main             # this tree against main (bench/compare.py)
 
 Each figure is the median of ``--runs`` runs with the min-max spread; ``sqlqueue/raw`` is the
@@ -35,6 +36,7 @@ from typing import Any
 # fairness and mvcc import private sqlqueue modules: they are imported where they are used, so
 # `python -m bench compare` can run the drain and enqueue scenarios against older revisions.
 from bench import (
+    backlog,
     faults,
     memory,
     middleware,
@@ -105,8 +107,10 @@ def _parser() -> argparse.ArgumentParser:
         "throughput with no middleware and with one empty one (bench/middleware.py); or "
         "'fairness' alone: concurrency limits (bench/fairness.py); or "
         "'workflows' alone: a 10,000-step workflow's enqueue, and two-step chains' drain rate "
-        "against plain jobs' (bench/workflows.py)",
+        "against plain jobs' (bench/workflows.py); or 'backlog' alone: a worker's claim behind "
+        "due jobs of types it does not know (bench/backlog.py)",
     )
+    add("--backlog-jobs", type=int, default=20_000, help="backlog: unknown-type due jobs")
     add("--fairness-big", type=int, default=20_000, help="fairness: the big tenant's jobs")
     add("--fairness-keys", type=int, default=1_000, help="fairness: keys at their limit")
     add("--fairness-due", type=int, default=100_000, help="fairness: due jobs behind them")
@@ -321,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.only == "workflows":
         return _workflows(args, parser)
+    if args.only == "backlog":
+        args.only = "drain"  # the settings' backends and target; the scenario is backlog's own
+        return backlog.run(_settings(args, parser), backlog_jobs=args.backlog_jobs)
     settings = _settings(args, parser)
     facts = environment(list(settings.backends), settings.target)
     facts["settings"] = {
