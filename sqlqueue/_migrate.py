@@ -85,6 +85,7 @@ def migrate(
         target = create_engine(with_driver(target))
     engine = target if isinstance(target, Engine) else target.engine
     dialect = dialect_for(engine, schema)
+    dialect.check_url(engine.url)
     dialect.prepare_engine(engine)
     upgrade(target, dialect, revision=revision, schema=schema)
 

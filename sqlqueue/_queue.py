@@ -144,6 +144,7 @@ class Queue(Operations):
             raise ConfigurationError(f"engine: expected a SQLAlchemy Engine or URL, got {engine!r}")
         self.engine = engine
         self.dialect: Dialect = dialect_for(engine, self.schema)
+        self.dialect.check_url(engine.url, lasting=True)
         self.dialect.home = engine
         self.dialect.prepare_engine(engine)
         if built_here and self.dialect.supports_many_hosts:

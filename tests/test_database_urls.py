@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+import sqlqueue
 from tests._support import run_cli
 
 
@@ -105,3 +106,34 @@ def test_a_postgres_url_as_hosting_providers_hand_it_out_is_read_as_postgresql(
     for command in (["migrate"], ["stats", "--json"]):
         result = run_cli(*command, "--database-url", url.render_as_string(hide_password=False))
         assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("entry", ["migrate", "Queue"])
+def test_the_python_api_refuses_a_mysql_url_that_names_no_database(
+    mysql_url: str, entry: str
+) -> None:
+    """``sqlqueue.migrate(url)`` ended in a bare ``AssertionError`` inside SQLAlchemy, and a
+    ``Queue`` on the URL failed at its first enqueue: both now refuse it when given it, with
+    the CLI's sentence, the password hidden."""
+    server = sa.make_url(mysql_url).set(database="", password="s3cret")
+    url = server.render_as_string(hide_password=False)
+    call = sqlqueue.migrate if entry == "migrate" else sqlqueue.Queue
+    with pytest.raises(sqlqueue.ConfigurationError) as raised:
+        call(url)
+    shown = server.render_as_string(hide_password=True)
+    example = server.set(database="jobs").render_as_string(hide_password=True)
+    assert str(raised.value) == (
+        f"database URL {shown!r} names no database: add one, as in {example} "
+        "(CREATE DATABASE jobs first)"
+    )
+    assert "s3cret" not in str(raised.value)
+
+
+def test_migrate_refuses_a_sqlite_file_in_a_missing_directory(tmp_path: Path) -> None:
+    """The same check as the CLI's, before any file is opened: nothing is created. A
+    ``Queue`` takes such a URL (its worker waits for the directory to appear:
+    test_bad_input.py)."""
+    directory = tmp_path / "data"
+    with pytest.raises(sqlqueue.ConfigurationError, match="which does not exist: create it"):
+        sqlqueue.migrate(f"sqlite:///{directory}/jobs.db")
+    assert not directory.exists()

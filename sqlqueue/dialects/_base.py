@@ -339,10 +339,22 @@ class Dialect(Claiming):
         Queue's engine (only where the URLs tell for sure: a SQLite file; a server's database
         can be reached by many names, a pooler's among them). Nothing here by default."""
 
-    def url_problem(self, url: URL) -> str | None:
+    def url_problem(self, url: URL, *, lasting: bool = False) -> str | None:
         """What makes ``url`` unusable before anything is opened, said to follow the URL in
-        one sentence with what to do (``"names no database: …"``); ``None`` if nothing."""
+        one sentence with what to do (``"names no database: …"``); ``None`` if nothing. With
+        ``lasting``, only what no wait cures (a worker started before its SQLite file's
+        directory is mounted retries until it appears)."""
         return None
+
+    def check_url(self, url: URL, *, lasting: bool = False) -> None:
+        """Refuse ``url`` with :meth:`url_problem`'s sentence (password hidden) where it has
+        one: a ``Queue`` (``lasting``) or ``migrate()`` given it would fail later, inside
+        SQLAlchemy or the driver, with an error that does not name the URL (a bare
+        ``AssertionError`` for a MySQL URL without a database)."""
+        problem = self.url_problem(url, lasting=lasting)
+        if problem is not None:
+            shown = url.render_as_string(hide_password=True)
+            raise ConfigurationError(f"database URL {shown!r} {problem}")
 
     def missing_database(self, url: URL) -> str | None:
         """Where ``url`` names a database that does not exist and opening it would create it

@@ -169,7 +169,7 @@ class MySQLDialect(Dialect):
     #: DDL commits implicitly: a failed migration keeps the statements before the failure.
     supports_transactional_ddl: ClassVar[bool] = False
 
-    def url_problem(self, url: URL) -> str | None:
+    def url_problem(self, url: URL, *, lasting: bool = False) -> str | None:
         """A URL naming no database: the server lets the connection in, and SQLAlchemy then
         fails on sqlqueue's first table with a bare assertion."""
         if url.database:

@@ -215,11 +215,12 @@ class SQLiteDialect(Dialect):
         finally:
             cursor.close()
 
-    def url_problem(self, url: URL) -> str | None:
+    def url_problem(self, url: URL, *, lasting: bool = False) -> str | None:
         """A file in a directory that is not there: SQLite creates the file, never its
-        directory, and says only "unable to open database file"."""
+        directory, and says only "unable to open database file" (not ``lasting``: the
+        directory may yet appear)."""
         database = url.database
-        if not database or database == ":memory:" or database.startswith("file:"):
+        if lasting or not database or database == ":memory:" or database.startswith("file:"):
             return None
         directory = Path(database).parent
         if directory.is_dir():
