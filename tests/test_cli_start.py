@@ -135,17 +135,23 @@ def test_a_queue_no_task_uses_is_warned_about(tmp_path: Path, queues: str) -> No
     assert warnings_of(start_worker(url, tmp_path, "--queues", "mail,reports")) == []
 
 
+def _silent_arguments(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    """Every argument of ``parser`` and its subcommands, at any depth, without a help text."""
+    silent = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                silent += _silent_arguments(command, f"{path} {name}")
+        elif not action.help:
+            silent.append(f"{path}: {'/'.join(action.option_strings) or action.dest}")
+    return silent
+
+
 def test_every_worker_option_has_a_help_text() -> None:
-    """``--concurrency``, ``--poll-interval`` and ``--shutdown-timeout`` had none."""
+    """``--concurrency``, ``--poll-interval`` and ``--shutdown-timeout`` had none, nor had
+    34 arguments of the operators' commands (``jobs list --status``, ``pause --by``, …)."""
     for given in (False, True):  # `sqlqueue worker`, and the frameworks' worker commands
-        parser = build_parser(given=given)
-        [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        options = [*parser._actions, *commands.choices["worker"]._actions]
-        silent = [
-            action.dest
-            for action in options
-            if not action.help and not isinstance(action, argparse._SubParsersAction)
-        ]
+        silent = _silent_arguments(build_parser(given=given), "sqlqueue")
         assert silent == [], silent
     shown = run_cli("worker", "--help")
     assert shown.returncode == 0, shown.stderr

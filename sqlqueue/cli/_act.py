@@ -71,7 +71,7 @@ def add_acting_commands(
             "or discarded yet",
             dead,
         )
-        action.add_argument("job_ids", type=job_id, nargs="*", metavar="ID")
+        action.add_argument("job_ids", type=job_id, nargs="*", metavar="ID", help="dead jobs' ids")
         filter_options(action)
         action.add_argument("--ids", help="only these job ids, comma-separated")
         action.add_argument("--all", action="store_true", help="act on every dead job")
@@ -82,10 +82,10 @@ def add_acting_commands(
         json_option(action)
 
     cancel = command("cancel", _cancel, "cancel queued or failed jobs (running: ask to stop)")
-    cancel.add_argument("job_ids", type=job_id, nargs="*", metavar="ID")
-    cancel.add_argument("--type", dest="job_type")
-    cancel.add_argument("--queue")
-    cancel.add_argument("--group-key")
+    cancel.add_argument("job_ids", type=job_id, nargs="*", metavar="ID", help="the jobs' ids")
+    cancel.add_argument("--type", dest="job_type", help="the jobs of this job type")
+    cancel.add_argument("--queue", help="the jobs of this queue")
+    cancel.add_argument("--group-key", help="the jobs of this group key")
     cancel.add_argument("--by", help="who acts (with --reason: recorded on each job)")
     cancel.add_argument("--reason", help="why (with --by: recorded on each job)")
     cancel.add_argument("--dry-run", action="store_true", help="show what would change")
@@ -94,13 +94,13 @@ def add_acting_commands(
     run_now = command(
         "run-now", _run_now, "make queued or failed jobs that wait for a later time due now"
     )
-    run_now.add_argument("job_ids", type=job_id, nargs="+", metavar="ID")
+    run_now.add_argument("job_ids", type=job_id, nargs="+", metavar="ID", help="the jobs' ids")
     run_now.add_argument("--by", required=True, help="who acts (recorded on each job)")
     run_now.add_argument("--reason", required=True, help="why (recorded on each job)")
     json_option(run_now)
 
     reschedule = command("reschedule", _reschedule, "give a queued or failed job a new run time")
-    reschedule.add_argument("job_id", type=job_id, metavar="ID")
+    reschedule.add_argument("job_id", type=job_id, metavar="ID", help="the job's id")
     reschedule.add_argument(
         "--at", required=True, help="ISO 8601 (UTC when it names no zone) or +30m, in 2h"
     )
@@ -117,13 +117,18 @@ def add_acting_commands(
         choices=["succeeded", "cancelled", "dead"],
         help="repeatable (default: succeeded and cancelled)",
     )
-    prune.add_argument("--batch-size", type=int, default=1000)
+    prune.add_argument(
+        "--batch-size",
+        type=int,
+        default=1000,
+        help="jobs deleted per transaction, so none holds locks for long (default 1000)",
+    )
     json_option(prune)
 
     pause = command("pause", _pause, "stop workers claiming from a queue (running jobs finish)")
-    pause.add_argument("queue_name", metavar="QUEUE")
-    pause.add_argument("--by", required=True)
-    pause.add_argument("--reason", required=True)
+    pause.add_argument("queue_name", metavar="QUEUE", help="the queue's name")
+    pause.add_argument("--by", required=True, help="who pauses it (shown with the pause)")
+    pause.add_argument("--reason", required=True, help="why (shown with the pause)")
     pause.add_argument(
         "--force",
         action="store_true",
@@ -131,10 +136,10 @@ def add_acting_commands(
     )
     json_option(pause)
     resume = command("resume", _resume, "let workers claim from a paused queue again")
-    resume.add_argument("queue_name", metavar="QUEUE")
+    resume.add_argument("queue_name", metavar="QUEUE", help="the queue's name")
     json_option(resume)
     limit = command("limit", _limit, "cap a queue's running jobs across all workers")
-    limit.add_argument("queue_name", metavar="QUEUE")
+    limit.add_argument("queue_name", metavar="QUEUE", help="the queue's name")
     limit.add_argument("limit", metavar="N|none", help="at most N at once; none lifts the cap")
     json_option(limit)
 

@@ -62,8 +62,18 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
 
     health = command("health", _health, "check the alarms; exit 1 if any is raised")
     health.add_argument("--max-queued-age", default="5m", help="duration (default 5m)")
-    health.add_argument("--max-dead-last-hour", type=int, default=10)
-    health.add_argument("--max-same-error", type=int, default=20)
+    health.add_argument(
+        "--max-dead-last-hour",
+        type=int,
+        default=10,
+        help="jobs that died in the last hour, nobody requeued or discarded (default 10)",
+    )
+    health.add_argument(
+        "--max-same-error",
+        type=int,
+        default=20,
+        help="failed or dead jobs sharing one error text (default 20)",
+    )
     health.add_argument(
         "--max-unserved",
         default="5m",
@@ -75,19 +85,21 @@ def add_commands(commands: Any, database_option: Callable[[argparse.ArgumentPars
         dest="jobs_command", required=True
     )
     jobs_list = command("list", _jobs_list, "list jobs, newest first", jobs)
-    jobs_list.add_argument("--status", choices=[status.value for status in JobStatus])
+    jobs_list.add_argument(
+        "--status", choices=[status.value for status in JobStatus], help="only jobs in this state"
+    )
     filter_options(jobs_list)
     jobs_list.add_argument("--tag", help="only jobs with this tag")
     page_options(jobs_list)
     jobs_show = command("show", _jobs_show, "show one job with its error history", jobs)
-    jobs_show.add_argument("job_id", type=job_id)
+    jobs_show.add_argument("job_id", type=job_id, metavar="ID", help="the job's id")
     json_option(jobs_show)
 
     batch = commands.add_parser("batch", help="show a batch").add_subparsers(
         dest="batch_command", required=True
     )
     batch_show = command("show", _batch_show, "show one batch: its counts by status", batch)
-    batch_show.add_argument("batch_id", type=row_id("batch"))
+    batch_show.add_argument("batch_id", type=row_id("batch"), metavar="ID", help="the batch's id")
     json_option(batch_show)
     add_workflow_commands(commands, command, row_id("workflow"), json_option)
 
@@ -97,15 +109,15 @@ def json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def filter_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--type", dest="job_type")
-    parser.add_argument("--queue")
-    parser.add_argument("--error-contains")
+    parser.add_argument("--type", dest="job_type", help="only jobs of this job type")
+    parser.add_argument("--queue", help="only jobs of this queue")
+    parser.add_argument("--error-contains", help="only jobs whose last error holds this text")
     parser.add_argument("--since", help="ISO 8601 time or a duration ago (2h): latest change")
     parser.add_argument("--until", help="ISO 8601 time or a duration ago (2h): latest change")
 
 
 def page_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--limit", type=int, default=50, help="jobs per page (default 50)")
     parser.add_argument("--before-id", type=job_id, help="the page after this id (keyset paging)")
     json_option(parser)
 

@@ -33,7 +33,7 @@ def add_workflow_commands(
     show = command(
         "show", _workflow_show, "show one workflow: its steps in topological order", workflow
     )
-    show.add_argument("workflow_id", type=workflow_id)
+    show.add_argument("workflow_id", type=workflow_id, metavar="ID", help="the workflow's id")
     json_option(show)
 
 
