@@ -63,11 +63,14 @@ _LIMIT_KEY: ColumnElement[str] = bindparam("claim_limit_key", type_=jobs.c.limit
 
 
 def _statuses(*names: str) -> list[ColumnElement[str]]:
-    """Status names written into the SQL as literals, for ``status IN (…)``: partial indexes
-    are declared on exactly these predicates, and a planner cannot prove a bound parameter
-    matches one (SQLite then sorted every due row on each claim: ~70 ms at a 100k backlog
-    instead of ~3 ms). Literals also spare each execution the re-rendering an expanding or
-    ``literal_execute`` parameter costs."""
+    """Status names written into the SQL as literals, for ``status IN (…)`` and ``status =
+    …``: partial indexes are declared on exactly these predicates, and a planner cannot prove a
+    bound parameter matches one (SQLite then sorted every due row on each claim: ~70 ms at a
+    100k backlog instead of ~3 ms). SQLite also prepares a statement again at every run where
+    a bound value meets a partial index's predicate: the claim's ``SET status = ?`` and its
+    group check's ``status = ?`` made each claim a fresh compile of the whole statement.
+    Literals also spare each execution the re-rendering an expanding or ``literal_execute``
+    parameter costs."""
     assert all(name.isidentifier() for name in names)
     return [literal_column(f"'{name}'", String()) for name in names]
 
@@ -85,7 +88,7 @@ def _earlier_in_group() -> ColumnElement[bool]:
     return exists().where(
         other.c.group_key == jobs.c.group_key,
         other.c.status.in_(_statuses("queued", "failed", "running")),
-        or_(other.c.status == "running", other.c.id < jobs.c.id),
+        or_(other.c.status == _statuses("running")[0], other.c.id < jobs.c.id),
     )
 
 
@@ -202,7 +205,7 @@ class Claiming(Clock):
             update(jobs)
             .where(condition)
             .values(
-                status="running",
+                status=_statuses("running")[0],
                 attempts=jobs.c.attempts + 1,
                 locked_by=_WORKER_ID,
                 started_at=case((_CLAIM_AHEAD, null()), else_=current),
