@@ -42,6 +42,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
 from sqlqueue.dialects._base import BulkPath, Dialect, is_borrowed
 from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS
+from sqlqueue.dialects._claiming_by_type import ClaimingByType
 
 __all__ = [
     "MIN_SQLITE_VERSION",
@@ -177,7 +178,7 @@ def _fence_document(fences: Sequence[tuple[int, int]]) -> str:
     return json.dumps([[int(job_id), int(attempt)] for job_id, attempt in fences])
 
 
-class SQLiteDialect(Dialect):
+class SQLiteDialect(ClaimingByType, Dialect):
     """SQLite ≥ 3.35 through the standard library's ``sqlite3`` driver."""
 
     names: ClassVar[tuple[str, ...]] = ("sqlite",)
