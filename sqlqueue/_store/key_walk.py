@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlqueue._schema import jobs
 from sqlqueue._store.statement_cache import cached_statement
-from sqlqueue.dialects import Dialect
+from sqlqueue.dialects import Dialect, status_literal
 
 __all__ = [
     "RUNNING",
@@ -48,11 +48,11 @@ WALK_KEYS = 64
 _CLAIMABLE = ("queued", "failed")
 #: The same as literals: the limited jobs' partial index is declared on exactly this predicate,
 #: and a planner cannot prove that a bound parameter matches it.
-_CLAIMABLE_LITERALS = [literal_column(f"'{status}'", String()) for status in _CLAIMABLE]
+_CLAIMABLE_LITERALS = [status_literal(status) for status in _CLAIMABLE]
 #: ``running`` as a literal too: PostgreSQL then estimates the running jobs from the column's
 #: statistics in the plan it keeps for the prepared walk (a generic plan, made once), where a
 #: bound status looked like thousands of rows and it planned every execution anew instead.
-RUNNING = literal_column("'running'", String())
+RUNNING = status_literal("running")
 
 
 def running_under(

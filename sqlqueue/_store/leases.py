@@ -23,9 +23,15 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings, settle
 from sqlqueue._store.outcomes import leased_by
 from sqlqueue._store.rows import error_entry
-from sqlqueue.dialects import Dialect
+from sqlqueue.dialects import Dialect, status_literal
 
-__all__ = ["LEASE_EXPIRED_KIND", "NOT_STARTED_KIND", "extend_leases", "reap_expired"]
+__all__ = [
+    "LEASE_EXPIRED_KIND",
+    "NOT_STARTED_KIND",
+    "extend_leases",
+    "extend_statement",
+    "reap_expired",
+]
 
 
 #: Reaped jobs are retried at once: their worker is gone, not the job's fault.
@@ -47,15 +53,30 @@ def extend_leases(
     mapped to whether someone asked for the job to be cancelled."""
     if not fences:
         return {}
-    stmt = (
+    stmt = extend_statement(
+        dialect, worker_id=worker_id, fences=fences, lease_seconds=lease_seconds, now=now
+    )
+    return {
+        job_id: requested is not None for job_id, requested in dialect.execute_returning(conn, stmt)
+    }
+
+
+def extend_statement(
+    dialect: Dialect,
+    *,
+    worker_id: str,
+    fences: Sequence[tuple[int, int]],
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> Update:
+    """The heartbeat's fenced lease extension for ``fences``: returns each job's id and
+    ``cancel_requested_at``."""
+    return (
         update(jobs)
         .where(*leased_by(dialect, worker_id, fences))
         .values(lease_expires_at=dialect.now_plus(lease_seconds, now), updated_at=dialect.now(now))
         .returning(jobs.c.id, jobs.c.cancel_requested_at)
     )
-    return {
-        job_id: requested is not None for job_id, requested in dialect.execute_returning(conn, stmt)
-    }
 
 
 def reap_expired(
@@ -80,7 +101,7 @@ def reap_expired(
             jobs.c.started_at,
             current.label("db_now"),
         )
-        .where(jobs.c.status == "running", jobs.c.lease_expires_at < current)
+        .where(jobs.c.status == status_literal("running"), jobs.c.lease_expires_at < current)
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
     )
@@ -90,7 +111,7 @@ def reap_expired(
     for row in conn.execute(query).mappings().all():
         fence = (
             jobs.c.id == row["id"],
-            jobs.c.status == "running",
+            jobs.c.status == status_literal("running"),
             jobs.c.attempts == row["attempts"],
             jobs.c.lease_expires_at < current,
         )
@@ -119,7 +140,7 @@ def reap_expired(
             attempt=row["attempts"], at=row["db_now"], error=message, kind=LEASE_EXPIRED_KIND
         )
         values: dict[str, Any] = {
-            "status": "dead" if is_dead else "failed",
+            "status": status_literal("dead" if is_dead else "failed"),
             "last_error": message,
             "errors": [*history, entry],
             "lease_expires_at": None,
@@ -153,7 +174,7 @@ def _unused(
         update(jobs)
         .where(*fence, jobs.c.started_at.is_(None))
         .values(
-            status="queued",
+            status=status_literal("queued"),
             attempts=jobs.c.attempts - 1,
             errors=errors,
             locked_by=None,

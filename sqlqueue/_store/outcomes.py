@@ -23,12 +23,13 @@ from sqlqueue._schema import jobs
 from sqlqueue._store.batches import Endings
 from sqlqueue._store.rows import Failure
 from sqlqueue._store.statement_cache import cached_statement
-from sqlqueue.dialects import Dialect
+from sqlqueue.dialects import Dialect, status_literal
 
 __all__ = [
     "complete",
     "complete_statement",
     "fail",
+    "fail_statement",
     "leased_by",
     "record_progress",
     "record_starts",
@@ -100,7 +101,7 @@ def complete_statement(dialect: Dialect, now: datetime | None, *, with_result: b
 def _build_complete(dialect: Dialect, now: datetime | None, with_result: bool) -> Update:
     current = dialect.now(now)
     values: dict[str, Any] = {
-        "status": "succeeded",
+        "status": status_literal("succeeded"),
         "started_at": _started(current),
         "finished_at": current,
         "updated_at": current,
@@ -182,6 +183,19 @@ def fail(
     Returns whether the lease was still ours (``False``: someone else owns the outcome); a
     child of a batch that ended (dead, cancelled) is noted in ``endings``.
     """
+    stmt = fail_statement(dialect, worker_id=worker_id, failure=failure, now=now)
+    row = dialect.execute_returning(conn, stmt).first()
+    if row is None:
+        return False
+    endings.ended(row[1], row[0], job_id=failure.job_id)
+    return True
+
+
+def fail_statement(
+    dialect: Dialect, *, worker_id: str, failure: Failure, now: datetime | None = None
+) -> Update:
+    """The fenced move of :func:`fail` for ``failure``: returns the row's new status and its
+    ``batch_id``."""
     current = dialect.now(now)
     values: dict[str, Any] = {
         "updated_at": current,
@@ -189,18 +203,20 @@ def fail(
         "started_at": _started(current),
     }
     if failure.snooze:
-        values["status"] = "queued"
+        values["status"] = status_literal("queued")
         values["attempts"] = jobs.c.attempts - 1
         values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
     else:
         values["last_error"] = failure.last_error
         values["errors"] = list(failure.errors)
     if failure.dead:
-        values["status"] = "dead"
+        values["status"] = status_literal("dead")
         values["finished_at"] = current
     elif not failure.snooze:
         cancelled = jobs.c.cancel_requested_at.is_not(None)
-        values["status"] = case((cancelled, "cancelled"), else_="failed")
+        values["status"] = case(
+            (cancelled, status_literal("cancelled")), else_=status_literal("failed")
+        )
         values["finished_at"] = case((cancelled, current), else_=None)
         values["next_run_at"] = dialect.now_plus(failure.retry_in, now)
     stmt = (
@@ -209,11 +225,7 @@ def fail(
         .values(**values)
         .returning(jobs.c.status, jobs.c.batch_id)
     )
-    row = dialect.execute_returning(conn, stmt).first()
-    if row is None:
-        return False
-    endings.ended(row[1], row[0], job_id=failure.job_id)
-    return True
+    return stmt
 
 
 def release(
@@ -232,7 +244,7 @@ def release(
         update(jobs)
         .where(*leased_by(dialect, worker_id, fences))
         .values(
-            status="queued",
+            status=status_literal("queued"),
             attempts=jobs.c.attempts - 1,
             locked_by=None,
             lease_expires_at=None,

@@ -6,6 +6,7 @@ from sqlalchemy import URL, Engine, make_url
 
 from sqlqueue._errors import UnsupportedDatabase
 from sqlqueue.dialects._base import BORROWED, BulkPath, Dialect, is_borrowed
+from sqlqueue.dialects._claiming import status_literal
 from sqlqueue.dialects._history import (
     LOCK_TIMEOUT_MS,
     HistoryPartition,
@@ -27,6 +28,7 @@ __all__ = [
     "driver_hint",
     "history_partitions_of",
     "is_borrowed",
+    "status_literal",
     "with_driver",
 ]
 

@@ -55,7 +55,7 @@ from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime
 from sqlqueue.dialects import _mysql_open_writes as open_writes
 from sqlqueue.dialects._base import Dialect, is_borrowed
-from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON
+from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_JSON, status_literal
 from sqlqueue.dialects._mysql_returning import (
     LOCK_OPTION,
     ConflictInsert,
@@ -274,7 +274,7 @@ class MySQLDialect(Dialect):
                 limited=limited,
             )
             .add_columns(jobs.c.priority, jobs.c.next_run_at)
-            .where(jobs.c.status == literal_column(f"'{status}'"))
+            .where(jobs.c.status == status_literal(status))
             .with_for_update(skip_locked=True)
             for status in _CLAIMABLE
         ]
@@ -299,7 +299,7 @@ class MySQLDialect(Dialect):
                         limit=literal_column("1", Integer()),
                         now=now,
                     )
-                    .where(jobs.c.status == literal_column(f"'{status}'"))
+                    .where(jobs.c.status == status_literal(status))
                     .order_by(None)
                     .limit(None)
                 )

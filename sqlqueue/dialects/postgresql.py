@@ -43,7 +43,7 @@ from sqlqueue._errors import ConfigurationError
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
 from sqlqueue.dialects._base import BulkPath, Dialect, is_borrowed
-from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_TIMESTAMPS
+from sqlqueue.dialects._claiming import _CLAIM_LIMIT, CLAIM_TIMESTAMPS, status_literal
 from sqlqueue.dialects._history import HistoryPartitions
 
 if TYPE_CHECKING:
@@ -282,7 +282,7 @@ class PostgresDialect(HistoryPartitions, Dialect):
         )
         return [
             jobs.c.id == locked.c.id,
-            locked.c.status == "running",
+            locked.c.status == status_literal("running"),
             locked.c.locked_by == worker_id,
             locked.c.attempts == locked.c.attempt,
         ]

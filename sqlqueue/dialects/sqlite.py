@@ -41,7 +41,7 @@ from sqlqueue._errors import ConfigurationError, UnsupportedDatabase
 from sqlqueue._schema import jobs
 from sqlqueue._types import UtcDateTime, as_utc
 from sqlqueue.dialects._base import BulkPath, Dialect, is_borrowed
-from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS
+from sqlqueue.dialects._claiming import CLAIM_TIMESTAMPS, status_literal
 from sqlqueue.dialects._claiming_by_type import ClaimingByType
 
 __all__ = [
@@ -323,7 +323,7 @@ class SQLiteDialect(ClaimingByType, Dialect):
         job_id = func.json_extract(pairs.c.value, "$[0]")
         return [
             jobs.c.id.in_(select(job_id)),  # the primary key: index lookups
-            func.likely(jobs.c.status == "running"),
+            func.likely(jobs.c.status == status_literal("running")),
             jobs.c.locked_by == worker_id,
             tuple_(jobs.c.id, jobs.c.attempts).in_(
                 select(job_id, func.json_extract(pairs.c.value, "$[1]"))
