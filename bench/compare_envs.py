@@ -4,7 +4,7 @@ A revision is a git commit (anything ``git rev-parse`` takes: ``main``, ``HEAD~1
 the **working tree**: HEAD with the uncommitted and untracked (not ignored) changes of the
 files the wheel is built from (:data:`BUILD_PATHS`). Its source is exported to a scratch
 directory (``git archive`` of the commit; a copy of those files as they are on disk) and
-installed **non-editable**, ``pip install DIR[postgres]``, into a virtualenv made with the
+installed **non-editable**, ``pip install DIR[postgres,mysql]``, into a virtualenv made with the
 interpreter running the comparison. pip reads the configured index and its caches.
 
 Virtualenvs are kept under the cache directory (``$XDG_CACHE_HOME/sqlqueue-bench``, else
@@ -57,8 +57,10 @@ __all__ = [
 
 #: What the wheel is built from (pyproject.toml's hatch settings): the working tree's copy.
 BUILD_PATHS = ("pyproject.toml", "README.md", "sqlqueue", "migrations")
-#: The extra every side installs: the PostgreSQL driver the harness and the workers use.
-EXTRA = "postgres"
+#: The extras every side installs: the PostgreSQL and MariaDB/MySQL drivers the harness and
+#: the workers use (``--backends mysql`` needs PyMySQL in both virtualenvs; pip only warns
+#: about an extra a revision older than MariaDB support does not have).
+EXTRA = "postgres,mysql"
 _PROBE = """\
 import importlib.util, json, sys
 import sqlqueue, bench
@@ -100,8 +102,10 @@ class Revision:
 
     @property
     def cache_key(self) -> str:
-        """The virtualenv's directory name: the commit, or the working tree's digest."""
-        version = f"py{sys.version_info.major}.{sys.version_info.minor}"
+        """The virtualenv's directory name: the commit, or the working tree's digest, and the
+        Python version; ``-db2`` marks the virtualenvs with both drivers (those built before
+        held only PostgreSQL's)."""
+        version = f"py{sys.version_info.major}.{sys.version_info.minor}-db2"
         if self.tree_digest:
             return f"tree-{self.tree_digest[:20]}-{version}"
         return f"{self.commit}-{version}"
