@@ -127,6 +127,10 @@ class Queue(Operations):
         self._middlewares = Middlewares()
         self._hooks = Hooks()
         self._periodic: list[Periodic] = []
+        #: Queues that jobs of registered tasks are enqueued to besides their tasks' own (the
+        #: Django Tasks framework's ``queue_name``s): a worker serving one does not warn that no
+        #: task uses it.
+        self._enqueued_elsewhere: set[str] = set()
 
     def _bind(self, engine: Engine | str) -> None:
         """Bind the queue to the database of ``engine`` (a subclass that finds its database

@@ -264,7 +264,7 @@ class Worker:
             self._slots.describe(),
             self.queue.lease_seconds,
         )
-        used = {task.queue for task in self._tasks.values()}
+        used = {task.queue for task in self._tasks.values()} | self.queue._enqueued_elsewhere
         for name in [name for name in self.settings.queues or () if name not in used]:
             log.warning(  # a typo in --queues would otherwise serve an empty queue in silence
                 "no registered task uses the queue %r (its tasks' queues: %s); it is served "

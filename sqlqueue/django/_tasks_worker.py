@@ -58,6 +58,8 @@ def worker_call(arguments: Sequence[str], prog: str) -> tuple[list[str], Queue |
     from sqlqueue.django._tasks_running import serve_tasks
 
     serve_tasks(queue)
+    for backend in backends:  # their tasks' jobs go to these queues: serving one is no typo
+        queue._enqueued_elsewhere |= set(backend.queues)
     return ["worker", *options, *_queues_option(options, backends, queue, prog)], queue
 
 

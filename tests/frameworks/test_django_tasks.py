@@ -86,8 +86,10 @@ def test_tasks_run_in_the_callers_transaction_and_on_manage_py_sqlqueue_worker(b
     assert job("shipped").job_type == "django.tasks"
     assert all(seen["refreshed_is_read"].values()), seen["refreshed_is_read"]
 
-    # queue_name is the job's queue; it was served because the backend's QUEUES name it.
+    # queue_name is the job's queue; it was served because the backend's QUEUES name it, and
+    # serving it is no typo: the worker does not warn that no task uses it.
     assert (shipped["queue"], job("shipped").queue) == ("shipping", "shipping")
+    assert seen["worker"]["warnings"] == []
     # priority: Django's higher-first, stored as sqlqueue's lower-first, and run in that order.
     assert [job(name).priority for name in ("high", "plain", "low")] == [-10, 0, 10]
     assert [results[name]["priority"] for name in ("high", "plain", "low")] == [10, 0, -10]
@@ -141,6 +143,7 @@ def test_a_worker_given_a_queue_on_that_database_serves_the_tasks_framework_too(
     assert tick.status == JobStatus.SUCCEEDED
     assert seen["results"]["shipped"]["status"] == "SUCCESSFUL"
     assert seen["results"]["high"]["status"] == "SUCCESSFUL"
+    assert seen["worker"]["warnings"] == []
 
 
 def _guide_block(after: str) -> str:

@@ -141,7 +141,11 @@ class Command(BaseCommand):
             timeout=120,
             check=False,
         )
-        seen["worker"] = {"status": worker.returncode, "output": worker.stderr[-4000:]}
+        seen["worker"] = {
+            "status": worker.returncode,
+            "output": worker.stderr[-4000:],
+            "warnings": [line for line in worker.stderr.splitlines() if "WARNING" in line],
+        }
         for result in results.values():
             result.refresh()
         seen["results"] = {name: described(result) for name, result in results.items()}
