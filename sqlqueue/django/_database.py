@@ -1,17 +1,23 @@
-"""The SQLAlchemy URL and driver options of a database in Django's ``DATABASES``."""
+"""The SQLAlchemy URL and driver options of a database in Django's ``DATABASES``.
+
+Read from Django's connections, which the test runner points at the test databases; unless
+``override_settings(DATABASES=…)`` is in force for the alias: Django's connections do not
+follow it (Django warns so), the queue does, so a test can move it to another database.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.utils import ConnectionDoesNotExist
+from django.db.utils import ConnectionDoesNotExist, load_backend
 from sqlalchemy import URL
 
 from sqlqueue._errors import ConfigurationError
 from sqlqueue.dialects import with_driver
 
-__all__ = ["connect_options", "database_url", "settings_of"]
+__all__ = ["connect_options", "database_url", "overridden", "settings_of"]
 
 #: ``OPTIONS`` that Django reads itself and never hands to the driver.
 _DJANGO_OPTIONS = frozenset(
@@ -20,8 +26,27 @@ _DJANGO_OPTIONS = frozenset(
 )
 
 
+def overridden(alias: str) -> dict[str, Any] | None:
+    """``DATABASES[alias]`` when ``override_settings`` replaced it (or added the alias) after
+    Django's connections read it, with Django's defaults filled in; else ``None``."""
+    entry = getattr(django_settings, "DATABASES", {}).get(alias)
+    if not isinstance(entry, dict):
+        return None
+    known = connections.settings.get(alias)
+    if entry is known or (known is not None and entry is connections[alias].settings_dict):
+        return None
+    databases: dict[str, Any] = {DEFAULT_DB_ALIAS: {}}  # Django requires a default alias
+    databases[alias] = dict(entry)
+    filled: dict[str, Any] = connections.configure_settings(databases)[alias]
+    return filled
+
+
 def settings_of(alias: str) -> dict[str, Any]:
-    """Django's settings of ``DATABASES[alias]`` as its connections read them now."""
+    """Django's settings of ``DATABASES[alias]`` as its connections read them now, or as
+    ``override_settings`` replaced them."""
+    replaced = overridden(alias)
+    if replaced is not None:
+        return replaced
     try:
         settings: dict[str, Any] = connections[alias].settings_dict
     except ConnectionDoesNotExist:
@@ -33,10 +58,16 @@ def database_url(alias: str = DEFAULT_DB_ALIAS) -> URL:
     """The URL of ``DATABASES[alias]`` with the driver sqlqueue uses for that database."""
     settings = settings_of(alias)
     port = settings.get("PORT")
+    replaced = overridden(alias)
+    vendor = (
+        connections[alias].vendor
+        if replaced is None
+        else load_backend(replaced["ENGINE"]).DatabaseWrapper.vendor
+    )
     try:
         return with_driver(
             URL.create(
-                drivername=connections[alias].vendor,
+                drivername=vendor,
                 username=settings.get("USER") or None,
                 password=settings.get("PASSWORD") or None,
                 host=settings.get("HOST") or None,

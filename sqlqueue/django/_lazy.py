@@ -28,7 +28,7 @@ from sqlqueue._store.admin import Admin
 from sqlqueue._store.store import Store
 from sqlqueue._worker.loop import Worker
 from sqlqueue.dialects import Dialect, dialect_for
-from sqlqueue.django._database import connect_options, database_url, settings_of
+from sqlqueue.django._database import connect_options, database_url, overridden, settings_of
 from sqlqueue.django._handlers import django_connections
 from sqlqueue.django._shared import SharedConnection, shared_connection, shares
 
@@ -87,7 +87,10 @@ class DjangoQueue(Queue):
     # -- the database of this moment ----------------------------------------------------------
 
     def lent_connection(self) -> SharedConnection | None:
-        """The Django connection lent to this queue now (in a test), or ``None``."""
+        """The Django connection lent to this queue now (in a test), or ``None``: none while
+        ``override_settings`` moves the alias elsewhere (Django's connection stays behind)."""
+        if overridden(self.alias) is not None:
+            return None
         lent = self._lent
         if lent is not None and shares(lent.wrapper):
             return lent

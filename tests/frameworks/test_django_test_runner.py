@@ -23,8 +23,9 @@ from tests.conftest import BACKENDS, _mysql_database, _postgres_database
 from tests.frameworks.django_support import project_env
 
 TEMPLATE = Path(__file__).resolve().parent / "django_tested_project"
-#: What the project's shop/tests.py holds: four tests in each kind of test case, and one more.
-TESTS = 9
+#: What the project's shop/tests.py holds: four tests in each kind of test case, one more, and
+#: one under ``override_settings(DATABASES=…)``.
+TESTS = 10
 
 
 @contextmanager

@@ -4,13 +4,18 @@
 
 import contextlib
 import io
+import sqlite3
+import tempfile
+import warnings
+from pathlib import Path
 
 from django.core.management import call_command
 from django.db import connection, transaction
-from django.test import TestCase, TransactionTestCase
+from django.test import SimpleTestCase, TestCase, TransactionTestCase, override_settings
 from shop.jobs import queue, ship
 from shop.models import Order, Shipment
 
+import sqlqueue
 from sqlqueue.testing import assert_enqueued, drain
 
 
@@ -69,3 +74,25 @@ class ShippingInATestCase(Shipping, TestCase):
 
 class ShippingInATransactionTestCase(Shipping, TransactionTestCase):
     """Each test commits, as the app does in production."""
+
+
+class OverriddenDatabases(SimpleTestCase):
+    """``override_settings(DATABASES=…)`` moves the queue, though not Django's connections."""
+
+    def test_the_queue_follows_an_overridden_database_and_comes_back(self) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / "elsewhere.db"
+            sqlqueue.migrate(f"sqlite:///{path}")
+            elsewhere = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)}}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Django's "can lead to unexpected behavior"
+                with override_settings(DATABASES=elsewhere):
+                    assert queue.engine.url.database == str(path)
+                    with queue.engine.begin() as conn:
+                        ship.enqueue(conn, order_id=7)
+                    assert [job.payload for job in queue.jobs()] == [{"order_id": 7}]
+            with contextlib.closing(sqlite3.connect(path)) as elsewhere_db:
+                stored = elsewhere_db.execute("SELECT payload FROM sqlqueue_jobs").fetchall()
+            assert [row[0].replace(" ", "") for row in stored] == ['{"order_id":7}']
+        # Back on the test database, which holds no such job.
+        assert queue.engine.url.database == connection.settings_dict["NAME"]
