@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,7 +113,23 @@ def postgres_url(worker_id: str) -> Iterator[str]:
 EVERY_BACKEND = os.environ.get("SQLQUEUE_TEST_EVERY_BACKEND", "").lower() in {"1", "true", "yes"}
 
 
+#: CPython 3.11 under a tracer or profiler (``coverage run``, a debugger): an exception raised in a
+#: thread by ``PyThreadState_SetAsyncExc`` stalls every other thread until the target thread
+#: runs Python again (coveragepy#1626; 3.10, 3.12 and 3.13 are not affected). A worker that
+#: interrupts a handler blocked in ``time.sleep`` or a socket read then stops serving until the
+#: call returns, so the tests marked ``interrupts_handler_threads`` cannot pass there.
+TRACED_ON_311 = sys.version_info[:2] == (3, 11) and (
+    os.environ.get("COVERAGE_RUN") == "true" or sys.gettrace() is not None
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "interrupts_handler_threads: a worker interrupts a sync handler that is blocked "
+        "(timeout, cancel, release at shutdown); skipped on CPython 3.11 under a tracer "
+        "(coverage, a debugger), where that stalls the worker's other threads (coveragepy#1626)",
+    )
     config.addinivalue_line(
         "markers",
         "backend_independent(reason): the test's subject is not the database (a browser, a "
@@ -124,7 +141,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A ``backend_independent`` test runs on one backend, not each of them: its other
-    parametrizations are deselected."""
+    parametrizations are deselected. Under a tracer on CPython 3.11 the tests marked
+    ``interrupts_handler_threads`` are skipped (see ``TRACED_ON_311``)."""
+    if TRACED_ON_311:
+        stalls = pytest.mark.skip(
+            reason="CPython 3.11 under a tracer stalls every thread while an interrupted "
+            "handler blocks (coveragepy#1626); this test runs in the default suite"
+        )
+        for item in items:
+            if item.get_closest_marker("interrupts_handler_threads") is not None:
+                item.add_marker(stalls)
     if EVERY_BACKEND:
         return
     keep: list[pytest.Item] = []

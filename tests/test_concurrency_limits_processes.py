@@ -170,6 +170,7 @@ def test_a_per_key_limit_holds_for_fifty_keys_across_processes(backend, workers)
     assert max(at_once.values()) <= 2
 
 
+@pytest.mark.interrupts_handler_threads
 def test_a_timed_out_blocking_handler_keeps_its_limit_until_its_thread_returns(backend, workers):
     """Concurrency(limit=1), timeout 0.5 s, handlers blocking 1.5 s in a call no interrupt
     cuts short, 8 worker processes: never two at once, by the ledger or the table. Before,

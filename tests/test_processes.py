@@ -267,6 +267,7 @@ SHORT_JOB = 1.5
 NEVER_ENDING_JOB = 3600.0
 
 
+@pytest.mark.interrupts_handler_threads
 def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
     backend: Backend,
     queue: sqlqueue.Queue,
@@ -331,6 +332,7 @@ def test_sigterm_lets_short_jobs_finish_and_releases_the_long_one(
 LONG_JOB = NEVER_ENDING_JOB
 
 
+@pytest.mark.interrupts_handler_threads
 def test_a_second_sigterm_releases_in_flight_jobs_at_once(
     backend: Backend, queue: sqlqueue.Queue, workers: Workers
 ) -> None:
@@ -368,6 +370,7 @@ def test_a_second_sigterm_releases_in_flight_jobs_at_once(
 # -- 4. timeouts -------------------------------------------------------------------------------
 
 
+@pytest.mark.interrupts_handler_threads
 def test_timeouts_fail_the_attempt_and_free_the_slot(
     backend: Backend,
     queue: sqlqueue.Queue,

@@ -261,6 +261,7 @@ def test_a_timed_out_attempt_ends_its_span_with_the_timeout(
     assert "ran past its timeout of 0.2 s" in str(process.status.description)
 
 
+@pytest.mark.interrupts_handler_threads
 def test_cancelled_and_released_attempts_say_so(backend: Backend, spans: Spans) -> None:
     queue = backend.queue(tracer_provider=spans.provider, lease_seconds=3)  # a beat a second
     release = threading.Event()

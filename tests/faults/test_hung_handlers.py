@@ -32,6 +32,7 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
+@pytest.mark.interrupts_handler_threads
 def test_hung_handlers_end_at_their_timeout_and_the_queue_flows(faults: Faults) -> None:
     with socket.create_server(("127.0.0.1", 0), backlog=1024) as silent_server:
         port = silent_server.getsockname()[1]  # accepts connections, never sends a byte
