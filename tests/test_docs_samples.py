@@ -150,7 +150,8 @@ def _run_page(
     for variable in ("SQLQUEUE_DATABASE_URL", "SQLQUEUE_SCHEMA"):  # a page sets its own
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(sys, "argv", [str(page)])
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    # The page's directory first, as `python` puts the reader's script's: ``myapp`` imports.
+    monkeypatch.setattr(sys, "path", [str(directory), *sys.path])
     environment = dict(os.environ)
     modules = set(sys.modules)
     document = SYBIL.parse(page)
@@ -175,6 +176,9 @@ def _run_page(
 
 
 def _defined_under(module: object, directory: Path) -> bool:
-    """Whether ``module`` was imported from a file in ``directory``."""
+    """Whether ``module`` was imported from a file in ``directory`` (a namespace package, which
+    has no file: from a folder there)."""
     file = getattr(module, "__file__", None)
+    if file is None:
+        file = next(iter(getattr(module, "__path__", None) or []), None)
     return file is not None and Path(file).resolve().is_relative_to(directory.resolve())
