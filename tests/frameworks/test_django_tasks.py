@@ -58,9 +58,19 @@ def test_tasks_run_in_the_callers_transaction_and_on_manage_py_sqlqueue_worker(b
 
     # In atomic(): the job was in the block's transaction, and went with its rollback.
     assert seen["inside"] == 1
-    assert rows(backend.engine, "SELECT request FROM shop_order") == [("kept",)]
+    orders = rows(backend.engine, "SELECT request, item FROM shop_order ORDER BY id")
+    assert orders == [("kept", "book"), ("", "lamp")]  # the second placed by the guide's view
     shipping = [j for j in queue.jobs() if j.payload.get("task") == "shop.tasks.ship_order"]
-    assert [j.payload["args"] for j in shipping] == [results["shipped"]["args"]]
+    assert sorted(str(j.id) for j in shipping) == sorted(
+        [results["shipped"]["id"], seen["view"]["id"]]
+    )
+    # The guide's views: the POST enqueued in its atomic() block; the GET read READY, then done.
+    assert seen["view"] == {
+        "placed": 201,
+        "id": seen["view"]["id"],
+        "before": "READY",
+        "after": "SUCCESSFUL",
+    }
     # Enqueued: READY, nothing run yet; the time is the database's, read back once committed.
     enqueued, read = seen["enqueued"], seen["read_before_the_worker"]
     assert (enqueued["status"], enqueued["attempts"], enqueued["started_at"]) == ("READY", 0, None)
@@ -78,7 +88,8 @@ def test_tasks_run_in_the_callers_transaction_and_on_manage_py_sqlqueue_worker(b
         "shipped book",
         1,
     )
-    assert rows(backend.engine, "SELECT item FROM shop_shipment") == [("book",)]
+    shipped_items = rows(backend.engine, "SELECT item FROM shop_shipment ORDER BY item")
+    assert shipped_items == [("book",), ("lamp",)]  # once each: the lamp's through the views
     moments = [datetime.fromisoformat(shipped[k]) for k in ("enqueued_at", "started_at")]
     moments.append(datetime.fromisoformat(shipped["finished_at"]))
     assert moments == sorted(moments)
@@ -155,11 +166,12 @@ def _guide_block(after: str) -> str:
 
 
 def test_the_guides_tasks_sample_is_what_the_suite_runs():
-    """The guide's ``TASKS`` and tasks module are the test project's, which the test above
-    runs: a sample that drifts from working code fails here."""
+    """The guide's ``TASKS``, tasks module and views are the test project's, which the test
+    above runs: a sample that drifts from working code fails here."""
     settings = (PROJECT / "djproject" / "settings_tasks.py").read_text(encoding="utf-8")
     assert _guide_block("<!-- the settings of tests/frameworks/test_django_tasks.py -->") in (
         settings
     )
-    module = (PROJECT / "shop" / "tasks.py").read_text(encoding="utf-8")
-    assert _guide_block("<!-- sample-file: shop/tasks.py -->") == module
+    for name in ("shop/tasks.py", "shop/task_views.py"):
+        module = (PROJECT / name).read_text(encoding="utf-8")
+        assert _guide_block(f"<!-- sample-file: {name} -->") == module, name

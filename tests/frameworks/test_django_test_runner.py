@@ -8,6 +8,7 @@ and the development database is never touched."""
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -23,9 +24,18 @@ from tests.conftest import BACKENDS, _mysql_database, _postgres_database
 from tests.frameworks.django_support import project_env
 
 TEMPLATE = Path(__file__).resolve().parent / "django_tested_project"
-#: What the project's shop/tests.py holds: four tests in each kind of test case, one more, and
-#: one under ``override_settings(DATABASES=…)``.
-TESTS = 10
+#: What the project's shop/tests.py holds (four tests in each kind of test case, one more, and
+#: one under ``override_settings(DATABASES=…)``) and shop/test_guide.py (the guide's sample).
+TESTS = 11
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "django.md"
+#: The guide's sample files, and the file of the project above that each one is.
+GUIDE_SAMPLES = {
+    "shop/jobs.py": "shop/jobs.py",
+    "shop/views.py": "shop/views.py",
+    "shop/tests.py": "shop/test_guide.py",
+}
 
 
 @contextmanager
@@ -86,3 +96,16 @@ def test_the_latest_django_migration_runs_the_schemas_latest_revision():
     latest = sorted(path.stem for path in directory.glob("[0-9][0-9][0-9][0-9]_*.py"))[-1]
     migration = importlib.import_module(f"{package.__name__}.{latest}")
     assert migration.Migration.sqlqueue_revision == SCHEMA_REVISION
+
+
+def test_the_guides_app_and_its_test_are_the_projects_that_django_runs_above():
+    """The Django guide's ``shop/jobs.py``, ``shop/views.py`` and ``shop/tests.py`` are the
+    tested project's files (its tests place orders through that view, and the guide's test
+    runs as ``shop/test_guide.py``): a sample that drifts from code that runs fails here."""
+    text = GUIDE.read_text(encoding="utf-8")
+    for shown, file in GUIDE_SAMPLES.items():
+        found = re.search(
+            re.escape(f"<!-- sample-file: {shown} -->") + r"\n```python\n(.*?)```", text, re.DOTALL
+        )
+        assert found is not None, shown
+        assert found.group(1) == (TEMPLATE / file).read_text(encoding="utf-8"), shown

@@ -1,4 +1,4 @@
-"""The shop's queue, built when the module is imported (as the guide shows), and its task."""
+"""The shop's queue and its tasks: built when the module is imported, used at first need."""
 
 import sqlqueue.django
 
@@ -9,6 +9,5 @@ queue = sqlqueue.django.queue()
 
 @queue.task("ship")
 def ship(order_id: int) -> None:
-    """Read the order through the ORM and record its shipment."""
-    order = Order.objects.get(pk=order_id)
+    order = Order.objects.get(pk=order_id)  # the ORM, in the worker process
     Shipment.objects.create(order=order, item=order.item)

@@ -4,6 +4,7 @@
 
 import contextlib
 import io
+import json
 import sqlite3
 import tempfile
 import warnings
@@ -11,9 +12,16 @@ from pathlib import Path
 
 from django.core.management import call_command
 from django.db import connection, transaction
-from django.test import SimpleTestCase, TestCase, TransactionTestCase, override_settings
+from django.test import (
+    RequestFactory,
+    SimpleTestCase,
+    TestCase,
+    TransactionTestCase,
+    override_settings,
+)
 from shop.jobs import queue, ship
 from shop.models import Order, Shipment
+from shop.views import place_order
 
 import sqlqueue
 from sqlqueue.testing import assert_enqueued, drain
@@ -24,11 +32,11 @@ class Refused(Exception):
 
 
 def place(item: str) -> Order:
-    """What the shop's view does: the order and its shipping job in one ``atomic()`` block."""
-    with transaction.atomic():
-        order = Order.objects.create(item=item)
-        ship.enqueue(connection, order_id=order.pk)
-    return order
+    """An order placed through the shop's view (the order and its shipping job in one
+    ``atomic()`` block), as a POST would."""
+    response = place_order(RequestFactory().post("/orders/", {"item": item}))
+    assert response.status_code == 201, response.content
+    return Order.objects.get(pk=json.loads(response.content)["order"])
 
 
 class Shipping:

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection, transaction
+from django.test import RequestFactory
 from django.utils import timezone
 from django_tasks import TaskResult, task
 from django_tasks.exceptions import (
@@ -22,6 +23,7 @@ from django_tasks.exceptions import (
 )
 from shop.models import Order
 from shop.task_probes import anonymous, double, introduce, refuse, stamp, tick
+from shop.task_views import place_order, shipping
 from shop.tasks import ship_order
 
 from sqlqueue.django.tasks import Backend
@@ -56,6 +58,13 @@ def described(result: TaskResult[Any]) -> dict[str, Any]:
         "args": result.args,
         "kwargs": result.kwargs,
     }
+
+
+def view_status(result_id: str) -> str:
+    """The status the guide's ``shipping`` view answers for ``result_id``."""
+    answer = shipping(RequestFactory().get(f"/shipping/{result_id}/"), result_id)
+    status: str = json.loads(answer.content)["status"]
+    return status
 
 
 def refusal(call: Any) -> str:
@@ -105,6 +114,10 @@ class Command(BaseCommand):
             order = Order.objects.create(request="kept", item="book")
             shipped = ship_order.enqueue(order.pk)
         seen["enqueued"] = described(shipped)
+        # The guide's views: a POST places an order and enqueues its task; a GET reads it.
+        placed = place_order(RequestFactory().post("/orders/", {"item": "lamp"}))
+        by_view = json.loads(placed.content)["shipping"]
+        seen["view"] = {"placed": placed.status_code, "id": by_view, "before": view_status(by_view)}
         seen["read_before_the_worker"] = described(ship_order.get_result(shipped.id))
         later_at = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
         results = {
@@ -146,6 +159,7 @@ class Command(BaseCommand):
             "output": worker.stderr[-4000:],
             "warnings": [line for line in worker.stderr.splitlines() if "WARNING" in line],
         }
+        seen["view"]["after"] = view_status(by_view)
         for result in results.values():
             result.refresh()
         seen["results"] = {name: described(result) for name, result in results.items()}
