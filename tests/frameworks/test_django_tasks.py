@@ -133,6 +133,12 @@ def test_tasks_run_in_the_callers_transaction_and_on_manage_py_sqlqueue_worker(b
     assert seen["missing"] == ["999999999", "no-such-id", "1" * 30, str(seen["tick"])]
     assert "'shop.task_probes.<lambda>' cannot be imported by its path" in seen["lambda"]
     assert "module level" in seen["nested"]
+    # The backport's own refusals hold, and each left no job behind.
+    assert seen["unknown_queue"] == "Queue 'nowhere' is not valid for backend."
+    assert seen["naive_run_after"] == "run_after must be an aware datetime."
+    assert seen["not_json"].startswith("TypeError: "), seen["not_json"]
+    payloads = [job.payload.get("args") for job in queue.jobs()]
+    assert ["x"] not in payloads, payloads
     unknown, attempts, database = seen["misconfigured"]
     assert "unknown DATABSE" in unknown
     assert "['MAX_ATTEMPTS']: expected a whole number >= 1, got 0" in attempts

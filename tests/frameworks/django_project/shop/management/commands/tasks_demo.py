@@ -6,7 +6,7 @@ with ``refresh()`` and ``get_result()``, and prints what it saw as JSON."""
 import json
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,14 @@ class Command(BaseCommand):
         seen["tick"] = tick.enqueue(connection)
         seen["lambda"] = refusal(anonymous.enqueue)
         seen["nested"] = refusal(nested)
+        # What the backport's base backend refuses before anything is written.
+        seen["unknown_queue"] = refusal(lambda: stamp.using(queue_name="nowhere").enqueue("x"))
+        naive = datetime(2030, 1, 1)  # no tzinfo: the mistake under test
+        seen["naive_run_after"] = refusal(lambda: stamp.using(run_after=naive).enqueue("x"))
+        try:
+            stamp.enqueue(object())
+        except (TypeError, ValueError) as error:
+            seen["not_json"] = f"{type(error).__name__}: {error}"
         wrong: list[dict[str, Any]] = [
             {"DATABSE": "default"},
             {"MAX_ATTEMPTS": 0},
