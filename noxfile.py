@@ -2,10 +2,11 @@
 
 The test suite runs every backend test on a SQLite file, on PostgreSQL (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``, override with
-``SQLQUEUE_TEST_POSTGRES_URL``) and on MariaDB (``SQLQUEUE_TEST_MYSQL_URL``); ``wheel`` proves
-an installed wheel can migrate SQLite and PostgreSQL. Run nox
-from the project's environment (``pip install -e ".[dev]"``): ``wheel`` talks to PostgreSQL
-from the nox process itself.
+``SQLQUEUE_TEST_POSTGRES_URL``) and on MariaDB (default
+``mysql+pymysql://root@127.0.0.1:3306/test``, override with ``SQLQUEUE_TEST_MYSQL_URL``);
+``wheel`` proves an installed wheel can migrate all three. Run nox from the project's
+environment (``pip install -e ".[dev]"``): ``wheel`` talks to PostgreSQL and MariaDB from the
+nox process itself.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parent
 POSTGRES_URL = os.environ.get(
     "SQLQUEUE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+MYSQL_URL = os.environ.get("SQLQUEUE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 SQLQUEUE_TABLES = {"sqlqueue_jobs", "sqlqueue_alembic_version"}
 #: The SQLAlchemy minor lines sqlqueue supports, as pip requirements.
 SQLALCHEMY_LINES = {"2.0": "sqlalchemy>=2.0.30,<2.1", "2.1": "sqlalchemy>=2.1,<2.2"}
@@ -134,7 +136,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def wheel(session: nox.Session) -> None:
-    """Build the wheel, install it in a clean virtualenv, and migrate SQLite and PostgreSQL."""
+    """Build the wheel, install it in a clean virtualenv, and migrate SQLite, PostgreSQL and
+    MariaDB with its ``sqlqueue`` command, twice each (the second run finds nothing to do)."""
     tmp = Path(session.create_tmp()).resolve()
     dist, clean, scratch = tmp / "dist", tmp / "clean-venv", tmp / "scratch"
     for path in (dist, clean, scratch):
@@ -146,7 +149,9 @@ def wheel(session: nox.Session) -> None:
 
     session.run("python", "-m", "venv", str(clean))
     python = _executable(clean, "python")
-    session.run(str(python), "-m", "pip", "install", "-q", f"{built}[postgres]", external=True)
+    session.run(
+        str(python), "-m", "pip", "install", "-q", f"{built}[postgres,mysql]", external=True
+    )
 
     with session.chdir(scratch):
         # From outside the checkout, so nothing can come from the source tree.
@@ -166,23 +171,22 @@ def wheel(session: nox.Session) -> None:
             session.run(cli, "migrate", "--database-url", sqlite_url, external=True)
         _check_tables(session, sqlite_url)
 
-        with _scratch_postgres_database(session) as postgres_url:
-            # Through the environment, so a password in the URL stays out of the log.
-            for _ in range(2):
-                session.run(
-                    cli, "migrate", env={"SQLQUEUE_DATABASE_URL": postgres_url}, external=True
-                )
-            _check_tables(session, postgres_url)
+        for admin_url in (POSTGRES_URL, MYSQL_URL):
+            with _scratch_database(session, admin_url) as url:
+                # Through the environment, so a password in the URL stays out of the log.
+                for _ in range(2):
+                    session.run(cli, "migrate", env={"SQLQUEUE_DATABASE_URL": url}, external=True)
+                _check_tables(session, url)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """sqlqueue against raw SQL on SQLite and PostgreSQL, printed as one table.
+    """sqlqueue against raw SQL on SQLite, PostgreSQL and MariaDB, printed as one table.
 
     Arguments go to ``python -m bench``: ``nox -s bench -- --quick``,
     ``nox -s bench -- --json new.json --compare old.json``.
     """
-    session.install(".[postgres]")
+    session.install(".[postgres,mysql]")
     session.run("python", "-m", "bench", *session.posargs)
 
 
@@ -230,7 +234,7 @@ def bench_operations(session: nox.Session) -> None:
     Arguments go to ``python -m bench.operations``: ``nox -s bench_operations -- --plans``,
     ``-- --rows 100000 --backends sqlite``.
     """
-    session.install(".[postgres]")
+    session.install(".[postgres,mysql]")
     session.run("python", "-m", "bench.operations", *session.posargs)
 
 
@@ -352,27 +356,30 @@ def _executable(venv: Path, name: str) -> Path:
 
 
 @contextmanager
-def _scratch_postgres_database(session: nox.Session) -> Iterator[str]:
-    """A new, empty database on the test server, dropped afterwards; yields its URL."""
+def _scratch_database(session: nox.Session, admin_url: str) -> Iterator[str]:
+    """A new, empty database on the test server at ``admin_url`` (PostgreSQL or MariaDB),
+    dropped afterwards; yields its URL."""
     import sqlalchemy as sa
 
-    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     name = f"sqlqueue_wheel_{secrets.token_hex(4)}"
+    force = " WITH (FORCE)" if admin.dialect.name == "postgresql" else ""
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql(f"CREATE DATABASE {conn.dialect.identifier_preparer.quote(name)}")
     except sa.exc.OperationalError as error:
         admin.dispose()
+        variable = "POSTGRES" if admin.dialect.name == "postgresql" else "MYSQL"
         session.error(
-            f"PostgreSQL is unreachable at {POSTGRES_URL} ({error.orig}); start it or set "
-            "SQLQUEUE_TEST_POSTGRES_URL"
+            f"{admin.url.render_as_string()} is unreachable ({error.orig}); start it or set "
+            f"SQLQUEUE_TEST_{variable}_URL"
         )
     try:
-        yield sa.make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             quoted = conn.dialect.identifier_preparer.quote(name)
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted}{force}")
         admin.dispose()
 
 
