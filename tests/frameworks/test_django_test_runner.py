@@ -25,7 +25,7 @@ from tests.frameworks.django_support import project_env
 
 TEMPLATE = Path(__file__).resolve().parent / "django_tested_project"
 #: What the project's shop/tests.py holds (four tests in each kind of test case, one more, and
-#: one under ``override_settings(DATABASES=…)``) and shop/test_guide.py (the guide's sample).
+#: one under ``override_settings(DATABASES=…)``) and shop/tests_guide.py (the guide's sample).
 TESTS = 11
 
 
@@ -34,7 +34,7 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "django.md"
 GUIDE_SAMPLES = {
     "shop/jobs.py": "shop/jobs.py",
     "shop/views.py": "shop/views.py",
-    "shop/tests.py": "shop/test_guide.py",
+    "shop/tests.py": "shop/tests_guide.py",
 }
 
 
@@ -101,7 +101,7 @@ def test_the_latest_django_migration_runs_the_schemas_latest_revision():
 def test_the_guides_app_and_its_test_are_the_projects_that_django_runs_above():
     """The Django guide's ``shop/jobs.py``, ``shop/views.py`` and ``shop/tests.py`` are the
     tested project's files (its tests place orders through that view, and the guide's test
-    runs as ``shop/test_guide.py``): a sample that drifts from code that runs fails here."""
+    runs as ``shop/tests_guide.py``): a sample that drifts from code that runs fails here."""
     text = GUIDE.read_text(encoding="utf-8")
     for shown, file in GUIDE_SAMPLES.items():
         found = re.search(
