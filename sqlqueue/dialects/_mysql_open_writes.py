@@ -7,14 +7,21 @@ go on, and a write begun since is missing from it; a fold that trusted it then m
 past a cancel still open and lost those jobs from the counts for good.
 
 So the reading proves itself fresh: the fold's own transaction has locked the mark's row
-before it asks, and only a copy that lists that transaction was taken after it began. A copy
-without it is read again after the idle time; when the copy stays stale, the answer is a time
-no open write can be older than: the latest start the copy lists (every transaction begun
-since is younger), or, where it lists none, no time at all that a fold may pass.
+before it asks, and only a copy that lists that transaction was taken after it began. The
+transaction, not just the session: a pooled session's *earlier* transaction may be in a
+stale copy under the same thread id, and trusting that copy lost a cancel still open (seen
+under a loaded, randomly ordered suite). So each lookup reads with a statement that carries a
+nonce of its own, and the copy must show this session executing that very statement
+(``trx_query``), which it can only if it was taken during one of these reads. A copy without
+it is read again after the idle time; when the copy stays stale, the answer is a time no open
+write can be older than: the oldest other writer it lists, else the latest start it lists
+(every transaction begun since is younger), or, where it lists none, no time at all that a
+fold may pass.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,10 +31,12 @@ from sqlalchemy import (
     BigInteger,
     Connection,
     Select,
+    String,
     and_,
     case,
     column,
     func,
+    literal,
     literal_column,
     select,
     table,
@@ -62,12 +71,13 @@ def oldest_open_write(conn: Connection) -> datetime | None:
     changed or locked rows, a second early; ``None`` when there is none. ``conn``'s
     transaction must hold a row lock already (it is how a fresh copy is told from a stale
     one); when no fresh copy comes, the cautious bound of the module docstring."""
-    copy = read_copy(conn)
+    nonce = secrets.token_hex(8)
+    copy = read_copy(conn, nonce)
     for _ in range(_READS - 1):
         if copy.fresh:
             break
         time.sleep(_IDLE)
-        copy = read_copy(conn)
+        copy = read_copy(conn, nonce)
     if copy.fresh:
         return copy.oldest_write
     if copy.oldest_write is not None:
@@ -75,9 +85,10 @@ def oldest_open_write(conn: Connection) -> datetime | None:
     return copy.latest_start if copy.latest_start is not None else EARLIEST
 
 
-def read_copy(conn: Connection) -> _Copy:
-    """One read of InnoDB's copy (see the module docstring)."""
-    row = conn.execute(select_open_writes()).one()
+def read_copy(conn: Connection, nonce: str | None = None) -> _Copy:
+    """One read of InnoDB's copy (see the module docstring), by a statement that carries
+    ``nonce`` (a new one by default)."""
+    row = conn.execute(select_open_writes(nonce or secrets.token_hex(8))).one()
     now: datetime = row.now
 
     def started(age: int | None) -> datetime | None:
@@ -92,9 +103,11 @@ def read_copy(conn: Connection) -> _Copy:
     )
 
 
-def select_open_writes() -> Select[Any]:
-    """One row from ``innodb_trx``: the database's UTC clock, whether the copy lists this
-    session's transaction, and the ages in microseconds of the oldest other writer of this
+def select_open_writes(nonce: str) -> Select[Any]:
+    """One row from ``innodb_trx``: the database's UTC clock, whether the copy shows this
+    session executing this statement (whose text carries ``nonce``: PyMySQL writes bound
+    values into the text, and the nonce comes first so that the server's 1,024 characters of
+    ``trx_query`` keep it), and the ages in microseconds of the oldest other writer of this
     database and of the youngest transaction of all. ``trx_started`` is in the server's time
     zone, so ages are measured against ``NOW()`` and later moved onto the UTC clock.
 
@@ -106,10 +119,15 @@ def select_open_writes() -> Select[Any]:
         column("trx_mysql_thread_id"),
         column("trx_rows_modified"),
         column("trx_rows_locked"),
+        column("trx_query"),
         schema="information_schema",
     )
     sessions = table("processlist", column("id"), column("db"), schema="information_schema")
-    ours = trx.c.trx_mysql_thread_id == func.connection_id()
+    probe = literal(nonce, String())
+    ours = and_(
+        trx.c.trx_mysql_thread_id == func.connection_id(),
+        func.locate(probe, trx.c.trx_query) > 0,
+    )
     writer = and_(
         ~ours,
         trx.c.trx_mysql_thread_id.in_(
@@ -122,6 +140,7 @@ def select_open_writes() -> Select[Any]:
         literal_column("MICROSECOND"), trx.c.trx_started, now, type_=BigInteger()
     )
     return select(
+        probe.label("probe"),
         func.utc_timestamp(literal_column("6"), type_=UtcDateTime()).label("now"),
         func.coalesce(func.max(case((ours, 1), else_=0)), 0).label("ours"),
         func.max(case((writer, age))).label("oldest_write_age"),
