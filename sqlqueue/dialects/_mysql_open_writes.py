@@ -124,9 +124,12 @@ def select_open_writes(nonce: str) -> Select[Any]:
     )
     sessions = table("processlist", column("id"), column("db"), schema="information_schema")
     probe = literal(nonce, String())
+    # Two-valued, so that ``~ours`` below is true, not NULL, for this session's other
+    # transaction of a stale copy (its ``trx_query`` NULL between statements): that one
+    # counts as another writer, an earlier bound than none.
     ours = and_(
         trx.c.trx_mysql_thread_id == func.connection_id(),
-        func.locate(probe, trx.c.trx_query) > 0,
+        func.coalesce(func.locate(probe, trx.c.trx_query), 0) > 0,
     )
     writer = and_(
         ~ours,
