@@ -117,6 +117,8 @@ class Queue(Operations):
         self.max_payload_bytes = max_payload_bytes
         self.max_result_bytes = max_result_bytes
         self._async_engine = async_engine
+        #: Whether ``_async_engine`` was made here (and so is this queue's to close).
+        self._async_engine_made = False
         self.unknown_jobs: UnknownJobPolicy = unknown_jobs
         self.retention = retention
         #: The keys that seal and open secret fields (``None``: no keys configured).
@@ -168,7 +170,17 @@ class Queue(Operations):
             engine = create_async_engine(self.dialect.async_url(self.engine.url))
             self.dialect.prepare_engine(engine.sync_engine)
             self._async_engine = engine
+            self._async_engine_made = True
         return self._async_engine
+
+    async def _close_async_connections(self) -> None:
+        """Close the idle pooled connections of the async engine this queue made, on the
+        running loop. An asyncio driver's connection belongs to the loop that opened it: left in
+        the pool after that loop closes, it can neither be used by a later loop (a second
+        ``drain()``, a worker run again) nor closed when it is collected ("Event loop is
+        closed"). An engine given to the queue is its owner's to dispose."""
+        if self._async_engine_made and self._async_engine is not None:
+            await self._async_engine.dispose()
 
     # -- tasks --------------------------------------------------------------------------------
 

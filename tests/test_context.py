@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 import sqlqueue
 from sqlqueue.testing import age_jobs
+from sqlqueue.testing import drain as drain_in_this_process
 from tests._support import WorkerThread, db_now, drain, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,6 +190,30 @@ def test_async_handlers_complete_in_an_async_transaction(backend):
     assert (job.status, job.result) == ("succeeded", 2)
     assert _notes(backend.engine) == [(job_id, "async")]
     asyncio.run(queue.async_engine().dispose())
+
+
+def test_a_drain_closes_the_async_connections_it_opened_before_its_loop_ends(backend):
+    # An asyncio driver's connection belongs to the loop that opened it. Left in the queue's
+    # pool after drain()'s loop closed, it could serve no later loop, and closing it when it
+    # is collected fails ("Event loop is closed", in whichever test runs then).
+    queue = backend.queue()
+    notes.create(backend.engine)
+
+    @queue.task("anote")
+    async def anote(text: str, ctx: sqlqueue.JobContext) -> None:
+        async with ctx.transaction_async() as conn:
+            await conn.execute(notes.insert().values(job_id=ctx.job_id, text=text))
+
+    with backend.engine.begin() as conn:
+        first = anote.enqueue(conn, text="first loop")
+    assert drain_in_this_process(queue).succeeded == 1
+    assert queue.async_engine().sync_engine.pool.checkedin() == 0
+
+    with backend.engine.begin() as conn:
+        second = anote.enqueue(conn, text="second loop")
+    assert drain_in_this_process(queue).succeeded == 1  # its own connection, on its own loop
+    assert queue.async_engine().sync_engine.pool.checkedin() == 0
+    assert _notes(backend.engine) == [(first, "first loop"), (second, "second loop")]
 
 
 def test_sigkill_between_the_writes_and_the_commit_loses_the_writes_and_reruns(backend):

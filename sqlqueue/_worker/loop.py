@@ -357,10 +357,19 @@ class Worker:
             self._db.close()
             self._loop = None
             self._stop_observers()
+            await self._close_async_connections()
             log.info("worker %s stopped", self.worker_id)
             current_worker.reset(scope)
         if self._gave_up is not None:
             raise self._gave_up
+
+    async def _close_async_connections(self) -> None:
+        """Async handlers' pooled connections belong to this loop, which may end with serve():
+        close them on it (see ``Queue._close_async_connections``); a failure to is logged."""
+        try:
+            await self.queue._close_async_connections()
+        except Exception:
+            log.warning("could not close the async handlers' pooled connections", exc_info=True)
 
     def _stop_observers(self) -> None:
         self._observers.stop()
