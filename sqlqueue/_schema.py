@@ -70,7 +70,7 @@ VERSION_TABLE = "sqlqueue_alembic_version"
 
 #: The newest revision in ``migrations/``: the schema this code reads and writes (a test checks
 #: it against alembic's head, so reading it costs no alembic import).
-SCHEMA_REVISION = "0023"
+SCHEMA_REVISION = "0024"
 
 
 def table_options(schema: str | None) -> dict[str, Any]:
@@ -315,14 +315,15 @@ Index(
     postgresql_where=_EXPIRING,
     sqlite_where=_EXPIRING,
 )
-# Per-key ordering: the unfinished jobs of a group, oldest first.
-_UNFINISHED = text("status IN ('queued', 'failed', 'running')")
+# Per-key ordering: the unfinished jobs of a group, oldest first. Only jobs with a group key
+# (0024): a plain job's status change writes no entry here.
+_GROUPED_UNFINISHED = text("status IN ('queued', 'failed', 'running') AND group_key IS NOT NULL")
 Index(
     "ix_sqlqueue_jobs_group",
     jobs.c.group_key,
     jobs.c.id,
-    postgresql_where=_UNFINISHED,
-    sqlite_where=_UNFINISHED,
+    postgresql_where=_GROUPED_UNFINISHED,
+    sqlite_where=_GROUPED_UNFINISHED,
 )
 # Operators: counts by status, queue and type come from this index alone (0005).
 Index("ix_sqlqueue_jobs_status", jobs.c.status, jobs.c.queue, jobs.c.job_type)
