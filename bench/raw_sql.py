@@ -124,10 +124,13 @@ class Raw:
 
     With ``autocommit`` each claim and completion is a single-statement transaction (no
     separate BEGIN/COMMIT round trips on PostgreSQL): the cheapest a worker can do. Enqueue
-    runs in an explicit transaction, as an application's would.
+    runs in an explicit transaction, as an application's would. ``relaxed``: commits do not
+    wait for the disk (PostgreSQL ``synchronous_commit = off`` for the session, SQLite
+    ``synchronous = NORMAL``), as sqlqueue's worker commits its claims and outcomes; MariaDB
+    has no per-session setting (``innodb_flush_log_at_trx_commit`` is the server's).
     """
 
-    def __init__(self, url: str, *, autocommit: bool = False) -> None:
+    def __init__(self, url: str, *, autocommit: bool = False, relaxed: bool = False) -> None:
         import sqlalchemy as sa
 
         parsed = sa.make_url(url)
@@ -158,12 +161,16 @@ class Raw:
                 conn.isolation_level = None
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA journal_mode = WAL")
+            if relaxed:
+                conn.execute("PRAGMA synchronous = NORMAL")
             self._sqlite = conn
         else:
             import psycopg
 
             dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
             self._pg = psycopg.connect(dsn, autocommit=autocommit)
+            if relaxed:
+                self._pg.execute("SET synchronous_commit = off")
 
     def close(self) -> None:
         if self._sqlite is not None:
@@ -314,6 +321,6 @@ class Raw:
             self._my.commit()
 
 
-def connect(url: str, *, autocommit: bool = False) -> Raw:
-    """A raw connection to the database at SQLAlchemy ``url``."""
-    return Raw(url, autocommit=autocommit)
+def connect(url: str, *, autocommit: bool = False, relaxed: bool = False) -> Raw:
+    """A raw connection to the database at SQLAlchemy ``url`` (see :class:`Raw`)."""
+    return Raw(url, autocommit=autocommit, relaxed=relaxed)

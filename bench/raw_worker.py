@@ -1,11 +1,12 @@
 """A worker process written as raw SQL: the ceiling sqlqueue's worker is measured against.
 
 One process, one connection, no handler, no threads: claim up to ``--batch`` due jobs in one
-statement, mark them succeeded (fenced by worker and attempt) in a second, repeat. With
-``--burst`` it exits when a claim comes back empty (drains); otherwise it sleeps
-``--poll-interval`` after an empty claim, as a polling worker does (pickup latency, idle CPU),
-until SIGTERM. ``--record PATH`` appends ``seq time.time()`` for every claimed job whose payload
-has a ``seq``, taken right after the claim returns: when a handler would start.
+statement, mark them succeeded (fenced by worker and attempt) in a second, repeat. Its commits
+do not wait for the disk, as sqlqueue's worker's claims and outcomes do not (``--durable``: at
+the server's level). With ``--burst`` it exits when a claim comes back empty (drains); otherwise
+it sleeps ``--poll-interval`` after an empty claim, as a polling worker does (pickup latency,
+idle CPU), until SIGTERM. ``--record PATH`` appends ``seq time.time()`` for every claimed job
+whose payload has a ``seq``, taken right after the claim returns: when a handler would start.
 
 Run by the benchmark as ``python -m bench.raw_worker …`` with ``SQLQUEUE_DATABASE_URL`` set;
 it writes ``ready`` to stderr once connected, just before its first claim.
@@ -37,9 +38,20 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def serve(url: str, *, batch: int, poll_interval: float, burst: bool, record: TextIO | None) -> int:
-    """Claim and complete until a claim is empty (``burst``) or SIGTERM; return jobs done."""
-    raw = connect(url, autocommit=True)
+def serve(
+    url: str,
+    *,
+    batch: int,
+    poll_interval: float,
+    burst: bool,
+    record: TextIO | None,
+    durable: bool = False,
+) -> int:
+    """Claim and complete until a claim is empty (``burst``) or SIGTERM; return jobs done.
+
+    Commits do not wait for the disk, as sqlqueue's worker's claims and outcomes do not
+    (``durable``: at the server's level), so the ceiling commits on sqlqueue's terms."""
+    raw = connect(url, autocommit=True, relaxed=not durable)
     worker = f"raw:{socket.gethostname()}:{os.getpid()}"
     done = 0
     print(READY, file=sys.stderr, flush=True)
@@ -75,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds (1.0)")
     parser.add_argument("--burst", action="store_true", help="exit when nothing is due")
     parser.add_argument("--record", type=Path, help="append 'seq start-time' lines here")
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="commit at the server's durability (default: as sqlqueue's worker, not waiting "
+        "for the disk)",
+    )
     args = parser.parse_args(argv)
     if not args.url:
         parser.error(f"give the database URL or set {URL_VARIABLE}")
@@ -87,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             poll_interval=args.poll_interval,
             burst=args.burst,
             record=record,
+            durable=args.durable,
         )
     finally:
         if record is not None:

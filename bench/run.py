@@ -250,7 +250,7 @@ def _header(facts: dict[str, Any], settings: Settings) -> str:
             f"SQLite {facts['sqlite_library']} file on {facts['sqlite_filesystem']}: "
             f"journal_mode={d['journal_mode']}, synchronous={d['synchronous']}, "
             f"busy_timeout={d['busy_timeout']} ms (sqlqueue's worker commits at "
-            "synchronous=NORMAL, per transaction; raw at the file's level)"
+            "synchronous=NORMAL, per transaction, and the raw worker per session)"
         )
     if "postgresql" in durability:
         d = durability["postgresql"]
@@ -258,8 +258,8 @@ def _header(facts: dict[str, Any], settings: Settings) -> str:
             f"PostgreSQL {d['server_version']} on loopback: "
             f"synchronous_commit={d['synchronous_commit']}, fsync={d['fsync']}, "
             f"wal_sync_method={d['wal_sync_method']}, full_page_writes={d['full_page_writes']} "
-            "(sqlqueue's worker commits with SET LOCAL synchronous_commit=off; raw at the "
-            "server's level)"
+            "(sqlqueue's worker and the raw worker commit claims and outcomes with "
+            "synchronous_commit=off; enqueues at the server's level)"
         )
     if "mysql" in durability:
         d = durability["mysql"]
