@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 import sqlqueue
 from sqlqueue._schema import jobs
+from sqlqueue._worker.pauses import Pauses
 from sqlqueue.dialects import dialect_for
 from sqlqueue.testing import age_jobs
 from tests._support import bounded, db_now, drain, enqueue, wait_until
@@ -453,6 +454,31 @@ def test_a_paused_queues_jobs_wait_and_others_run(backend: Backend) -> None:
     queue.resume("hooks")
     drain(queue, queues=["mail", "hooks"])
     assert {queue.get_job(i).status for i in hooks} == {"dead"}  # type: ignore[union-attr]
+
+
+def test_a_worker_leaves_a_paused_queue_out_of_its_claims_before_it_says_it_paused(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker's database calls run one at a time on its database thread. The read of the
+    # pauses applies them there, so every claim round after it leaves the queue out and every
+    # round before it has finished; the log line comes later, on the loop. (Applied on the loop
+    # after the log, a round computed before could wait for SQLite's write lock past an enqueue
+    # made after the log line, and lease those jobs: a flake of
+    # test_operations_processes.py's pause test, seed 1616317573.)
+    queue = make_queue(backend)
+    pauses = Pauses(queue.admin, served=["mail", "reports"])
+    queue.pause("reports", by="ops", reason="warehouse migration")
+
+    change = pauses.read()
+    assert pauses.active(("mail", "reports")) == ("mail",)
+    assert "paused by an operator" not in caplog.text
+    assert pauses.update(change) == frozenset()
+    assert "paused by an operator, no new claims: ['reports']" in caplog.text
+
+    queue.resume("reports")
+    change = pauses.read()
+    assert pauses.active(("mail", "reports")) == ("mail", "reports")
+    assert pauses.update(change) == {"reports"}
 
 
 # -- counting the finished history -----------------------------------------------------------

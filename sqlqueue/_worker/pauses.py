@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 from sqlqueue._errors import DatabaseError
 from sqlqueue._store.admin import Admin
 
-__all__ = ["Pauses"]
+__all__ = ["Change", "Pauses"]
 
 log = logging.getLogger("sqlqueue.worker")
+
+
+class Change(NamedTuple):
+    """The paused queues before a read and after it."""
+
+    before: frozenset[str]
+    now: frozenset[str]
 
 
 class Pauses:
@@ -30,24 +38,30 @@ class Pauses:
         self.paused: frozenset[str] = frozenset()
         self._failing = False
 
-    def read(self) -> list[str]:
-        """The queues paused now (a database call: run it on the worker's database thread);
-        the queues' limits read with them go to ``on_limits``."""
+    def read(self) -> Change:
+        """Read the queues paused now and apply them at once (a database call: run it on the
+        worker's database thread); the queues' limits read with them go to ``on_limits``.
+
+        Applied here, not in :meth:`update`: the worker's database calls run one at a time, so
+        every claim round after this read leaves out the queues it found paused, and every round
+        before it has finished. A pause is logged (by :meth:`update`) only once no claim
+        computed without it can still take a job — on SQLite such a round could wait for the
+        write lock past an enqueue made after the log line, and lease the new jobs."""
         paused, limits = self._admin.queue_controls()
         self._on_limits(limits)
-        return paused
+        before, self.paused = self.paused, frozenset(paused)
+        return Change(before, self.paused)
 
-    def update(self, paused: Iterable[str]) -> frozenset[str]:
-        """Take a fresh read; return the served queues it resumed (their pools may claim now)."""
-        now = frozenset(paused)
+    def update(self, change: Change) -> frozenset[str]:
+        """Report a read's change; return the served queues it resumed (their pools may claim
+        now)."""
         self._failing = False
-        newly = (now - self.paused) & self._served
+        newly = (change.now - change.before) & self._served
         if newly:
             log.warning("queue(s) paused by an operator, no new claims: %s", sorted(newly))
-        resumed = (self.paused - now) & self._served
+        resumed = (change.before - change.now) & self._served
         if resumed:
             log.info("queue(s) resumed: %s", sorted(resumed))
-        self.paused = now
         return resumed
 
     def failed(self, error: DatabaseError) -> None:

@@ -100,13 +100,13 @@ class Upkeep:
         """Re-read which queues are paused. ``strict`` (a burst worker's first read): a database
         that is unreachable or not migrated stops the worker instead of being waited for."""
         try:
-            paused = await self._db.call(self.pauses.read)
+            change = await self._db.call(self.pauses.read)
         except DatabaseError as error:
             if strict:
                 raise
             self.pauses.failed(error)
             return
-        resumed = self.pauses.update(paused)
+        resumed = self.pauses.update(change)
         if resumed:
             self._on_resumed(resumed)
 
