@@ -9,13 +9,16 @@ sqlqueue's version table stays its own, so Django's migrations and sqlqueue's ne
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from django.db import migrations
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from sqlqueue._migrate import upgrade
 from sqlqueue.dialects import dialect_for
 from sqlqueue.django._shared import shared_connection
 
-__all__ = ["migrate_connection"]
+__all__ = ["RevisionsMigration", "migrate_connection", "run_revisions"]
 
 
 def migrate_connection(wrapper: BaseDatabaseWrapper, schema: str | None = None) -> None:
@@ -25,3 +28,23 @@ def migrate_connection(wrapper: BaseDatabaseWrapper, schema: str | None = None) 
     if not wrapper.in_atomic_block:
         dialect.configure_database(shared.raw)
     upgrade(shared.engine, dialect, schema=schema)
+
+
+def run_revisions(apps: Any, schema_editor: Any) -> None:
+    """sqlqueue's revisions, up to the latest, on the connection being migrated."""
+    migrate_connection(schema_editor.connection)
+
+
+class RevisionsMigration(migrations.Migration):
+    """The Django migration each release with a new revision adds (with its ``dependencies``
+    and ``sqlqueue_revision``), for a database that Django migrated with an older release:
+    ``manage.py migrate`` runs sqlqueue's revisions up to the latest again, as
+    ``0001_sqlqueue_tables`` does (on a new database 0001 has run them all already, and this
+    one finds nothing to do). No transaction around it, for the reasons 0001 gives."""
+
+    atomic = False
+    operations: ClassVar[list[migrations.RunPython]] = [
+        migrations.RunPython(
+            run_revisions, migrations.RunPython.noop, atomic=False, elidable=False
+        ),
+    ]

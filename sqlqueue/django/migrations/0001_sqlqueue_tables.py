@@ -1,8 +1,9 @@
 """sqlqueue's tables, by sqlqueue's own revisions on the connection Django migrates with.
 
-A release that adds a revision adds a Django migration like this one (with its
-``sqlqueue_revision``), so that ``manage.py migrate`` upgrades the tables too; a test holds
-the latest one's ``sqlqueue_revision`` to the schema's.
+A release that adds a revision adds a Django migration (a ``RevisionsMigration`` of
+``sqlqueue/django/_tables.py`` with its ``sqlqueue_revision``, as 0002 and 0003 are), so that
+``manage.py migrate`` upgrades the tables too; a test holds the latest one's
+``sqlqueue_revision`` to the schema's.
 """
 
 from __future__ import annotations
