@@ -29,6 +29,7 @@ imported from its directory are put back when it ends, whether it passed or not.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import sys
@@ -63,6 +64,13 @@ class _SampleFileWriter:
         target = Path(self.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(str(example.parsed), encoding="utf-8")
+        # A module written while the interpreter runs must be announced to the import system
+        # (the importlib docs): its path finders cache each folder's listing until the
+        # folder's mtime changes, and a folder made and filled within one kernel timestamp
+        # tick keeps the mtime it had when empty. A random-order run (seed 357027983) could
+        # not import a ``myapp/jobs.py`` written this way; its folder's mtime was the one it
+        # was made with, so a listing cached in between would never have been refreshed.
+        importlib.invalidate_caches()
 
 
 class _PythonSamples:
